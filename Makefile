@@ -1,0 +1,93 @@
+# dsv4 - hand-written GNU Makefile. `make help` lists the targets.
+#
+# Variables: CC, CFLAGS (default -O2 -g), WERROR=1 (warnings are errors; CI sets it),
+# SANITIZE=address,undefined | thread (separate build dir), DEBUG=1 (DSV4_DEBUG checks:
+# allocation guard, arena poisoning, debug asserts).
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+WERROR   ?= 0
+SANITIZE ?=
+DEBUG    ?= 0
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wundef \
+        -Wpointer-arith -Wvla
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+BUILD := build
+ifneq ($(SANITIZE),)
+BUILD := build-san-$(subst $(comma),-,$(SANITIZE))
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+ifeq ($(DEBUG),1)
+BUILD := $(BUILD)-debug
+DEFS += -DDSV4_DEBUG
+endif
+comma := ,
+
+DEPS_PKGS := jansson oniguruma libmicrohttpd
+ALL_CFLAGS  = -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -pthread
+ALL_CPPFLAGS = -Iinclude -Isrc -Itools -D_GNU_SOURCE $(DEFS) -MMD -MP
+LDLIBS   := -ljansson -lonig -lmicrohttpd -lm -lpthread
+LDFLAGS  += $(SANFLAGS) -pthread
+
+LIB_SRC   := $(shell find src -name '*.c' | sort)
+TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
+TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' | sort)
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
+LIB       := $(BUILD)/libdsv4.a
+
+BIN := dsv4
+ifneq ($(SANITIZE)$(filter 1,$(DEBUG)),)
+BIN := $(BUILD)/dsv4
+endif
+
+.PHONY: all help test test-san fuzz golden demo clean bench
+.DEFAULT_GOAL := all
+
+all: $(BIN)
+
+help:
+	@echo "dsv4 - DeepSeek-V4 inference engine"
+	@echo ""
+	@echo "  make              build ./dsv4"
+	@echo "  make test         build and run every test (exits non-zero on failure)"
+	@echo "  make test-san     the tests under -fsanitize=address,undefined"
+	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
+	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
+	@echo "  make demo         build and generate text from the bundled model"
+	@echo "  make clean        remove build outputs"
+	@echo ""
+	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=..."
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/tools/main.o $(TOOL_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
+
+test: $(BIN) $(BUILD)/run_tests
+	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests
+
+test-san:
+	$(MAKE) SANITIZE=address,undefined test
+
+clean:
+	rm -rf build build-* dsv4
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,308 @@
+/*
+ * config.c - the HF config.json of the DeepSeek-V4 release, parsed and validated.
+ *
+ * Field names are Hugging Face's (hidden_size, num_hidden_layers, ...; model-v4.md §1.1).
+ * Validation enforces what the forward pass and the reference rely on (model-v4.md §8):
+ * every input width of an FP8/FP4 projection is a multiple of 128 (activation blocks), the
+ * "nope" part of a head is a multiple of 64 (KV FP8 blocks), the indexer head is a power of
+ * two and a multiple of 32 (Hadamard, FP4 blocks), ratios are 0, 4 or another power of two
+ * up to 256 (so 256-position KV pages hold whole compressed blocks), and the MTP block is a
+ * sliding-window layer. Each failure names the field.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+const char *dsv4_wfmt_name(enum dsv4_wfmt f)
+{
+    switch (f) {
+    case DSV4_WFMT_BF16: return "bf16";
+    case DSV4_WFMT_F32:  return "f32";
+    case DSV4_WFMT_FP8:  return "fp8-e4m3/128x128";
+    case DSV4_WFMT_FP4:  return "fp4-e2m1/32";
+    }
+    return "?";
+}
+
+struct cfg_parse {
+    json_t          *root;
+    const char      *what;
+    struct dsv4_err *err;
+    int              rc;
+};
+
+static int bad(struct cfg_parse *p, const char *field, const char *why)
+{
+    if (p->rc == DSV4_OK)
+        p->rc = dsv4_err_set(p->err, DSV4_EFORMAT, "%s: field \"%s\" %s", p->what, field, why);
+    return 0;
+}
+
+static int get_int(struct cfg_parse *p, json_t *obj, const char *field, bool required, int def,
+                   int lo, int hi)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v)) {
+        if (required) return bad(p, field, "is missing");
+        return def;
+    }
+    if (!json_is_integer(v)) return bad(p, field, "must be an integer");
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi) {
+        char why[96];
+        snprintf(why, sizeof(why), "is %lld, must be in [%d, %d]", (long long)i, lo, hi);
+        return bad(p, field, why);
+    }
+    return (int)i;
+}
+
+static float get_float(struct cfg_parse *p, json_t *obj, const char *field, bool required,
+                       double def, double lo, double hi)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v)) {
+        if (required) return (float)bad(p, field, "is missing");
+        return (float)def;
+    }
+    if (!json_is_number(v)) return (float)bad(p, field, "must be a number");
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) {
+        char why[96];
+        snprintf(why, sizeof(why), "is %g, must be in [%g, %g]", d, lo, hi);
+        return (float)bad(p, field, why);
+    }
+    return (float)d;
+}
+
+static const char *get_str(struct cfg_parse *p, json_t *obj, const char *field, bool required)
+{
+    json_t *v = json_object_get(obj, field);
+    if (!v || json_is_null(v)) {
+        if (required) bad(p, field, "is missing");
+        return NULL;
+    }
+    if (!json_is_string(v)) {
+        bad(p, field, "must be a string");
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+static bool is_pow2(int v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+static void require(struct cfg_parse *p, bool ok, const char *field, const char *why)
+{
+    if (!ok) bad(p, field, why);
+}
+
+static void parse_quant(struct cfg_parse *p, struct dsv4_config *c)
+{
+    json_t *q = json_object_get(p->root, "quantization_config");
+    c->fp8    = false;
+    c->wfmt   = DSV4_WFMT_BF16;
+    if (q && !json_is_null(q)) {
+        if (!json_is_object(q)) {
+            bad(p, "quantization_config", "must be an object");
+            return;
+        }
+        const char *m = get_str(p, q, "quant_method", true);
+        if (m && strcmp(m, "fp8") != 0) bad(p, "quantization_config.quant_method", "must be \"fp8\"");
+        const char *f = get_str(p, q, "fmt", false);
+        if (f && strcmp(f, "e4m3") != 0) bad(p, "quantization_config.fmt", "must be \"e4m3\"");
+        const char *a = get_str(p, q, "activation_scheme", false);
+        if (a && strcmp(a, "dynamic") != 0)
+            bad(p, "quantization_config.activation_scheme", "must be \"dynamic\"");
+        const char *sf = get_str(p, q, "scale_fmt", false);
+        if (sf && strcmp(sf, "ue8m0") != 0) bad(p, "quantization_config.scale_fmt", "must be \"ue8m0\"");
+        json_t *bs = json_object_get(q, "weight_block_size");
+        if (bs) {
+            if (!json_is_array(bs) || json_array_size(bs) != 2 ||
+                json_integer_value(json_array_get(bs, 0)) != 128 ||
+                json_integer_value(json_array_get(bs, 1)) != 128)
+                bad(p, "quantization_config.weight_block_size", "must be [128, 128]");
+        }
+        c->fp8  = true;
+        c->wfmt = DSV4_WFMT_FP8;
+    }
+    const char *ed = get_str(p, p->root, "expert_dtype", false);
+    if (!ed) c->expert_wfmt = c->wfmt;
+    else if (!strcmp(ed, "fp4")) c->expert_wfmt = DSV4_WFMT_FP4;
+    else if (!strcmp(ed, "fp8")) c->expert_wfmt = DSV4_WFMT_FP8;
+    else bad(p, "expert_dtype", "must be \"fp4\" or \"fp8\"");
+    if (ed && !c->fp8) bad(p, "expert_dtype", "needs quantization_config (fp8 activations)");
+}
+
+static void parse_rope(struct cfg_parse *p, struct dsv4_config *c)
+{
+    c->rope_theta          = get_float(p, p->root, "rope_theta", true, 0, 1, 1e12);
+    c->compress_rope_theta = get_float(p, p->root, "compress_rope_theta", true, 0, 1, 1e12);
+    json_t *rs             = json_object_get(p->root, "rope_scaling");
+    c->yarn                = false;
+    c->rope_factor         = 1;
+    c->original_seq_len    = 0;
+    c->beta_fast           = 32;
+    c->beta_slow           = 1;
+    if (rs && !json_is_null(rs)) {
+        if (!json_is_object(rs)) {
+            bad(p, "rope_scaling", "must be an object");
+            return;
+        }
+        const char *type = get_str(p, rs, "type", false);
+        if (!type) type = get_str(p, rs, "rope_type", true);
+        if (type && strcmp(type, "yarn") != 0) {
+            bad(p, "rope_scaling.type", "must be \"yarn\"");
+            return;
+        }
+        c->yarn             = true;
+        c->rope_factor      = get_float(p, rs, "factor", true, 1, 1, 1e6);
+        c->original_seq_len = get_int(p, rs, "original_max_position_embeddings", true, 0, 1, 1 << 30);
+        c->beta_fast        = get_float(p, rs, "beta_fast", false, 32, 0, 1e6);
+        c->beta_slow        = get_float(p, rs, "beta_slow", false, 1, 0, 1e6);
+    }
+}
+
+int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const char *what,
+                      struct dsv4_err *err)
+{
+    memset(c, 0, sizeof(*c));
+    json_error_t je;
+    json_t      *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return dsv4_err_set(err, DSV4_EFORMAT, "%s: byte %d: not valid JSON: %s", what, je.position,
+                            je.text);
+    struct cfg_parse p = { root, what, err, DSV4_OK };
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return dsv4_err_set(err, DSV4_EFORMAT, "%s: not a JSON object", what);
+    }
+    const char *mt = get_str(&p, root, "model_type", false);
+    if (mt && strcmp(mt, "deepseek_v4") != 0) {
+        bad(&p, "model_type", "must be \"deepseek_v4\" (other models are not supported)");
+        goto out;
+    }
+    const int BIG = 1 << 24;
+    c->vocab_size   = get_int(&p, root, "vocab_size", true, 0, 1, 1 << 22);
+    c->d_model      = get_int(&p, root, "hidden_size", true, 0, 1, 1 << 16);
+    c->n_layer      = get_int(&p, root, "num_hidden_layers", true, 0, 1, DSV4_MAX_LAYERS - 2);
+    c->n_head       = get_int(&p, root, "num_attention_heads", true, 0, 1, 1024);
+    int n_kv        = get_int(&p, root, "num_key_value_heads", false, 1, 1, 1024);
+    c->d_head       = get_int(&p, root, "head_dim", true, 0, 2, 4096);
+    c->d_rope       = get_int(&p, root, "qk_rope_head_dim", true, 0, 2, 4096);
+    c->q_lora_rank  = get_int(&p, root, "q_lora_rank", true, 0, 1, 1 << 16);
+    c->o_lora_rank  = get_int(&p, root, "o_lora_rank", true, 0, 1, 1 << 16);
+    c->o_groups     = get_int(&p, root, "o_groups", true, 0, 1, 1024);
+    c->window       = get_int(&p, root, "sliding_window", true, 0, 1, 1 << 16);
+    c->max_ctx      = get_int(&p, root, "max_position_embeddings", true, 0, 1, 1 << 30);
+    c->n_idx_head   = get_int(&p, root, "index_n_heads", true, 0, 1, 1024);
+    c->d_idx_head   = get_int(&p, root, "index_head_dim", true, 0, 1, 4096);
+    c->idx_topk     = get_int(&p, root, "index_topk", true, 0, 1, BIG);
+    c->n_exp        = get_int(&p, root, "n_routed_experts", true, 0, 1, 4096);
+    c->n_exp_shared = get_int(&p, root, "n_shared_experts", true, 0, 1, 1);
+    c->n_exp_used   = get_int(&p, root, "num_experts_per_tok", true, 0, 1, 64);
+    c->d_ff_exp     = get_int(&p, root, "moe_intermediate_size", true, 0, 1, 1 << 18);
+    c->n_hash_layer = get_int(&p, root, "num_hash_layers", false, 0, 0, DSV4_MAX_LAYERS);
+    c->route_scale  = get_float(&p, root, "routed_scaling_factor", true, 1, 0, 1e6);
+    c->swiglu_limit = get_float(&p, root, "swiglu_limit", false, 0, 0, 1e9);
+    c->hc           = get_int(&p, root, "hc_mult", true, 0, 1, DSV4_MAX_HC);
+    c->hc_sinkhorn_iters = get_int(&p, root, "hc_sinkhorn_iters", true, 0, 1, 1000);
+    c->hc_eps       = get_float(&p, root, "hc_eps", true, 0, 0, 1);
+    c->norm_eps     = get_float(&p, root, "rms_norm_eps", true, 0, 0, 1);
+    c->n_mtp        = get_int(&p, root, "num_nextn_predict_layers", false, 0, 0, 1);
+    c->bos_id       = get_int(&p, root, "bos_token_id", false, 0, 0, 1 << 22);
+    c->eos_id       = get_int(&p, root, "eos_token_id", false, 1, 0, 1 << 22);
+    if (p.rc) goto out;
+    const char *sf = get_str(&p, root, "scoring_func", true);
+    if (sf && strcmp(sf, "sqrtsoftplus") != 0) bad(&p, "scoring_func", "must be \"sqrtsoftplus\"");
+    const char *tm = get_str(&p, root, "topk_method", false);
+    if (tm && strcmp(tm, "noaux_tc") != 0) bad(&p, "topk_method", "must be \"noaux_tc\"");
+    json_t *ntp = json_object_get(root, "norm_topk_prob");
+    if (ntp && json_is_false(ntp)) bad(&p, "norm_topk_prob", "must be true");
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (tie && json_is_true(tie)) bad(&p, "tie_word_embeddings", "must be false");
+    const char *act = get_str(&p, root, "hidden_act", false);
+    if (act && strcmp(act, "silu") != 0) bad(&p, "hidden_act", "must be \"silu\"");
+    if (json_object_get(root, "n_group") && !json_is_null(json_object_get(root, "n_group")))
+        if (json_integer_value(json_object_get(root, "n_group")) > 1)
+            bad(&p, "n_group", "group-limited routing is not part of DeepSeek-V4");
+    if (json_object_get(root, "first_k_dense_replace"))
+        if (json_integer_value(json_object_get(root, "first_k_dense_replace")) > 0)
+            bad(&p, "first_k_dense_replace", "dense FFN layers are not part of DeepSeek-V4");
+    parse_rope(&p, c);
+    parse_quant(&p, c);
+    if (p.rc) goto out;
+
+    json_t *cr = json_object_get(root, "compress_ratios");
+    int     need = c->n_layer + c->n_mtp;
+    if (!json_is_array(cr)) {
+        bad(&p, "compress_ratios", "is missing or not an array");
+        goto out;
+    }
+    if ((int)json_array_size(cr) < need || json_array_size(cr) > DSV4_MAX_LAYERS) {
+        char why[128];
+        snprintf(why, sizeof(why), "has %zu entries, needs at least %d (layers + MTP layers)",
+                 json_array_size(cr), need);
+        bad(&p, "compress_ratios", why);
+        goto out;
+    }
+    for (int i = 0; i < need; i++) {
+        json_t *v = json_array_get(cr, (size_t)i);
+        int     r = json_is_integer(v) ? (int)json_integer_value(v) : -1;
+        if (!json_is_integer(v) || !(r == 0 || (is_pow2(r) && r >= 4 && r <= 256))) {
+            bad(&p, "compress_ratios", "entries must be 0, 4 or a power of two up to 256");
+            goto out;
+        }
+        if (i >= c->n_layer && r != 0) {
+            bad(&p, "compress_ratios", "entries of MTP layers must be 0 (sliding window)");
+            goto out;
+        }
+        c->ratio[i] = r;
+    }
+
+    c->d_nope = c->d_head - c->d_rope;
+    require(&p, n_kv == 1, "num_key_value_heads", "must be 1 (one shared latent KV head)");
+    require(&p, c->d_rope % 2 == 0 && c->d_rope < c->d_head, "qk_rope_head_dim",
+            "must be even and smaller than head_dim");
+    require(&p, c->d_nope % 64 == 0, "head_dim", "minus qk_rope_head_dim must be a multiple of 64");
+    require(&p, c->n_exp_used <= c->n_exp, "num_experts_per_tok", "must not exceed n_routed_experts");
+    require(&p, c->n_hash_layer <= c->n_layer, "num_hash_layers", "must not exceed num_hidden_layers");
+    require(&p, (c->n_head * c->d_head) % c->o_groups == 0, "o_groups",
+            "must divide num_attention_heads * head_dim");
+    require(&p, c->n_head % c->o_groups == 0, "o_groups", "must divide num_attention_heads");
+    require(&p, is_pow2(c->d_idx_head) && c->d_idx_head % 32 == 0 && c->d_idx_head > c->d_rope,
+            "index_head_dim", "must be a power of two, a multiple of 32 and larger than qk_rope_head_dim");
+    require(&p, c->vocab_size > c->bos_id && c->vocab_size > c->eos_id, "vocab_size",
+            "must exceed bos_token_id and eos_token_id");
+    if (c->fp8) {
+        require(&p, c->d_model % 128 == 0, "hidden_size", "must be a multiple of 128 (FP8 activation blocks)");
+        require(&p, c->q_lora_rank % 128 == 0, "q_lora_rank", "must be a multiple of 128 (FP8 activation blocks)");
+        require(&p, (c->o_groups * c->o_lora_rank) % 128 == 0, "o_lora_rank",
+                "times o_groups must be a multiple of 128 (FP8 activation blocks)");
+        require(&p, (c->n_head * c->d_head / c->o_groups) % 128 == 0, "o_groups",
+                "must leave num_attention_heads * head_dim / o_groups a multiple of 128");
+        require(&p, c->d_ff_exp % 128 == 0, "moe_intermediate_size", "must be a multiple of 128 (FP8 activation blocks)");
+    }
+out:
+    json_decref(root);
+    return p.rc;
+}
+
+int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err)
+{
+    char *path = dsv4_path_join(dir, "config.json");
+    if (!path) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    char  *text;
+    size_t len;
+    int    rc = dsv4_read_file(path, &text, &len, 16u << 20, err);
+    if (rc == DSV4_OK) {
+        rc = dsv4_config_parse(cfg, text, len, path, err);
+        free(text);
+    }
+    free(path);
+    return rc;
+}

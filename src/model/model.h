@@ -1,0 +1,214 @@
+/*
+ * model.h - the DeepSeek-V4 model as the engine sees it: the validated config, and the
+ * weights bound from the checkpoint into typed per-layer structs that point into the mmap.
+ *
+ * Shape vocabulary (used in every shape comment): n_tok tokens in a batch, d_model, n_head,
+ * d_head (512), d_rope (64), d_nope = d_head - d_rope, n_exp, n_exp_used, d_ff_exp, hc (the
+ * number of hyper-connection streams), il (layer index).
+ */
+#ifndef DSV4_MODEL_H
+#define DSV4_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "io/io.h"
+
+enum { DSV4_MAX_LAYERS = 256, DSV4_MAX_HC = 8 };
+
+/* Storage format of a projection's weight, decided by the config and checked at bind. */
+enum dsv4_wfmt {
+    DSV4_WFMT_BF16, /* [n_out, n_in] bf16 */
+    DSV4_WFMT_F32,  /* [n_out, n_in] f32 */
+    DSV4_WFMT_FP8,  /* [n_out, n_in] e4m3 + scale [ceil(n_out/128), ceil(n_in/128)] */
+    DSV4_WFMT_FP4,  /* [n_out, n_in/2] packed e2m1 (low nibble = even k) + scale [n_out, n_in/32] */
+};
+
+const char *dsv4_wfmt_name(enum dsv4_wfmt f);
+
+struct dsv4_config {
+    int   vocab_size;
+    int   d_model;           /* hidden_size */
+    int   n_layer;           /* num_hidden_layers (main stack) */
+    int   n_head;            /* num_attention_heads */
+    int   d_head;            /* head_dim (q, k and v width per head) */
+    int   d_rope;            /* qk_rope_head_dim: the last d_rope dims of a head */
+    int   d_nope;            /* d_head - d_rope */
+    int   q_lora_rank;
+    int   o_lora_rank;
+    int   o_groups;
+    int   window;            /* sliding_window */
+    int   ratio[DSV4_MAX_LAYERS]; /* compress_ratios, n_layer + n_mtp entries used */
+    float rope_theta;        /* ratio-0 layers, no YaRN */
+    float compress_rope_theta;
+    bool  yarn;              /* rope_scaling of type yarn present */
+    float rope_factor;
+    int   original_seq_len;
+    float beta_fast, beta_slow;
+    int   max_ctx;           /* max_position_embeddings */
+    int   n_idx_head;        /* index_n_heads */
+    int   d_idx_head;        /* index_head_dim */
+    int   idx_topk;          /* index_topk */
+    int   n_exp;             /* n_routed_experts */
+    int   n_exp_shared;      /* n_shared_experts (must be 1) */
+    int   n_exp_used;        /* num_experts_per_tok */
+    int   d_ff_exp;          /* moe_intermediate_size */
+    int   n_hash_layer;      /* num_hash_layers */
+    float route_scale;       /* routed_scaling_factor */
+    float swiglu_limit;
+    int   hc;                /* hc_mult */
+    int   hc_sinkhorn_iters;
+    float hc_eps;
+    float norm_eps;          /* rms_norm_eps */
+    int   n_mtp;             /* num_nextn_predict_layers (0 or 1 supported) */
+    int   bos_id, eos_id;
+    bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */
+    enum dsv4_wfmt wfmt;     /* format of the quantised dense projections (FP8 or BF16) */
+    enum dsv4_wfmt expert_wfmt; /* routed experts: FP4, FP8 or BF16 */
+};
+
+/* Parses and validates a HF config.json text. err names the field at fault. */
+int dsv4_config_parse(struct dsv4_config *cfg, const char *json_text, size_t len, const char *what,
+                      struct dsv4_err *err);
+int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err);
+
+static inline bool dsv4_layer_is_csa(const struct dsv4_config *c, int il) { return c->ratio[il] == 4; }
+static inline bool dsv4_layer_has_comp(const struct dsv4_config *c, int il) { return c->ratio[il] != 0; }
+
+/* ------------------------------------------------------------------ weights */
+
+struct dsv4_linear {
+    enum dsv4_wfmt  fmt;
+    int             n_out, n_in;
+    const void     *w;         /* see enum dsv4_wfmt for the layout */
+    const void     *scale;     /* NULL for BF16/F32 */
+    bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
+    const struct dsv4_tensor *wt, *st;
+};
+
+struct dsv4_compressor_w {
+    int                ratio;
+    int                d_out;    /* Dc: d_head (main) or d_idx_head (indexer) */
+    int                coff;     /* 2 when overlapping (ratio 4), else 1 */
+    const float       *ape;      /* [ratio, coff*d_out] f32 */
+    struct dsv4_linear wkv;      /* [coff*d_out, d_model] bf16 */
+    struct dsv4_linear wgate;    /* [coff*d_out, d_model] bf16 */
+    const uint16_t    *norm;     /* [d_out] bf16 */
+};
+
+struct dsv4_indexer_w {
+    struct dsv4_linear       wq_b;         /* [n_idx_head*d_idx_head, q_lora_rank] */
+    struct dsv4_linear       weights_proj; /* [n_idx_head, d_model] bf16 */
+    struct dsv4_compressor_w comp;
+};
+
+struct dsv4_expert_w {
+    struct dsv4_linear w1; /* gate [d_ff_exp, d_model] */
+    struct dsv4_linear w3; /* up   [d_ff_exp, d_model] */
+    struct dsv4_linear w2; /* down [d_model, d_ff_exp] */
+};
+
+struct dsv4_layer_w {
+    int   il;
+    int   ratio;
+    bool  is_mtp;
+    const uint16_t *attn_norm, *ffn_norm;            /* [d_model] bf16 */
+    const float    *hc_attn_fn, *hc_ffn_fn;          /* [(2+hc)*hc, hc*d_model] */
+    const float    *hc_attn_base, *hc_ffn_base;      /* [(2+hc)*hc] */
+    const float    *hc_attn_scale, *hc_ffn_scale;    /* [3] */
+    const float    *attn_sink;                       /* [n_head] */
+    struct dsv4_linear wq_a;                         /* [q_lora_rank, d_model] */
+    const uint16_t    *q_norm;                       /* [q_lora_rank] */
+    struct dsv4_linear wq_b;                         /* [n_head*d_head, q_lora_rank] */
+    struct dsv4_linear wkv;                          /* [d_head, d_model] */
+    const uint16_t    *kv_norm;                      /* [d_head] */
+    struct dsv4_linear wo_a;                         /* [o_groups*o_lora_rank, n_head*d_head/o_groups] */
+    struct dsv4_linear wo_b;                         /* [d_model, o_groups*o_lora_rank] */
+    bool                     has_comp, has_indexer;
+    struct dsv4_compressor_w comp;
+    struct dsv4_indexer_w    idx;
+    struct dsv4_linear gate;                         /* [n_exp, d_model] bf16 */
+    const int64_t     *tid2eid;                      /* [vocab, n_exp_used] (hash layers) */
+    const float       *gate_bias;                    /* [n_exp] (score-routed layers) */
+    struct dsv4_expert_w  shared;
+    struct dsv4_expert_w *experts;                   /* [n_exp] */
+    /* MTP block only */
+    struct dsv4_linear e_proj, h_proj;               /* [d_model, d_model] */
+    const uint16_t    *enorm, *hnorm, *mtp_norm;     /* [d_model] */
+    const float       *hc_head_fn, *hc_head_base, *hc_head_scale;
+};
+
+struct dsv4_weights {
+    const uint16_t      *embed;         /* [vocab, d_model] bf16 */
+    struct dsv4_linear   head;          /* [vocab, d_model] bf16 */
+    const uint16_t      *norm;          /* [d_model] */
+    const float         *hc_head_fn;    /* [hc, hc*d_model] */
+    const float         *hc_head_base;  /* [hc] */
+    const float         *hc_head_scale; /* [1] */
+    struct dsv4_layer_w *layers;        /* [n_layer] */
+    bool                 has_mtp;
+    struct dsv4_layer_w  mtp;
+};
+
+/* One problem found while binding (a line for `dsv4 inspect`). */
+struct dsv4_problem {
+    char text[400];
+};
+
+struct dsv4_bind_report {
+    struct dsv4_problem *problems; /* malloc'd */
+    int                  n_problems;
+    int                  n_missing, n_dtype, n_shape, n_unexpected;
+    bool                 mtp_absent;  /* no mtp.* tensor at all (not a problem) */
+};
+
+/*
+ * Binds every tensor the config requires (model-v4.md §2) into w, allocating the per-layer
+ * structs in arena. Every problem (missing tensor, wrong dtype, wrong shape, unexpected
+ * tensor) is collected in report; returns DSV4_ECHECKPOINT when there is any, with err
+ * holding the count and the first one.
+ */
+int  dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg,
+                       const struct dsv4_checkpoint *ck, struct dsv4_arena *arena,
+                       struct dsv4_bind_report *report, struct dsv4_err *err);
+void dsv4_bind_report_free(struct dsv4_bind_report *r);
+
+/* ------------------------------------------------------------------ sizes (inspect, planning) */
+
+struct dsv4_model_stats {
+    uint64_t params_by_dtype[DSV4_DTYPE_COUNT]; /* elements */
+    uint64_t bytes_by_dtype[DSV4_DTYPE_COUNT];
+    uint64_t bytes_total;
+    uint64_t bytes_per_token;         /* weights read to decode one token (batch 1) */
+    uint64_t bytes_experts_per_token; /* of which routed experts */
+    uint64_t active_params;           /* parameters touched per token (embedding: one row) */
+    int      n_swa, n_csa, n_hca;
+};
+
+void dsv4_model_stats(const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
+                      struct dsv4_model_stats *st);
+
+#endif /* DSV4_MODEL_H */
+
+/* ------------------------------------------------------------------ KV state sizes */
+
+/* Bytes of one cached main-attention row in the compact lossless form: d_nope e4m3 codes,
+ * one e8m0 scale per 64 of them, d_rope bf16 (model-v4.md §4). */
+static inline uint64_t dsv4_kv_row_bytes(const struct dsv4_config *c)
+{
+    return (uint64_t)c->d_nope + (uint64_t)c->d_nope / 64 + (uint64_t)c->d_rope * 2;
+}
+
+/* Bytes of one indexer key row: d_idx_head e2m1 codes (two per byte), one e8m0 per 32. */
+static inline uint64_t dsv4_idx_row_bytes(const struct dsv4_config *c)
+{
+    return (uint64_t)c->d_idx_head / 2 + (uint64_t)c->d_idx_head / 32;
+}
+
+struct dsv4_kv_sizes {
+    uint64_t fixed_per_seq;   /* window rings + compressor frontier states, all layers + MTP */
+    double   bytes_per_token; /* compressed rows and indexer keys, averaged per position */
+};
+
+void dsv4_kv_sizes(const struct dsv4_config *cfg, bool with_mtp, struct dsv4_kv_sizes *s);

@@ -1,0 +1,311 @@
+/*
+ * weights.c - binds the checkpoint's tensors into typed per-layer structs.
+ *
+ * From the config alone we know every tensor the model needs (model-v4.md §2): its name,
+ * the dtypes allowed and its shape. Each is looked up, checked and bound (a pointer into the
+ * mmap); every problem is collected, so a wrong checkpoint is refused once, with the whole
+ * list, instead of one error per attempt. Tensors the model does not use are reported too.
+ * The MTP block may be absent as a whole (then has_mtp is false); a partial one is an error.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define DT(x) (1u << DSV4_DTYPE_##x)
+
+struct binder {
+    const struct dsv4_config     *cfg;
+    const struct dsv4_checkpoint *ck;
+    struct dsv4_arena            *arena;
+    struct dsv4_bind_report      *rep;
+    uint8_t                      *used; /* [ck->n_tensors] */
+    int                           cap;
+    bool                          oom;
+};
+
+static void problem(struct binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(struct binder *b, const char *fmt, ...)
+{
+    struct dsv4_bind_report *r = b->rep;
+    if (r->n_problems == b->cap) {
+        int   ncap = b->cap ? b->cap * 2 : 64;
+        void *np   = realloc(r->problems, (size_t)ncap * sizeof(*r->problems));
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        r->problems = np;
+        b->cap      = ncap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->problems[r->n_problems].text, sizeof(r->problems[0].text), fmt, ap);
+    va_end(ap);
+    r->n_problems++;
+}
+
+static void mask_str(uint32_t mask, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0]   = '\0';
+    for (int i = 0; i < DSV4_DTYPE_COUNT; i++)
+        if (mask & (1u << i))
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " or " : "", dsv4_dtype_name((enum dsv4_dtype)i));
+}
+
+/* Looks up one tensor and checks dtype and shape. Returns it (even with a wrong shape, so
+ * callers can go on) or NULL when missing or of a wrong dtype. */
+static const struct dsv4_tensor *expect(struct binder *b, const char *name, uint32_t dtypes, int ndim,
+                                        int64_t d0, int64_t d1)
+{
+    const struct dsv4_tensor *t = dsv4_checkpoint_find(b->ck, name);
+    int64_t                   want[2] = { d0, d1 };
+    char                      ws[64], gs[64];
+    dsv4_shape_str(ndim, want, ws, sizeof(ws));
+    if (!t) {
+        problem(b, "tensor %s: missing (expected %s)", name, ws);
+        b->rep->n_missing++;
+        return NULL;
+    }
+    b->used[t - b->ck->tensors] = 1;
+    const char *file = b->ck->file_names[t->file];
+    if (!(dtypes & (1u << t->dtype))) {
+        char m[96];
+        mask_str(dtypes, m, sizeof(m));
+        problem(b, "tensor %s: dtype %s, expected %s (in %s)", name, dsv4_dtype_name(t->dtype), m, file);
+        b->rep->n_dtype++;
+        return NULL;
+    }
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        problem(b, "tensor %s: shape %s, expected %s (in %s)", name,
+                dsv4_shape_str(t->ndim, t->shape, gs, sizeof(gs)), ws, file);
+        b->rep->n_shape++;
+        return NULL;
+    }
+    return t;
+}
+
+static const void *expect_data(struct binder *b, const char *name, uint32_t dtypes, int ndim, int64_t d0,
+                               int64_t d1)
+{
+    const struct dsv4_tensor *t = expect(b, name, dtypes, ndim, d0, d1);
+    return t ? t->data : NULL;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* A projection [n_out, n_in] named prefix.weight (+ prefix.scale for FP8/FP4). */
+static void bind_linear(struct binder *b, struct dsv4_linear *l, const char *prefix, enum dsv4_wfmt fmt,
+                        int n_out, int n_in)
+{
+    char wn[160], sn[160];
+    snprintf(wn, sizeof(wn), "%s.weight", prefix);
+    snprintf(sn, sizeof(sn), "%s.scale", prefix);
+    l->fmt   = fmt;
+    l->n_out = n_out;
+    l->n_in  = n_in;
+    const struct dsv4_tensor *w = NULL, *s = NULL;
+    switch (fmt) {
+    case DSV4_WFMT_BF16: w = expect(b, wn, DT(BF16), 2, n_out, n_in); break;
+    case DSV4_WFMT_F32:  w = expect(b, wn, DT(F32), 2, n_out, n_in); break;
+    case DSV4_WFMT_FP8:
+        w = expect(b, wn, DT(F8_E4M3), 2, n_out, n_in);
+        s = expect(b, sn, DT(F8_E8M0) | DT(F32), 2, cdiv(n_out, 128), cdiv(n_in, 128));
+        break;
+    case DSV4_WFMT_FP4:
+        if (n_in % 32 != 0) problem(b, "tensor %s: input width %d is not a multiple of 32 (FP4 blocks)", wn, n_in);
+        w = expect(b, wn, DT(I8) | DT(U8), 2, n_out, n_in / 2);
+        s = expect(b, sn, DT(F8_E8M0) | DT(F32), 2, n_out, n_in / 32);
+        break;
+    }
+    l->wt        = w;
+    l->st        = s;
+    l->w         = w ? w->data : NULL;
+    l->scale     = s ? s->data : NULL;
+    l->scale_f32 = s && s->dtype == DSV4_DTYPE_F32;
+}
+
+static void bind_compressor(struct binder *b, struct dsv4_compressor_w *c, const char *prefix, int ratio,
+                            int d_out)
+{
+    const struct dsv4_config *cfg = b->cfg;
+    char                      n[160];
+    c->ratio = ratio;
+    c->d_out = d_out;
+    c->coff  = ratio == 4 ? 2 : 1;
+    snprintf(n, sizeof(n), "%s.ape", prefix);
+    c->ape = expect_data(b, n, DT(F32), 2, ratio, (int64_t)c->coff * d_out);
+    snprintf(n, sizeof(n), "%s.wkv", prefix);
+    bind_linear(b, &c->wkv, n, DSV4_WFMT_BF16, c->coff * d_out, cfg->d_model);
+    snprintf(n, sizeof(n), "%s.wgate", prefix);
+    bind_linear(b, &c->wgate, n, DSV4_WFMT_BF16, c->coff * d_out, cfg->d_model);
+    snprintf(n, sizeof(n), "%s.norm.weight", prefix);
+    c->norm = expect_data(b, n, DT(BF16), 1, d_out, 0);
+}
+
+static void bind_expert(struct binder *b, struct dsv4_expert_w *e, const char *prefix, enum dsv4_wfmt fmt)
+{
+    const struct dsv4_config *c = b->cfg;
+    char                      n[160];
+    snprintf(n, sizeof(n), "%s.w1", prefix);
+    bind_linear(b, &e->w1, n, fmt, c->d_ff_exp, c->d_model);
+    snprintf(n, sizeof(n), "%s.w3", prefix);
+    bind_linear(b, &e->w3, n, fmt, c->d_ff_exp, c->d_model);
+    snprintf(n, sizeof(n), "%s.w2", prefix);
+    bind_linear(b, &e->w2, n, fmt, c->d_model, c->d_ff_exp);
+}
+
+static void bind_hc(struct binder *b, const char *p, const char *which, const float **fn, const float **base,
+                    const float **scale)
+{
+    const struct dsv4_config *c   = b->cfg;
+    int64_t                   mix = (int64_t)(2 + c->hc) * c->hc;
+    char                      n[160];
+    snprintf(n, sizeof(n), "%shc_%s_fn", p, which);
+    *fn = expect_data(b, n, DT(F32), 2, mix, (int64_t)c->hc * c->d_model);
+    snprintf(n, sizeof(n), "%shc_%s_base", p, which);
+    *base = expect_data(b, n, DT(F32), 1, mix, 0);
+    snprintf(n, sizeof(n), "%shc_%s_scale", p, which);
+    *scale = expect_data(b, n, DT(F32), 1, 3, 0);
+}
+
+/* One block: p is "layers.N." or "mtp.0.". */
+static void bind_layer(struct binder *b, struct dsv4_layer_w *L, const char *p, int il, bool is_mtp)
+{
+    const struct dsv4_config *c = b->cfg;
+    char                      n[160];
+    L->il     = il;
+    L->ratio  = c->ratio[il];
+    L->is_mtp = is_mtp;
+#define NAME(suffix) (snprintf(n, sizeof(n), "%s%s", p, suffix), n)
+    L->attn_norm = expect_data(b, NAME("attn_norm.weight"), DT(BF16), 1, c->d_model, 0);
+    L->ffn_norm  = expect_data(b, NAME("ffn_norm.weight"), DT(BF16), 1, c->d_model, 0);
+    bind_hc(b, p, "attn", &L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale);
+    bind_hc(b, p, "ffn", &L->hc_ffn_fn, &L->hc_ffn_base, &L->hc_ffn_scale);
+    L->attn_sink = expect_data(b, NAME("attn.attn_sink"), DT(F32), 1, c->n_head, 0);
+    bind_linear(b, &L->wq_a, NAME("attn.wq_a"), c->wfmt, c->q_lora_rank, c->d_model);
+    L->q_norm = expect_data(b, NAME("attn.q_norm.weight"), DT(BF16), 1, c->q_lora_rank, 0);
+    bind_linear(b, &L->wq_b, NAME("attn.wq_b"), c->wfmt, c->n_head * c->d_head, c->q_lora_rank);
+    bind_linear(b, &L->wkv, NAME("attn.wkv"), c->wfmt, c->d_head, c->d_model);
+    L->kv_norm = expect_data(b, NAME("attn.kv_norm.weight"), DT(BF16), 1, c->d_head, 0);
+    bind_linear(b, &L->wo_a, NAME("attn.wo_a"), c->wfmt, c->o_groups * c->o_lora_rank,
+                c->n_head * c->d_head / c->o_groups);
+    bind_linear(b, &L->wo_b, NAME("attn.wo_b"), c->wfmt, c->d_model, c->o_groups * c->o_lora_rank);
+    L->has_comp    = L->ratio != 0;
+    L->has_indexer = L->ratio == 4;
+    if (L->has_comp) bind_compressor(b, &L->comp, NAME("attn.compressor"), L->ratio, c->d_head);
+    if (L->has_indexer) {
+        bind_linear(b, &L->idx.wq_b, NAME("attn.indexer.wq_b"), c->wfmt, c->n_idx_head * c->d_idx_head,
+                    c->q_lora_rank);
+        bind_linear(b, &L->idx.weights_proj, NAME("attn.indexer.weights_proj"), DSV4_WFMT_BF16,
+                    c->n_idx_head, c->d_model);
+        bind_compressor(b, &L->idx.comp, NAME("attn.indexer.compressor"), L->ratio, c->d_idx_head);
+    }
+    bind_linear(b, &L->gate, NAME("ffn.gate"), DSV4_WFMT_BF16, c->n_exp, c->d_model);
+    if (!is_mtp && il < c->n_hash_layer)
+        L->tid2eid = expect_data(b, NAME("ffn.gate.tid2eid"), DT(I64), 2, c->vocab_size, c->n_exp_used);
+    else
+        L->gate_bias = expect_data(b, NAME("ffn.gate.bias"), DT(F32), 1, c->n_exp, 0);
+    bind_expert(b, &L->shared, NAME("ffn.shared_experts"), c->wfmt);
+    L->experts = dsv4_arena_zalloc(b->arena, (size_t)c->n_exp * sizeof(*L->experts), 16);
+    if (!L->experts) {
+        b->oom = true;
+        return;
+    }
+    for (int e = 0; e < c->n_exp; e++) {
+        char ep[160];
+        snprintf(ep, sizeof(ep), "%sffn.experts.%d", p, e);
+        bind_expert(b, &L->experts[e], ep, c->expert_wfmt);
+    }
+    if (is_mtp) {
+        bind_linear(b, &L->e_proj, NAME("e_proj"), c->wfmt, c->d_model, c->d_model);
+        bind_linear(b, &L->h_proj, NAME("h_proj"), c->wfmt, c->d_model, c->d_model);
+        L->enorm    = expect_data(b, NAME("enorm.weight"), DT(BF16), 1, c->d_model, 0);
+        L->hnorm    = expect_data(b, NAME("hnorm.weight"), DT(BF16), 1, c->d_model, 0);
+        L->mtp_norm = expect_data(b, NAME("norm.weight"), DT(BF16), 1, c->d_model, 0);
+        L->hc_head_fn    = expect_data(b, NAME("hc_head_fn"), DT(F32), 2, c->hc, (int64_t)c->hc * c->d_model);
+        L->hc_head_base  = expect_data(b, NAME("hc_head_base"), DT(F32), 1, c->hc, 0);
+        L->hc_head_scale = expect_data(b, NAME("hc_head_scale"), DT(F32), 1, 1, 0);
+    }
+#undef NAME
+}
+
+/* Checks the values of the hash-routing tables: expert ids must be in range. */
+static void check_tid2eid(struct binder *b, const struct dsv4_layer_w *L)
+{
+    if (!L->tid2eid) return;
+    const struct dsv4_config *c = b->cfg;
+    size_t                    n = (size_t)c->vocab_size * (size_t)c->n_exp_used;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, (const char *)L->tid2eid + i * 8, 8);
+        if (v < 0 || v >= c->n_exp) {
+            problem(b, "tensor layers.%d.ffn.gate.tid2eid: entry %zu (token %zu) is %lld, outside [0, %d)",
+                    L->il, i, i / (size_t)c->n_exp_used, (long long)v, c->n_exp);
+            return;
+        }
+    }
+}
+
+int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
+                      struct dsv4_arena *arena, struct dsv4_bind_report *rep, struct dsv4_err *err)
+{
+    memset(w, 0, sizeof(*w));
+    memset(rep, 0, sizeof(*rep));
+    struct binder b = { cfg, ck, arena, rep, calloc(ck->n_tensors + 1, 1), 0, false };
+    if (!b.used) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory binding weights");
+
+    w->embed = expect_data(&b, "embed.weight", DT(BF16), 2, cfg->vocab_size, cfg->d_model);
+    bind_linear(&b, &w->head, "head", DSV4_WFMT_BF16, cfg->vocab_size, cfg->d_model);
+    w->norm          = expect_data(&b, "norm.weight", DT(BF16), 1, cfg->d_model, 0);
+    w->hc_head_fn    = expect_data(&b, "hc_head_fn", DT(F32), 2, cfg->hc, (int64_t)cfg->hc * cfg->d_model);
+    w->hc_head_base  = expect_data(&b, "hc_head_base", DT(F32), 1, cfg->hc, 0);
+    w->hc_head_scale = expect_data(&b, "hc_head_scale", DT(F32), 1, 1, 0);
+    w->layers        = dsv4_arena_zalloc(arena, (size_t)cfg->n_layer * sizeof(*w->layers), 16);
+    if (!w->layers) b.oom = true;
+    for (int il = 0; il < cfg->n_layer && !b.oom; il++) {
+        char p[32];
+        snprintf(p, sizeof(p), "layers.%d.", il);
+        bind_layer(&b, &w->layers[il], p, il, false);
+        check_tid2eid(&b, &w->layers[il]);
+    }
+    /* MTP: absent as a whole is fine (reported unavailable); partial is a problem. */
+    bool any_mtp = false;
+    for (size_t i = 0; i < ck->n_tensors; i++) any_mtp |= strncmp(ck->tensors[i].name, "mtp.", 4) == 0;
+    rep->mtp_absent = !any_mtp;
+    if (cfg->n_mtp > 0 && any_mtp && !b.oom) {
+        int before = rep->n_problems;
+        bind_layer(&b, &w->mtp, "mtp.0.", cfg->n_layer, true);
+        w->has_mtp = rep->n_problems == before;
+    }
+    for (size_t i = 0; i < ck->n_tensors; i++) {
+        if (b.used[i]) continue;
+        const struct dsv4_tensor *t = &ck->tensors[i];
+        char                      s[64];
+        problem(&b, "tensor %s: unexpected (%s %s in %s) - not part of this config's model", t->name,
+                dsv4_dtype_name(t->dtype), dsv4_shape_str(t->ndim, t->shape, s, sizeof(s)),
+                ck->file_names[t->file]);
+        rep->n_unexpected++;
+    }
+    free(b.used);
+    if (b.oom) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory binding weights");
+    if (rep->n_problems) {
+        return dsv4_err_set(err, DSV4_ECHECKPOINT, "checkpoint %s has %d problem%s; first: %s", ck->dir,
+                            rep->n_problems, rep->n_problems == 1 ? "" : "s", rep->problems[0].text);
+    }
+    return DSV4_OK;
+}
+
+void dsv4_bind_report_free(struct dsv4_bind_report *r)
+{
+    free(r->problems);
+    memset(r, 0, sizeof(*r));
+}

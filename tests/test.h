@@ -1,0 +1,59 @@
+/*
+ * test.h - the tiny test framework of tests/run_tests.
+ *
+ * A test is a function `void fn(struct test_ctx *t)`; CHECK records a failed condition with
+ * file:line and goes on (so one run shows every broken assertion of a test). Tests are
+ * listed in the table of run_tests.c by group; `run_tests --list` shows them and
+ * `run_tests GROUP...` runs some. The runner ends with "N passed, N failed" and exits
+ * non-zero when anything failed.
+ */
+#ifndef DSV4_TEST_H
+#define DSV4_TEST_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+struct test_ctx {
+    const char *name;
+    int         checks;
+    int         failures;
+    const char *tmpdir; /* a fresh directory for this test run (shared by all tests) */
+};
+
+void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define CHECK(cond)                                                                         \
+    do {                                                                                    \
+        t->checks++;                                                                        \
+        if (!(cond)) test_fail(t, __FILE__, __LINE__, "%s", #cond);                         \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                                   \
+    do {                                                                                    \
+        t->checks++;                                                                        \
+        if (!(cond)) test_fail(t, __FILE__, __LINE__, __VA_ARGS__);                         \
+    } while (0)
+
+/* Deterministic PRNG for tests (splitmix64). */
+static inline unsigned long long test_rand_u64(unsigned long long *s)
+{
+    unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline float test_rand_f32(unsigned long long *s) /* uniform in [-1, 1) */
+{
+    return (float)((double)(test_rand_u64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* Helpers shared by tests (tests/test_util.c). */
+int  test_write_file(const char *path, const void *data, size_t n);
+/* Reads a whole file; returns malloc'd buffer or NULL. */
+void *test_read_file(const char *path, size_t *n);
+/* Runs a shell command; returns its exit status (or -1). Output goes to out (malloc'd). */
+int  test_run(const char *cmd, char **out);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * cmd_inspect.c - `dsv4 inspect`: check a checkpoint against its config and print the
+ * architecture, parameter and byte counts, bytes read per decoded token, KV/state sizes and
+ * a memory estimate. Exit 0 only when the checkpoint is complete and valid; otherwise every
+ * problem is listed and the exit status is 1.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model/model.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dsv4 inspect -m DIR [--tensors] [--json] [--ctx N] [--seqs M]\n"
+            "  -m DIR      checkpoint directory (config.json + safetensors) or a .safetensors file\n"
+            "  --tensors   list every tensor (name, dtype, shape, shard)\n"
+            "  --json      machine-readable output\n"
+            "  --ctx N     context length for the memory estimate (default 4096)\n"
+            "  --seqs M    concurrent sequences for the memory estimate (default 1)\n");
+}
+
+static double mib(double b)
+{
+    return b / (1024.0 * 1024.0);
+}
+
+static const char *kind_name(int r)
+{
+    return r == 0 ? "SWA" : r == 4 ? "CSA" : "HCA";
+}
+
+static void print_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
+                       const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
+                       long long ctx, long long seqs, bool list_tensors)
+{
+    printf("checkpoint   %s: %d shard%s, %zu tensors, %.1f MiB\n", dir, ck->n_files, ck->n_files == 1 ? "" : "s",
+           ck->n_tensors, mib((double)st->bytes_total));
+    printf("model        DeepSeek-V4: %d layers + %d MTP, d_model %d, vocab %d, max context %d\n", c->n_layer,
+           c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
+    printf("layers       %d SWA, %d CSA, %d HCA: ", st->n_swa, st->n_csa, st->n_hca);
+    for (int il = 0; il < c->n_layer + c->n_mtp; il++)
+        printf("%s%s%s", il ? " " : "", il == c->n_layer ? "| MTP " : "", kind_name(c->ratio[il]));
+    printf("\n");
+    printf("attention    %d heads x %d (rope %d, nope %d), q_lora %d, output %d groups x %d, window %d\n",
+           c->n_head, c->d_head, c->d_rope, c->d_nope, c->q_lora_rank, c->o_groups, c->o_lora_rank, c->window);
+    printf("compression  CSA ratio 4 with indexer (%d heads x %d, top-%d)", c->n_idx_head, c->d_idx_head,
+           c->idx_topk);
+    for (int il = 0; il < c->n_layer; il++)
+        if (c->ratio[il] > 4) {
+            printf(", HCA ratio %d", c->ratio[il]);
+            break;
+        }
+    printf("\n");
+    printf("rope         theta %g (SWA layers), %g for compressed layers", c->rope_theta, c->compress_rope_theta);
+    if (c->yarn)
+        printf(" with YaRN x%g (original %d, beta %g/%g)", c->rope_factor, c->original_seq_len, c->beta_fast,
+               c->beta_slow);
+    printf("\n");
+    printf("moe          %d routed (top-%d, %s) + %d shared, d_ff %d, hash routing in layers 0..%d, "
+           "route scale %g, swiglu limit %g\n",
+           c->n_exp, c->n_exp_used, dsv4_wfmt_name(c->expert_wfmt), c->n_exp_shared, c->d_ff_exp,
+           c->n_hash_layer - 1, c->route_scale, c->swiglu_limit);
+    printf("hyper-conn   %d streams, %d Sinkhorn iterations\n", c->hc, c->hc_sinkhorn_iters);
+    printf("projections  %s\n", dsv4_wfmt_name(c->wfmt));
+    printf("mtp          %s\n", has_mtp ? "available" : rep->mtp_absent ? "unavailable (no mtp.* tensors)" : "unavailable");
+    printf("\nby dtype     %-8s %16s %14s\n", "dtype", "elements", "MiB");
+    for (int t = 0; t < DSV4_DTYPE_COUNT; t++)
+        if (st->bytes_by_dtype[t])
+            printf("             %-8s %16llu %14.2f\n", dsv4_dtype_name((enum dsv4_dtype)t),
+                   (unsigned long long)st->params_by_dtype[t], mib((double)st->bytes_by_dtype[t]));
+    printf("\nper token    %.2f MiB of weights read per decoded token (routed experts %.2f MiB), "
+           "%.2fM active parameters\n",
+           mib((double)st->bytes_per_token), mib((double)st->bytes_experts_per_token), (double)st->active_params / 1e6);
+    struct dsv4_kv_sizes kv;
+    dsv4_kv_sizes(c, has_mtp, &kv);
+    printf("kv state     %.1f KiB fixed per sequence (window rings, compressor states), %.1f bytes per position\n",
+           (double)kv.fixed_per_seq / 1024.0, kv.bytes_per_token);
+    double kv_total = ((double)kv.fixed_per_seq + kv.bytes_per_token * (double)ctx) * (double)seqs;
+    printf("memory       --ctx %lld --seqs %lld: weights %.1f MiB (mapped) + KV %.1f MiB\n", ctx, seqs,
+           mib((double)st->bytes_total), mib(kv_total));
+    if (list_tensors) {
+        printf("\ntensors\n");
+        for (size_t i = 0; i < ck->n_tensors; i++) {
+            const struct dsv4_tensor *t = &ck->tensors[i];
+            char                      s[64];
+            printf("  %-48s %-8s %-16s %s\n", t->name, dsv4_dtype_name(t->dtype),
+                   dsv4_shape_str(t->ndim, t->shape, s, sizeof(s)), ck->file_names[t->file]);
+        }
+    }
+    if (rep->n_problems) {
+        printf("\n%d problem%s (%d missing, %d wrong dtype, %d wrong shape, %d unexpected):\n", rep->n_problems,
+               rep->n_problems == 1 ? "" : "s", rep->n_missing, rep->n_dtype, rep->n_shape, rep->n_unexpected);
+        for (int i = 0; i < rep->n_problems; i++) printf("  %s\n", rep->problems[i].text);
+    } else {
+        printf("\nok: every tensor present with the expected dtype and shape\n");
+    }
+}
+
+static void print_json(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
+                       const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
+                       long long ctx, long long seqs, bool list_tensors)
+{
+    struct dsv4_kv_sizes kv;
+    dsv4_kv_sizes(c, has_mtp, &kv);
+    json_t *o = json_object();
+    json_object_set_new(o, "checkpoint", json_string(dir));
+    json_object_set_new(o, "ok", json_boolean(rep->n_problems == 0));
+    json_object_set_new(o, "shards", json_integer(ck->n_files));
+    json_object_set_new(o, "tensors", json_integer((json_int_t)ck->n_tensors));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)st->bytes_total));
+    json_t *layers = json_array();
+    for (int il = 0; il < c->n_layer + c->n_mtp; il++) json_array_append_new(layers, json_string(kind_name(c->ratio[il])));
+    json_object_set_new(o, "layers", layers);
+    json_object_set_new(o, "n_layer", json_integer(c->n_layer));
+    json_object_set_new(o, "d_model", json_integer(c->d_model));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(o, "mtp_available", json_boolean(has_mtp));
+    json_t *bd = json_object();
+    for (int t = 0; t < DSV4_DTYPE_COUNT; t++)
+        if (st->bytes_by_dtype[t])
+            json_object_set_new(bd, dsv4_dtype_name((enum dsv4_dtype)t),
+                                json_pack("{s:I, s:I}", "elements", (json_int_t)st->params_by_dtype[t], "bytes",
+                                          (json_int_t)st->bytes_by_dtype[t]));
+    json_object_set_new(o, "by_dtype", bd);
+    json_object_set_new(o, "bytes_per_token", json_integer((json_int_t)st->bytes_per_token));
+    json_object_set_new(o, "expert_bytes_per_token", json_integer((json_int_t)st->bytes_experts_per_token));
+    json_object_set_new(o, "active_params", json_integer((json_int_t)st->active_params));
+    json_object_set_new(o, "kv_fixed_bytes_per_seq", json_integer((json_int_t)kv.fixed_per_seq));
+    json_object_set_new(o, "kv_bytes_per_position", json_real(kv.bytes_per_token));
+    json_object_set_new(o, "memory_estimate",
+                        json_pack("{s:I, s:I, s:I, s:f}", "ctx", (json_int_t)ctx, "seqs", (json_int_t)seqs,
+                                  "weights_bytes", (json_int_t)st->bytes_total, "kv_bytes",
+                                  ((double)kv.fixed_per_seq + kv.bytes_per_token * (double)ctx) * (double)seqs));
+    json_t *probs = json_array();
+    for (int i = 0; i < rep->n_problems; i++) json_array_append_new(probs, json_string(rep->problems[i].text));
+    json_object_set_new(o, "problems", probs);
+    if (list_tensors) {
+        json_t *ts = json_array();
+        for (size_t i = 0; i < ck->n_tensors; i++) {
+            const struct dsv4_tensor *t = &ck->tensors[i];
+            json_t                   *sh = json_array();
+            for (int d = 0; d < t->ndim; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+            json_array_append_new(ts, json_pack("{s:s, s:s, s:o, s:s}", "name", t->name, "dtype",
+                                                dsv4_dtype_name(t->dtype), "shape", sh, "file",
+                                                ck->file_names[t->file]));
+        }
+        json_object_set_new(o, "tensor_list", ts);
+    }
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) puts(s);
+    free(s);
+    json_decref(o);
+}
+
+static void print_error_json(const char *dir, const char *msg)
+{
+    json_t *o = json_pack("{s:s, s:b, s:[s]}", "checkpoint", dir, "ok", 0, "problems", msg);
+    char   *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) puts(s);
+    free(s);
+    json_decref(o);
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    const char *dir = NULL;
+    bool        tensors = false, as_json = false;
+    long long   ctx = 4096, seqs = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(dir = cli_value("inspect", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tensors")) {
+            tensors = true;
+        } else if (!strcmp(a, "--json")) {
+            as_json = true;
+        } else if (!strcmp(a, "--ctx")) {
+            if (!(v = cli_value("inspect", argc, argv, &i)) || !cli_parse_int("inspect", a, v, 1, 1LL << 30, &ctx)) return 2;
+        } else if (!strcmp(a, "--seqs")) {
+            if (!(v = cli_value("inspect", argc, argv, &i)) || !cli_parse_int("inspect", a, v, 1, 1 << 20, &seqs)) return 2;
+        } else {
+            fprintf(stderr, "dsv4 inspect: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "dsv4 inspect: -m DIR is required\n");
+        usage(stderr);
+        return 2;
+    }
+    struct dsv4_err        err;
+    struct dsv4_config     cfg;
+    struct dsv4_checkpoint ck;
+    int rc = dsv4_config_load(&cfg, dir, &err);
+    if (rc == DSV4_OK) rc = dsv4_checkpoint_open(&ck, dir, &err);
+    if (rc) {
+        if (as_json) print_error_json(dir, err.msg);
+        else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+        return 1;
+    }
+    struct dsv4_arena       arena;
+    struct dsv4_weights     w;
+    struct dsv4_bind_report rep;
+    struct dsv4_model_stats st;
+    dsv4_arena_init(&arena, 1 << 20);
+    rc = dsv4_weights_bind(&w, &cfg, &ck, &arena, &rep, &err);
+    if (rc == DSV4_ENOMEM) {
+        fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+    } else {
+        dsv4_model_stats(&cfg, &ck, &st);
+        if (as_json) print_json(dir, &cfg, &ck, &st, &rep, w.has_mtp, ctx, seqs, tensors);
+        else print_text(dir, &cfg, &ck, &st, &rep, w.has_mtp, ctx, seqs, tensors);
+    }
+    dsv4_bind_report_free(&rep);
+    dsv4_arena_free(&arena);
+    dsv4_checkpoint_close(&ck);
+    return rc == DSV4_OK ? 0 : 1;
+}

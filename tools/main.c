@@ -1,0 +1,36 @@
+/*
+ * main.c - the `dsv4` command: a table of subcommands, each a thin front end over libdsv4.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct cli_command commands[] = {
+    { "inspect", "check a checkpoint and print its architecture and memory figures", cmd_inspect },
+    { "gen",     "write a random-weight checkpoint in the official layout (tests, benchmarks)", cmd_gen },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dsv4 COMMAND [options]   (dsv4 COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("dsv4 %s\n", DSV4_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dsv4: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
