@@ -2,7 +2,8 @@
 #
 # Variables: CC, CFLAGS (default -O2 -g), WERROR=1 (warnings are errors; CI sets it),
 # SANITIZE=address,undefined | thread (separate build dir), DEBUG=1 (DSV4_DEBUG checks:
-# allocation guard, arena poisoning, debug asserts).
+# allocation guard, arena poisoning, debug asserts), BUILD=dir (default build; any other
+# build dir also holds its own dsv4 binary, so parallel builds do not collide).
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g
@@ -16,9 +17,9 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
-BUILD := build
+BUILD ?= build
 ifneq ($(SANITIZE),)
-BUILD := build-san-$(subst $(comma),-,$(SANITIZE))
+BUILD := $(BUILD)-san-$(subst $(comma),-,$(SANITIZE))
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 ifeq ($(DEBUG),1)
@@ -43,7 +44,7 @@ TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libdsv4.a
 
 BIN := dsv4
-ifneq ($(SANITIZE)$(filter 1,$(DEBUG)),)
+ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
