@@ -5,6 +5,7 @@
 # allocation guard, arena poisoning, debug asserts), BUILD=dir (default build; any other
 # build dir also holds its own dsv4 binary, so parallel builds do not collide).
 
+comma    := ,
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 WERROR   ?= 0
@@ -26,7 +27,6 @@ ifeq ($(DEBUG),1)
 BUILD := $(BUILD)-debug
 DEFS += -DDSV4_DEBUG
 endif
-comma := ,
 
 DEPS_PKGS := jansson oniguruma libmicrohttpd
 ALL_CFLAGS  = -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -pthread
@@ -87,6 +87,14 @@ test: $(BIN) $(BUILD)/run_tests
 
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
+
+# libFuzzer harnesses (clang): build-fuzz/fuzz_<name>; run one on its corpus directory.
+FUZZ_CC   ?= clang
+FUZZ_SRC  := $(filter-out src/backend/cpu/%,$(LIB_SRC))
+fuzz: $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE $^ -o $@ $(LDLIBS)
 
 clean:
 	rm -rf build build-* dsv4

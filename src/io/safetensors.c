@@ -330,10 +330,10 @@ static int list_shards(struct dsv4_checkpoint *ck, json_t **index_map, struct ds
         ck->file_names  = dsv4_arena_alloc(&ck->arena, cap * sizeof(char *), 8);
         json_object_foreach(wm, k, v) {
             if (!json_is_string(v) || !is_plain_file_name(json_string_value(v))) {
-                json_decref(root);
                 int rc = dsv4_err_set(err, DSV4_EFORMAT,
                                       "%s: weight_map entry '%s' must name a file in the same directory",
                                       ipath, k);
+                json_decref(root);
                 free(ipath);
                 return rc;
             }

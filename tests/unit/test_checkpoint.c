@@ -1,0 +1,270 @@
+/*
+ * test_checkpoint.c - config validation, sharded checkpoints, weight binding against
+ * corrupted checkpoints (missing/extra tensor, wrong shape/dtype, missing shard), and
+ * `dsv4 inspect` end to end on the generated tiny checkpoints.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gen.h"
+#include "model/model.h"
+#include "test_cases.h"
+
+static void gen_dir(struct test_ctx *t, const struct gen_opts *o, const char *name, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s/%s", t->tmpdir, name);
+    struct dsv4_err err;
+    struct gen_opts q = *o;
+    q.quiet           = true;
+    int rc            = gen_checkpoint(&q, dir, &err);
+    CHECKF(rc == DSV4_OK, "gen %s: %s", name, err.msg);
+}
+
+/* A bound checkpoint kept open so tests can look at the weights. */
+struct bound {
+    struct dsv4_config      cfg;
+    struct dsv4_checkpoint  ck;
+    struct dsv4_arena       arena;
+    struct dsv4_weights     w;
+    struct dsv4_bind_report rep;
+    bool                    open;
+};
+
+static int bound_open(struct bound *b, const char *dir, struct dsv4_err *err)
+{
+    memset(b, 0, sizeof(*b));
+    int rc = dsv4_config_load(&b->cfg, dir, err);
+    if (rc) return rc;
+    rc = dsv4_checkpoint_open(&b->ck, dir, err);
+    if (rc) return rc;
+    b->open = true;
+    dsv4_arena_init(&b->arena, 1 << 16);
+    return dsv4_weights_bind(&b->w, &b->cfg, &b->ck, &b->arena, &b->rep, err);
+}
+
+static void bound_close(struct bound *b)
+{
+    if (!b->open) return;
+    dsv4_bind_report_free(&b->rep);
+    dsv4_arena_free(&b->arena);
+    dsv4_checkpoint_close(&b->ck);
+    b->open = false;
+}
+
+static bool report_has(const struct dsv4_bind_report *r, const char *a, const char *b)
+{
+    for (int i = 0; i < r->n_problems; i++)
+        if (strstr(r->problems[i].text, a) && (!b || strstr(r->problems[i].text, b))) return true;
+    return false;
+}
+
+static void test_presets_bind(struct test_ctx *t)
+{
+    const char *presets[] = { "tiny-a", "tiny-b" };
+    for (int i = 0; i < 2; i++) {
+        struct gen_opts o;
+        gen_opts_default(&o);
+        o.preset = presets[i];
+        char dir[512];
+        gen_dir(t, &o, presets[i], dir, sizeof(dir));
+        struct bound    b;
+        struct dsv4_err err;
+        int             rc = bound_open(&b, dir, &err);
+        CHECKF(rc == DSV4_OK, "%s: %s", presets[i], err.msg);
+        CHECK(b.rep.n_problems == 0);
+        CHECK(b.w.has_mtp);
+        bound_close(&b);
+    }
+    /* variants the release also has: no MTP, FP8 experts, F32 scales, single file */
+    struct gen_opts o;
+    gen_opts_default(&o);
+    o.no_mtp      = true;
+    o.fp8_experts = true;
+    o.f32_scales  = true;
+    o.single_file = true;
+    char dir[512];
+    gen_dir(t, &o, "variant", dir, sizeof(dir));
+    struct bound    b;
+    struct dsv4_err err;
+    CHECKF(bound_open(&b, dir, &err) == DSV4_OK, "%s", err.msg);
+    CHECK(!b.w.has_mtp && b.rep.mtp_absent);
+    CHECK(b.w.layers && b.w.layers[0].experts[0].w1.fmt == DSV4_WFMT_FP8 && b.w.layers[0].experts[0].w1.scale_f32);
+    bound_close(&b);
+}
+
+static void test_corrupted(struct test_ctx *t)
+{
+    struct {
+        const char *name;
+        const char *drop, *shape, *dtype, *extra;
+        const char *want1, *want2;
+    } cases[] = {
+        { "missing", "layers.1.attn.indexer.wq_b.scale", NULL, NULL, NULL, "layers.1.attn.indexer.wq_b.scale", "missing" },
+        { "shape", NULL, "layers.2.attn.compressor.ape", NULL, NULL, "layers.2.attn.compressor.ape", "shape [17, 128], expected [16, 128]" },
+        { "dtype", NULL, NULL, "layers.3.ffn.experts.5.w2.weight", NULL, "layers.3.ffn.experts.5.w2.weight", "dtype BOOL" },
+        { "dtype2", NULL, NULL, "embed.weight", NULL, "embed.weight", "dtype F16, expected BF16" },
+        { "extra", NULL, NULL, NULL, "layers.0.attn.bogus", "layers.0.attn.bogus", "unexpected" },
+        { "mtp_partial", "mtp.0.e_proj.weight", NULL, NULL, NULL, "mtp.0.e_proj.weight", "missing" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gen_opts o;
+        gen_opts_default(&o);
+        o.drop_tensor  = cases[i].drop;
+        o.bad_shape    = cases[i].shape;
+        o.bad_dtype    = cases[i].dtype;
+        o.extra_tensor = cases[i].extra;
+        char dir[512];
+        gen_dir(t, &o, cases[i].name, dir, sizeof(dir));
+        struct bound    b;
+        struct dsv4_err err;
+        int             rc = bound_open(&b, dir, &err);
+        CHECKF(rc == DSV4_ECHECKPOINT, "%s: rc %d (%s)", cases[i].name, rc, err.msg);
+        CHECKF(report_has(&b.rep, cases[i].want1, cases[i].want2), "%s: no problem naming '%s' / '%s' (first: %s)",
+               cases[i].name, cases[i].want1, cases[i].want2, b.rep.n_problems ? b.rep.problems[0].text : "-");
+        CHECKF(strstr(err.msg, "problem") != NULL, "%s: %s", cases[i].name, err.msg);
+        bound_close(&b);
+    }
+    /* several problems at once are all reported */
+    struct gen_opts o;
+    gen_opts_default(&o);
+    o.drop_tensor  = "norm.weight";
+    o.bad_shape    = "layers.0.attn.attn_sink";
+    o.extra_tensor = "zzz";
+    char dir[512];
+    gen_dir(t, &o, "multi", dir, sizeof(dir));
+    struct bound    b;
+    struct dsv4_err err;
+    CHECK(bound_open(&b, dir, &err) == DSV4_ECHECKPOINT);
+    CHECK(b.rep.n_problems == 3 && b.rep.n_missing == 1 && b.rep.n_shape == 1 && b.rep.n_unexpected == 1);
+    bound_close(&b);
+}
+
+static void test_shards(struct test_ctx *t)
+{
+    struct gen_opts o;
+    gen_opts_default(&o);
+    char dir[256], path[400], cmd[4096];
+    gen_dir(t, &o, "shards", dir, sizeof(dir));
+    struct dsv4_checkpoint ck;
+    struct dsv4_err        err;
+    CHECKF(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_OK, "%s", err.msg);
+    CHECK(ck.n_files == 6 && ck.n_tensors == 427);
+    dsv4_checkpoint_close(&ck);
+    /* a shard listed in the index is missing */
+    snprintf(path, sizeof(path), "%s/model-00003-of-00006.safetensors", dir);
+    snprintf(cmd, sizeof(cmd), "mv '%s' '%s.moved'", path, path);
+    CHECK(system(cmd) == 0);
+    CHECK(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_EIO);
+    CHECKF(strstr(err.msg, "model-00003-of-00006.safetensors") && strstr(err.msg, "index"), "%s", err.msg);
+    snprintf(cmd, sizeof(cmd), "mv '%s.moved' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+    /* a truncated shard */
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s.bak' && truncate -s 100000 '%s'", path, path, path);
+    CHECK(system(cmd) == 0);
+    CHECK(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_EFORMAT);
+    CHECKF(strstr(err.msg, "model-00003") && strstr(err.msg, "byte "), "%s", err.msg);
+    snprintf(cmd, sizeof(cmd), "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+    /* index pointing a tensor at the wrong shard, and a path escaping the directory */
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s.bak' && sed -i 's|\"embed.weight\": \"model-00001|\"embed.weight\": \"model-00002|' '%s'",
+             path, path, path);
+    CHECK(system(cmd) == 0);
+    CHECK(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_EFORMAT);
+    CHECKF(strstr(err.msg, "embed.weight") != NULL, "%s", err.msg);
+    snprintf(cmd, sizeof(cmd), "cp '%s.bak' '%s' && sed -i 's|\"embed.weight\": \"model-00001|\"embed.weight\": \"../model-00001|' '%s'",
+             path, path, path);
+    CHECK(system(cmd) == 0);
+    CHECK(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_EFORMAT);
+    CHECKF(strstr(err.msg, "same directory") != NULL, "%s", err.msg);
+    snprintf(cmd, sizeof(cmd), "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+}
+
+static void expect_config_error(struct test_ctx *t, const char *field, json_t *value, const char *want)
+{
+    char   path[512];
+    snprintf(path, sizeof(path), "%s/tiny-a/config.json", t->tmpdir);
+    json_error_t je;
+    json_t      *c = json_load_file(path, 0, &je);
+    CHECK(c != NULL);
+    if (!c) return;
+    if (value) json_object_set_new(c, field, value);
+    else json_object_del(c, field);
+    char *s = json_dumps(c, 0);
+    struct dsv4_config cfg;
+    struct dsv4_err    err;
+    int                rc = dsv4_config_parse(&cfg, s, strlen(s), "config.json", &err);
+    CHECKF(rc == DSV4_EFORMAT, "%s: accepted", field);
+    CHECKF(rc != DSV4_EFORMAT || (strstr(err.msg, field) && strstr(err.msg, want)), "%s: message '%s'", field, err.msg);
+    free(s);
+    json_decref(c);
+}
+
+static void test_config_errors(struct test_ctx *t)
+{
+    expect_config_error(t, "hidden_size", NULL, "missing");
+    expect_config_error(t, "hidden_size", json_string("256"), "integer");
+    expect_config_error(t, "hidden_size", json_integer(200), "multiple of 128");
+    expect_config_error(t, "compress_ratios", json_pack("[i,i,i,i,i]", 0, 3, 16, 4, 0), "power of two");
+    expect_config_error(t, "compress_ratios", json_pack("[i,i,i]", 0, 4, 16), "entries");
+    expect_config_error(t, "compress_ratios", json_pack("[i,i,i,i,i]", 0, 4, 16, 4, 4), "MTP");
+    expect_config_error(t, "head_dim", json_integer(100), "multiple of 64");
+    expect_config_error(t, "index_head_dim", json_integer(96), "power of two");
+    expect_config_error(t, "o_groups", json_integer(3), "divide");
+    expect_config_error(t, "num_experts_per_tok", json_integer(9), "n_routed_experts");
+    expect_config_error(t, "scoring_func", json_string("softmax"), "sqrtsoftplus");
+    expect_config_error(t, "model_type", json_string("llama"), "deepseek_v4");
+    expect_config_error(t, "rope_scaling", json_pack("{s:s}", "type", "linear"), "yarn");
+    struct dsv4_config cfg;
+    struct dsv4_err    err;
+    CHECK(dsv4_config_parse(&cfg, "{\"a\":", 5, "c.json", &err) == DSV4_EFORMAT && strstr(err.msg, "byte"));
+    CHECK(dsv4_config_parse(&cfg, "[]", 2, "c.json", &err) == DSV4_EFORMAT);
+}
+
+static void test_inspect_cli(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    char  cmd[1200], *out = NULL;
+    const char *ok_dirs[] = { "tiny-a", "tiny-b" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "%s inspect -m %s/%s", bin, t->tmpdir, ok_dirs[i]);
+        int rc = test_run(cmd, &out);
+        CHECKF(rc == 0, "inspect %s exit %d:\n%s", ok_dirs[i], rc, out);
+        CHECK(strstr(out, "ok: every tensor present") != NULL);
+        CHECK(strstr(out, "per token") && strstr(out, "kv state") && strstr(out, "memory"));
+        free(out);
+    }
+    snprintf(cmd, sizeof(cmd), "%s inspect -m %s/shape --json", bin, t->tmpdir);
+    int rc = test_run(cmd, &out);
+    CHECK(rc == 1);
+    json_error_t je;
+    json_t      *j = json_loads(out, 0, &je);
+    CHECKF(j && json_is_false(json_object_get(j, "ok")), "inspect --json output:\n%s", out);
+    json_decref(j);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s inspect -m %s/multi", bin, t->tmpdir);
+    CHECK(test_run(cmd, &out) == 1);
+    CHECK(strstr(out, "3 problems") && strstr(out, "norm.weight: missing") && strstr(out, "zzz: unexpected"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s inspect -m %s/does-not-exist", bin, t->tmpdir);
+    CHECK(test_run(cmd, &out) == 1);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s inspect", bin);
+    CHECK(test_run(cmd, &out) == 2);
+    free(out);
+}
+
+const struct test_case test_group_checkpoint[] = {
+    { "presets_and_variants_bind", test_presets_bind },
+    { "corrupted_checkpoints_named", test_corrupted },
+    { "shards_index_missing_truncated", test_shards },
+    { "config_errors_name_field", test_config_errors },
+    { "inspect_cli", test_inspect_cli },
+    { NULL, NULL },
+};
