@@ -105,6 +105,292 @@ struct dsv4_model_info {
 
 void dsv4_engine_info(const dsv4_engine *engine, struct dsv4_model_info *info);
 
+/* ==================================================================================== */
+/* Sessions: one token timeline each (src/engine.c)                                     */
+/* ==================================================================================== */
+
+struct dsv4_session_params {
+    int  max_ctx;   /* most tokens the session will hold (KV memory is sized from it) */
+    int  max_chunk; /* most tokens per forward call; longer inputs are split (scratch size) */
+    bool mtp;       /* keep the MTP block's state so MTP logits can be asked for */
+};
+
+/* max_ctx 4096 (or the model's limit if smaller), max_chunk 256, no MTP. */
+void dsv4_session_params_default(struct dsv4_session_params *params);
+
+/* Bytes a session with these parameters allocates (KV state plus step scratch). */
+size_t dsv4_session_memory_estimate(const dsv4_engine *engine, const struct dsv4_session_params *params);
+
+/* Allocates everything the session will ever use; evaluating tokens allocates nothing. */
+int  dsv4_session_create(dsv4_engine *engine, const struct dsv4_session_params *params, dsv4_session **out,
+                         struct dsv4_err *err);
+void dsv4_session_free(dsv4_session *s);
+
+/*
+ * Feeds n tokens (any n >= 1: a prefill, a single decode token, or any chunk). When logits is
+ * not NULL it receives [n, vocab] f32 logits, row t after tokens[..t]; the logits after the
+ * last token are always available from dsv4_session_logits(). With MTP enabled, mtp_logits
+ * (if not NULL, room for [n, vocab]) receives the MTP head's logits for every position whose
+ * next token became known with this call (the previous call's last position, then all but
+ * the last of these), and *n_mtp their count; row i predicts the token two after its
+ * position. Token ids out of range or a full context give DSV4_ERANGE and change nothing.
+ */
+int dsv4_session_eval(dsv4_session *s, const int32_t *tokens, int n, float *logits, float *mtp_logits, int *n_mtp,
+                      struct dsv4_err *err);
+
+/* Logits [vocab] after the last evaluated token (NULL before the first). */
+const float *dsv4_session_logits(const dsv4_session *s);
+/* Tokens held so far. */
+int dsv4_session_pos(const dsv4_session *s);
+/* Forgets every token (keeps the memory). */
+void dsv4_session_reset(dsv4_session *s);
+
+/* ==================================================================================== */
+/* Sampling (src/sched/sampler.c)                                                       */
+/* ==================================================================================== */
+
+struct dsv4_sampler_params {
+    float    temperature; /* 0 = greedy (argmax, lowest id on ties) */
+    int      top_k;       /* 0 = off */
+    float    top_p;       /* 1 = off */
+    float    min_p;       /* 0 = off: drop tokens below min_p * p(most likely) */
+    uint64_t seed;
+};
+
+typedef struct dsv4_sampler dsv4_sampler;
+
+void dsv4_sampler_params_default(struct dsv4_sampler_params *p); /* greedy */
+int  dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler_params *p,
+                         struct dsv4_err *err);
+void dsv4_sampler_free(dsv4_sampler *s);
+/* Picks a token from logits [vocab]; deterministic for a given seed and call sequence.
+ * If prob is not NULL it receives the chosen token's probability under the filtered
+ * distribution (1 for greedy). */
+int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
+
+/* ==================================================================================== */
+/* Tokenizer and chat format (src/tok/; reference: docs/TOKENIZER.md)                   */
+/* ==================================================================================== */
+
+/*
+ * A byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json, matching the
+ * Hugging Face tokenizers library id for id. Immutable after load: one tokenizer may be
+ * used by any number of threads at once. Nothing is ever added implicitly (no BOS, no
+ * post-processor template); callers ask for BOS with DSV4_TOKENIZE_BOS.
+ */
+typedef struct dsv4_tokenizer dsv4_tokenizer;
+
+/* path: a tokenizer.json file, or a directory that holds one. Features that this
+ * implementation does not support fail with DSV4_EUNSUPPORTED naming the field. */
+int  dsv4_tokenizer_load(dsv4_tokenizer **out, const char *path, struct dsv4_err *err);
+/* The same from a JSON document in memory; name is used in error messages. */
+int  dsv4_tokenizer_load_json(dsv4_tokenizer **out, const char *json, size_t len, const char *name,
+                              struct dsv4_err *err);
+void dsv4_tokenizer_free(dsv4_tokenizer *tok);
+
+/* One past the largest id of the vocabulary and the added tokens. */
+int32_t dsv4_tokenizer_n_vocab(const dsv4_tokenizer *tok);
+/* BOS and EOS: the ids of "<｜begin▁of▁sentence｜>" and "<｜end▁of▁sentence｜>", or 0 and 1
+ * when the file lacks them (the DeepSeek defaults). */
+int32_t dsv4_tokenizer_bos(const dsv4_tokenizer *tok);
+int32_t dsv4_tokenizer_eos(const dsv4_tokenizer *tok);
+/* The id of a token given as written in tokenizer.json (an added token's content, or a
+ * vocabulary key in its byte-level spelling such as "Ġthe"); DSV4_EINVAL if there is none. */
+int  dsv4_tokenizer_token_id(const dsv4_tokenizer *tok, const char *token, int32_t *id,
+                             struct dsv4_err *err);
+/* The tokenizer.json spelling of id, or NULL for an id that no token uses. */
+const char *dsv4_tokenizer_token_str(const dsv4_tokenizer *tok, int32_t id);
+/* True for added tokens marked "special": true. */
+bool dsv4_tokenizer_is_special(const dsv4_tokenizer *tok, int32_t id);
+/* The most bytes one token decodes to. */
+size_t dsv4_tokenizer_max_token_bytes(const dsv4_tokenizer *tok);
+
+enum dsv4_tokenize_flags {
+    DSV4_TOKENIZE_BOS = 1u << 0, /* put the BOS id first */
+};
+
+/*
+ * Encodes text[0..len) (any bytes; invalid UTF-8 is first replaced by U+FFFD, one per maximal
+ * invalid subpart, as every UTF-8 decoder of the reference stack does). Writes at most cap
+ * ids and sets *n_ids to the full count; when that exceeds cap it returns DSV4_ERANGE (ids
+ * then holds the first cap). 3 * len + 1 ids always suffice.
+ */
+int dsv4_tokenizer_encode(const dsv4_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                          int32_t *ids, size_t cap, size_t *n_ids, struct dsv4_err *err);
+
+/*
+ * Decodes ids to the exact bytes they stand for (the ByteLevel decoder without the final
+ * UTF-8 repair, so decode(encode(x)) == x for valid UTF-8 x). Writes at most cap bytes and
+ * sets *n_out to the full length (DSV4_ERANGE when it exceeds cap). An id that no token
+ * uses is DSV4_ERANGE with err naming it.
+ */
+int dsv4_tokenizer_decode(const dsv4_tokenizer *tok, const int32_t *ids, size_t n_ids, char *out,
+                          size_t cap, size_t *n_out, struct dsv4_err *err);
+
+/*
+ * Streaming decoder: push ids one at a time and get back only whole UTF-8 characters (a
+ * token may end inside a character; those bytes wait for the next push). Bytes that can
+ * never form a character become U+FFFD, one per maximal invalid subpart, so the
+ * concatenated output equals the reference decode (UTF-8 repaired). Zero-initialise (or
+ * dsv4_tokenizer_stream_init) before the first push; no allocation.
+ */
+struct dsv4_tokenizer_stream {
+    unsigned char pending[4]; /* a valid but incomplete UTF-8 prefix */
+    unsigned      n_pending;
+};
+
+void dsv4_tokenizer_stream_init(struct dsv4_tokenizer_stream *st);
+/* Appends the text completed by id to out (n_out = bytes written). out must hold
+ * 3 * (dsv4_tokenizer_max_token_bytes(tok) + 3) bytes; DSV4_ERANGE for a smaller cap or an
+ * unused id (the stream is left unchanged). */
+int dsv4_tokenizer_stream_push(const dsv4_tokenizer *tok, struct dsv4_tokenizer_stream *st,
+                               int32_t id, char *out, size_t cap, size_t *n_out,
+                               struct dsv4_err *err);
+/* Ends the stream: a pending incomplete character becomes U+FFFD (out: 3 bytes suffice). */
+void dsv4_tokenizer_stream_flush(struct dsv4_tokenizer_stream *st, char *out, size_t *n_out);
+
+/* ---------------------------------------------------------------- chat encoding */
+
+/*
+ * The DeepSeek-V4 chat format of the official encoding/encoding_dsv4.py: messages are
+ * rendered to one prompt string (special tokens written as text, BOS included) that
+ * dsv4_tokenizer_encode turns into ids. The reverse direction parses generated text into
+ * reasoning, content and DSML tool calls, in one go or streaming.
+ */
+enum dsv4_chat_mode {
+    DSV4_CHAT_MODE_CHAT     = 0, /* "chat": the assistant turn opens with </think> */
+    DSV4_CHAT_MODE_THINKING = 1, /* "thinking": the last assistant turn opens with <think> */
+};
+
+enum dsv4_chat_effort {
+    DSV4_CHAT_EFFORT_DEFAULT = 0, /* None: no prefix */
+    DSV4_CHAT_EFFORT_HIGH    = 1, /* "high": no prefix in this release of the encoder */
+    DSV4_CHAT_EFFORT_MAX     = 2, /* "max": the "Reasoning Effort: Absolute maximum..." prefix
+                                     before the first message, thinking mode only */
+};
+
+enum dsv4_chat_role {
+    DSV4_CHAT_ROLE_SYSTEM          = 0,
+    DSV4_CHAT_ROLE_USER            = 1,
+    DSV4_CHAT_ROLE_ASSISTANT       = 2,
+    DSV4_CHAT_ROLE_TOOL            = 3, /* merged into the user turn as <tool_result> */
+    DSV4_CHAT_ROLE_DEVELOPER       = 4,
+    DSV4_CHAT_ROLE_LATEST_REMINDER = 5,
+};
+
+enum dsv4_chat_task {
+    DSV4_CHAT_TASK_NONE      = 0,
+    DSV4_CHAT_TASK_ACTION    = 1,
+    DSV4_CHAT_TASK_QUERY     = 2,
+    DSV4_CHAT_TASK_AUTHORITY = 3,
+    DSV4_CHAT_TASK_DOMAIN    = 4,
+    DSV4_CHAT_TASK_TITLE     = 5,
+    DSV4_CHAT_TASK_READ_URL  = 6,
+};
+
+struct dsv4_chat_tool_call {
+    const char *id;        /* optional; orders the tool results that follow */
+    const char *name;
+    const char *arguments; /* JSON object text, as OpenAI's function.arguments */
+};
+
+/* One message; every string is UTF-8, NUL-terminated, and may be NULL when unused. */
+struct dsv4_chat_message {
+    enum dsv4_chat_role               role;
+    const char                       *content;
+    const char                       *reasoning;       /* assistant: reasoning_content */
+    const struct dsv4_chat_tool_call *tool_calls;      /* assistant */
+    size_t                            n_tool_calls;
+    const char                       *tool_call_id;    /* tool */
+    const char                       *tools;           /* system/developer: JSON array of
+                                                          OpenAI tools {"type","function"} */
+    const char                       *response_format; /* system/developer: JSON value */
+    enum dsv4_chat_task               task;            /* user/developer */
+    bool                              no_eos;          /* assistant: leave the turn open */
+};
+
+struct dsv4_chat_params {
+    enum dsv4_chat_mode   mode;
+    enum dsv4_chat_effort effort;
+    bool                  keep_reasoning; /* drop_thinking=False: keep earlier reasoning */
+    bool                  no_bos;         /* add_default_bos_token=False */
+};
+
+void dsv4_chat_params_default(struct dsv4_chat_params *params);
+
+/* Renders messages into *out (malloc'd, NUL-terminated, length *out_len; free with free()). */
+int dsv4_chat_render(const struct dsv4_chat_message *msgs, size_t n_msgs,
+                     const struct dsv4_chat_params *params, char **out, size_t *out_len,
+                     struct dsv4_err *err);
+/* The same from OpenAI-style JSON: an array of messages, or {"messages": [...], "tools":
+ * [...]} whose tools go to the first message (as the official test harness does). */
+int dsv4_chat_render_json(const char *json, size_t len, const struct dsv4_chat_params *params,
+                          char **out, size_t *out_len, struct dsv4_err *err);
+
+/* A tool call parsed back from DSML; arguments is the JSON text the official parser builds. */
+struct dsv4_chat_call {
+    char *name;
+    char *arguments;
+};
+
+struct dsv4_chat_parsed {
+    char                  *reasoning; /* NUL-terminated, never NULL after success */
+    size_t                 reasoning_len;
+    char                  *content;
+    size_t                 content_len;
+    struct dsv4_chat_call *calls;
+    size_t                 n_calls;
+};
+
+/* Parses one complete generated assistant turn (text after the prompt, up to and including
+ * the EOS text) with the official parser's rules; DSV4_EFORMAT names the first violation. */
+int  dsv4_chat_parse(const char *text, size_t len, enum dsv4_chat_mode mode,
+                     struct dsv4_chat_parsed *out, struct dsv4_err *err);
+void dsv4_chat_parsed_free(struct dsv4_chat_parsed *p);
+
+/* Streaming parser: feed decoded text as it is generated; events report reasoning and
+ * content deltas as soon as they cannot be the start of a marker, and each tool call once
+ * its </｜DSML｜invoke> has arrived. */
+enum dsv4_chat_event_kind {
+    DSV4_CHAT_EVENT_REASONING = 0,
+    DSV4_CHAT_EVENT_CONTENT   = 1,
+    DSV4_CHAT_EVENT_TOOL_CALL = 2,
+};
+
+struct dsv4_chat_event {
+    enum dsv4_chat_event_kind kind;
+    const char               *text;      /* REASONING/CONTENT delta (not NUL-terminated) */
+    size_t                    len;
+    size_t                    index;     /* TOOL_CALL: 0-based position in the turn */
+    const char               *name;      /* TOOL_CALL */
+    const char               *arguments; /* TOOL_CALL: JSON text */
+};
+
+typedef void (*dsv4_chat_event_fn)(void *ud, const struct dsv4_chat_event *ev);
+
+/* How a streamed turn ended. */
+struct dsv4_chat_stream_end {
+    bool   saw_eos;   /* the EOS text arrived (it is never reported as content) */
+    bool   truncated; /* ended inside the reasoning or inside a tool-call block */
+    size_t n_calls;   /* complete tool calls reported */
+};
+
+typedef struct dsv4_chat_stream dsv4_chat_stream;
+
+int  dsv4_chat_stream_init(dsv4_chat_stream **out, enum dsv4_chat_mode mode, dsv4_chat_event_fn fn,
+                           void *ud, struct dsv4_err *err);
+/* DSV4_EFORMAT once the text cannot be a valid turn (malformed DSML, text after EOS);
+ * the stream then stays failed. */
+int  dsv4_chat_stream_feed(dsv4_chat_stream *s, const char *text, size_t len, struct dsv4_err *err);
+/* Reports what is still held back and how the turn ended. */
+int  dsv4_chat_stream_finish(dsv4_chat_stream *s, struct dsv4_chat_stream_end *end,
+                             struct dsv4_err *err);
+void dsv4_chat_stream_free(dsv4_chat_stream *s);
+
+/* ==================================================================================== */
+/* End of tokenizer and chat format                                                     */
+/* ==================================================================================== */
+
 #ifdef __cplusplus
 }
 #endif

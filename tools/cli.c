@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -39,4 +41,109 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i)
         return NULL;
     }
     return argv[++*i];
+}
+
+bool cli_parse_tokens(const char *cmd, const char *text, int32_t **ids, int *n)
+{
+    size_t   cap = 64, k = 0;
+    int32_t *v   = malloc(cap * sizeof(*v));
+    const char *p = text;
+    if (!v) return false;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+        if (!*p) break;
+        char *end;
+        errno     = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX ||
+            (*end && *end != ',' && *end != ' ' && *end != '\n' && *end != '\r' && *end != '\t')) {
+            fprintf(stderr, "dsv4 %s: bad token id near '%.20s' (ids are non-negative integers separated by commas, spaces or newlines)\n", cmd, p);
+            free(v);
+            return false;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof(*v));
+            if (!nv) {
+                free(v);
+                return false;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[k++] = (int32_t)x;
+        p      = end;
+    }
+    if (k == 0) {
+        fprintf(stderr, "dsv4 %s: no token ids given\n", cmd);
+        free(v);
+        return false;
+    }
+    *ids = v;
+    *n   = (int)k;
+    return true;
+}
+
+bool cli_read_tokens_file(const char *cmd, const char *path, int32_t **ids, int *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dsv4 %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+        return false;
+    }
+    size_t cap = 4096, len = 0;
+    char  *buf = malloc(cap + 1);
+    size_t r;
+    while (buf && (r = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf) return false;
+    buf[len] = 0;
+    if (strlen(buf) != len) {
+        fprintf(stderr, "dsv4 %s: %s contains NUL bytes\n", cmd, path);
+        free(buf);
+        return false;
+    }
+    bool ok = cli_parse_tokens(cmd, buf, ids, n);
+    free(buf);
+    return ok;
+}
+
+bool cli_write_f32(const char *cmd, const char *path, const float *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "dsv4 %s: cannot create %s: %s\n", cmd, path, strerror(errno));
+        return false;
+    }
+    size_t w  = fwrite(data, sizeof(float), n, f);
+    int    rc = fclose(f);
+    if (w != n || rc != 0) {
+        fprintf(stderr, "dsv4 %s: write error on %s\n", cmd, path);
+        return false;
+    }
+    return true;
+}
+
+void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
+{
+    if (level > DSV4_LOG_WARN) return;
+    fprintf(stderr, "dsv4 %s: %s%s\n", (const char *)ud, level == DSV4_LOG_WARN ? "warning: " : "", msg);
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

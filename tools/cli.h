@@ -19,10 +19,25 @@ struct cli_command {
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
 
 /* Parses a decimal integer in [lo, hi]; prints "dsv4 CMD: OPT ..." and returns false on error. */
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* Parses token ids separated by commas, spaces or newlines into a malloc'd array. */
+bool cli_parse_tokens(const char *cmd, const char *text, int32_t **ids, int *n);
+/* Reads a tokens file (same syntax). */
+bool cli_read_tokens_file(const char *cmd, const char *path, int32_t **ids, int *n);
+/* Writes n floats (little-endian f32) to path. */
+bool cli_write_f32(const char *cmd, const char *path, const float *data, size_t n);
+/* Log sink printing warnings and errors to stderr, prefixed "dsv4 CMD:" (ud = cmd name). */
+void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg);
+/* Monotonic seconds. */
+double cli_now(void);
+
 /* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

@@ -49,6 +49,16 @@ struct dsv4_logger {
 void dsv4_log(const struct dsv4_logger *lg, enum dsv4_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ------------------------------------------------------------------ allocation guard */
+
+/* Marks a region (per thread) where nothing may allocate; see alloc_guard.c. */
+void          dsv4_alloc_guard_enter(void);
+void          dsv4_alloc_guard_leave(void);
+/* Allocations seen inside guarded regions since start (all threads). */
+unsigned long dsv4_alloc_guard_count(void);
+/* False in sanitizer builds, whose allocator is not interposed. */
+bool          dsv4_alloc_guard_supported(void);
+
 /* ------------------------------------------------------------------ checked arithmetic */
 
 static inline bool dsv4_mul_overflows(uint64_t a, uint64_t b, uint64_t *out)

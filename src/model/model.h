@@ -81,6 +81,7 @@ static inline bool dsv4_layer_has_comp(const struct dsv4_config *c, int il) { re
 struct dsv4_linear {
     enum dsv4_wfmt  fmt;
     int             n_out, n_in;
+    int             row_off;   /* first row of the tensor this view covers (grouped wo_a) */
     const void     *w;         /* see enum dsv4_wfmt for the layout */
     const void     *scale;     /* NULL for BF16/F32 */
     bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
@@ -189,7 +190,6 @@ struct dsv4_model_stats {
 void dsv4_model_stats(const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
                       struct dsv4_model_stats *st);
 
-#endif /* DSV4_MODEL_H */
 
 /* ------------------------------------------------------------------ KV state sizes */
 
@@ -212,3 +212,5 @@ struct dsv4_kv_sizes {
 };
 
 void dsv4_kv_sizes(const struct dsv4_config *cfg, bool with_mtp, struct dsv4_kv_sizes *s);
+
+#endif /* DSV4_MODEL_H */

@@ -1,0 +1,164 @@
+/*
+ * backend.h - the internal op table: model-level fused ops the forward pass calls.
+ *
+ * One level of indirection, chosen at run time (house style "Backend interface"): the model
+ * code in src/model/ never contains SIMD or loops over weights; it calls these ops with
+ * explicit dims. The CPU backend provides a plain scalar reference of every op (ref_*.c) and
+ * optimised variants selected per machine; every optimised op is tested against the
+ * reference. A backend implements every op: there is no silent fallback.
+ *
+ * Activations are float arrays. Where the official demo holds a tensor in bf16, the value
+ * stored here is rounded to bf16 (exactly representable in float), so numerics follow the
+ * demo's dtype boundaries while the code stays in one type. Shapes are row-major; `ld`
+ * arguments are row strides in elements.
+ */
+#ifndef DSV4_BACKEND_H
+#define DSV4_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* How a projection treats its input. */
+enum dsv4_act {
+    DSV4_ACT_NONE, /* use x as it is */
+    DSV4_ACT_FP8,  /* quantise x per 128 along K to e4m3 with power-of-two (ue8m0) scales */
+};
+
+/* How a projection rounds its output. */
+enum dsv4_out {
+    DSV4_OUT_F32,  /* keep f32 */
+    DSV4_OUT_BF16, /* round to bf16 */
+};
+
+/* Storage of one cached attention row (window ring or compressed row). */
+enum dsv4_row_fmt {
+    DSV4_ROW_FP8,  /* d_nope e4m3 codes, d_nope/64 e8m0 scales, d_rope bf16 (lossless after FP8 sim) */
+    DSV4_ROW_BF16, /* d_head bf16 (initial revision: the nope part is not FP8-rounded) */
+};
+
+/* One RoPE frequency set: angle of pair i at position p = f32(p) * freq[i] (computed in f32
+ * and passed through cosf/sinf, as the demo's torch.polar on an f32 outer product). */
+struct dsv4_rope_table {
+    int          d_rope;
+    const float *freq; /* [d_rope / 2] */
+};
+
+struct dsv4_backend;
+
+struct dsv4_backend_ops {
+    const char *name;
+
+    /* y[n_tok, w->n_out] = x[n_tok, w->n_in] . W^T, any weight format (dsv4_wfmt). With
+     * DSV4_ACT_FP8 each 128-block of a row of x is quantised to e4m3 (scale
+     * 2^ceil(log2(max(amax,1e-4)/448))); partial sums per block are scaled by the activation
+     * and weight scales, as the demo's fp8_gemm/fp4_gemm. */
+    void (*linear)(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
+                   float *y, int ldy, enum dsv4_act act, enum dsv4_out out);
+
+    /* y[n, d] = bf16(w * x / sqrt(mean(x^2) + eps)), f32 inside (w bf16 [d]). x may equal y. */
+    void (*rmsnorm)(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, float eps,
+                    float *y, int ldy);
+
+    /* In place over q[n, n_head, d_head]: unweighted RMS per head, every step rounded to
+     * bf16 as the demo computes it on a bf16 tensor (square, mean, + eps, rsqrt, product). */
+    void (*head_rms)(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, float eps);
+
+    /* In place: rotate interleaved pairs of the last d_rope dims of n_vec vectors per row
+     * (row r has position pos[r]; vectors of d_full dims, the row holds n_vec of them),
+     * inverse = rotate by -angle. Result rounded to bf16. */
+    void (*rope)(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
+                 const struct dsv4_rope_table *t, bool inverse);
+
+    /* In place quantise->dequantise of x[n, d] (row stride ld) in blocks of `block`:
+     * e4m3 with qmax 448 and amax floor 1e-4, or e2m1 with qmax 6 and floor 6*2^-126. */
+    void (*fp8_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+    void (*fp4_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+
+    /* In place: x[n, d] = bf16(H_d x / sqrt(d)), Sylvester Walsh-Hadamard, d a power of two. */
+    void (*hadamard)(struct dsv4_backend *be, int n, int d, float *x);
+
+    /* Hyper-connection pre: X[n, hc, d] -> u[n, d] (bf16), post[n, hc], comb[n, hc, hc]
+     * (model-v4.md §3.2, Sinkhorn with `iters` iterations). */
+    void (*hc_pre)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
+                   const float *scale, const float *base, int iters, float norm_eps, float hc_eps, float *u,
+                   float *post, float *comb);
+    /* Hyper-connection post: Xout[n,hc,d] = bf16(post[k] f + sum_j comb[j][k] Xres[j]). */
+    void (*hc_post)(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
+                    const float *post, const float *comb, float *Xout);
+    /* Final collapse: y[n, d] = bf16(sum_j (sigmoid(mix_j scale + base_j) + eps) X[j]). */
+    void (*hc_head)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
+                    const float *scale, const float *base, float norm_eps, float hc_eps, float *y);
+
+    /* Sink attention of one query position: q[n_head, d_head] against n_rows cached rows
+     * (rows[i] in `fmt`, shared K = V), o[n_head, d_head] = bf16(sum_t p_t V_t / (sum_t p_t +
+     * exp(sink_h - m))) with p_t = exp(s_t - m), s_t = q.K_t * scale (probabilities rounded to
+     * bf16 in the numerator, as the demo's kernel). */
+    void (*attention)(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                      const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+                      float scale, float *o);
+
+    /* Indexer scores of one query over n_keys compact FP4 key rows (model-v4.md §3.7, bf16 at
+     * the four points of §11.2): score[j] = sum_h bf16(w_h * relu(bf16(q_h . k_j))). */
+    void (*indexer_scores)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                           const uint8_t *keys, int n_keys, float *score);
+
+    /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
+     * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);
+     * weights = selected scores / their sum * route_scale. */
+    void (*router)(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
+                   const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
+                   float route_scale, int *ids, float *weights, float *scratch);
+
+    /* One SwiGLU expert over n rows of x[n, d_model] (FP8/FP4 activations as the demo):
+     * h = silu(min(g, limit)) * clamp(v, +-limit) (no clamp when limit <= 0), times
+     * row_w[r] when row_w is given, then y[n, d_model] = bf16(W2 . bf16(h)). */
+    void (*expert)(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
+                   const float *row_w, float limit, float *y, float *scratch);
+};
+
+/*
+ * An execution context: the op table, the backend's shared state (thread pool, ...) and
+ * scratch owned by this context alone. One context per session (or per worker), never
+ * shared between threads, so ops can use the scratch without locks and without allocating.
+ */
+struct dsv4_backend {
+    const struct dsv4_backend_ops *ops;
+    void                          *impl;        /* backend state shared by contexts */
+    float                         *scratch;     /* [scratch_len] */
+    size_t                         scratch_len; /* >= dsv4_backend_scratch_floats() */
+};
+
+/* Floats of per-context scratch the ops need for this model. */
+size_t dsv4_backend_scratch_floats(const struct dsv4_config *cfg);
+
+/* The CPU backend with the scalar reference ops. */
+extern const struct dsv4_backend_ops dsv4_cpu_ref_ops;
+
+/* ------------------------------------------------------------------ row codecs (shared) */
+
+/* Bytes per cached row for a format. */
+static inline int dsv4_row_bytes(enum dsv4_row_fmt fmt, int d_head, int d_rope)
+{
+    int d_nope = d_head - d_rope;
+    return fmt == DSV4_ROW_FP8 ? d_nope + d_nope / 64 + 2 * d_rope : 2 * d_head;
+}
+
+/* Encodes a row whose nope part is already FP8-simulated (values code * 2^k per 64):
+ * lossless. For DSV4_ROW_BF16 stores the bf16 values. */
+void dsv4_row_encode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const float *x, uint8_t *row);
+void dsv4_row_decode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const uint8_t *row, float *x);
+
+/* Indexer key rows: d e2m1 codes (two per byte, low nibble first) and d/32 e8m0 scales. */
+static inline int dsv4_idx_key_bytes(int d)
+{
+    return d / 2 + d / 32;
+}
+void dsv4_idx_key_encode(int d, const float *x, uint8_t *row);
+void dsv4_idx_key_decode(int d, const uint8_t *row, float *x);
+
+/* Activation quantisation shared by the reference ops: per-block power-of-two scale. */
+float dsv4_act_scale(float amax, float qmax, float floor_);
+
+#endif /* DSV4_BACKEND_H */

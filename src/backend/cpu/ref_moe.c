@@ -1,0 +1,85 @@
+/*
+ * ref_moe.c - scalar reference of the router and of one SwiGLU expert.
+ *
+ * The router works in f32 throughout (the demo upcasts both x and the gate weight):
+ * score = sqrt(softplus(logit)) with torch's softplus threshold (x > 20 gives x). The bias
+ * of score-routed layers only shifts the selection; weights come from the unbiased scores,
+ * renormalised over the chosen experts and multiplied by the route scale. Selection is
+ * deterministic: equal values go to the lower expert index.
+ *
+ * The expert follows the demo's Expert.forward: gate and up projections with bf16 outputs
+ * promoted to f32, the clamp (up clamped both ways, gate from above only), SiLU, the routing
+ * weight applied before the down projection, and bf16 rounding of its input.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ref.h"
+
+static float softplusf(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
+                     const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
+                     float route_scale, int *ids, float *weights, float *scratch)
+{
+    float *score = scratch;         /* [n_exp] */
+    float *sel   = scratch + n_exp; /* [n_exp] */
+    for (int r = 0; r < n; r++) {
+        be->ops->linear(be, gate, 1, x + (size_t)r * (size_t)gate->n_in, gate->n_in, score, n_exp, DSV4_ACT_NONE,
+                        DSV4_OUT_F32);
+        for (int e = 0; e < n_exp; e++) {
+            score[e] = sqrtf(softplusf(score[e]));
+            sel[e]   = bias ? score[e] + bias[e] : score[e];
+        }
+        int *ri = ids + (size_t)r * (size_t)n_used;
+        if (tid2eid) {
+            for (int k = 0; k < n_used; k++) ri[k] = (int)tid2eid[(size_t)tokens[r] * (size_t)n_used + (size_t)k];
+        } else {
+            for (int k = 0; k < n_used; k++) {
+                int best = -1;
+                for (int e = 0; e < n_exp; e++) {
+                    if (sel[e] == -INFINITY) continue; /* taken */
+                    if (best < 0 || sel[e] > sel[best]) best = e;
+                }
+                ri[k]     = best;
+                sel[best] = -INFINITY;
+            }
+        }
+        float *rw  = weights + (size_t)r * (size_t)n_used;
+        float  sum = 0;
+        for (int k = 0; k < n_used; k++) sum += (rw[k] = score[ri[k]]);
+        for (int k = 0; k < n_used; k++) rw[k] = rw[k] / sum * route_scale;
+    }
+}
+
+static float siluf(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
+                     const float *row_w, float limit, float *y, float *scratch)
+{
+    int           f   = e->w1.n_out;
+    float        *g   = scratch;                            /* [n, f] */
+    float        *v   = scratch + (size_t)n * (size_t)f;    /* [n, f] */
+    enum dsv4_act act = (e->w1.fmt == DSV4_WFMT_FP8 || e->w1.fmt == DSV4_WFMT_FP4) ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
+    be->ops->linear(be, &e->w1, n, x, ldx, g, f, act, DSV4_OUT_BF16);
+    be->ops->linear(be, &e->w3, n, x, ldx, v, f, act, DSV4_OUT_BF16);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < f; i++) {
+            size_t k  = (size_t)r * (size_t)f + (size_t)i;
+            float  gg = g[k], vv = v[k];
+            if (limit > 0) {
+                vv = fminf(fmaxf(vv, -limit), limit);
+                gg = fminf(gg, limit);
+            }
+            float h = siluf(gg) * vv;
+            if (row_w) h *= row_w[r];
+            g[k] = dsv4_round_bf16(h);
+        }
+    be->ops->linear(be, &e->w2, n, g, f, y, e->w2.n_out, act, DSV4_OUT_BF16);
+}

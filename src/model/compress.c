@@ -1,0 +1,121 @@
+/*
+ * compress.c - the KV compressor (gated softmax pooling, model-v4.md §3.6) and the lightning
+ * indexer's top-k selection (§3.7).
+ *
+ * The compressor walks a chunk token by token against the sequence's frontier state, so the
+ * result does not depend on how a prompt is chunked: prefill and decode are the same code.
+ * A compressed row is emitted when the last token of its block arrives. With overlap
+ * (ratio 4) each row pools 8 candidates per channel: the previous block through the first
+ * half of the channels and the current block through the second half.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/runtime.h"
+
+/* Per-channel softmax pooling of the frontier into out[d] (f32). */
+static void pool(const float *skv, const float *ssc, int ratio, int d, float *out)
+{
+    bool overlap = ratio == 4;
+    int  width   = overlap ? 2 * d : d;
+    int  n       = overlap ? 2 * ratio : ratio;
+    for (int ch = 0; ch < d; ch++) {
+        float g[256], m = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            int col = (overlap && i >= ratio) ? d + ch : ch;
+            g[i]    = ssc[(size_t)i * (size_t)width + (size_t)col];
+            m       = fmaxf(m, g[i]);
+        }
+        float sum = 0;
+        for (int i = 0; i < n; i++) sum += (g[i] = expf(g[i] - m));
+        float acc = 0;
+        for (int i = 0; i < n; i++) {
+            int col = (overlap && i >= ratio) ? d + ch : ch;
+            acc += (g[i] / sum) * skv[(size_t)i * (size_t)width + (size_t)col];
+        }
+        out[ch] = acc;
+    }
+}
+
+/*
+ * Runs one compressor over rows [0, n) of a sequence (values a, gate logits g: [n, coff*d],
+ * positions p0..p0+n-1), updating the frontier (skv, ssc) and emitting every completed row
+ * into `rows` (encoded: main rows in the cache row format, indexer rows as FP4 keys).
+ */
+void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
+                         bool is_indexer, float *skv, float *ssc, const float *a, const float *g, int n, int p0,
+                         uint8_t *rows, int row_bytes, int il, int seq)
+{
+    const struct dsv4_config *c = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    int r = cw->ratio, d = cw->d_out, width = cw->coff * d;
+    bool overlap = r == 4;
+    for (int t = 0; t < n; t++) {
+        int p = p0 + t, slot = p % r, dst = overlap ? r + slot : slot;
+        const float *at = a + (size_t)t * (size_t)width, *gt = g + (size_t)t * (size_t)width;
+        const float *ape = cw->ape + (size_t)slot * (size_t)width;
+        float *kv_dst = skv + (size_t)dst * (size_t)width, *sc_dst = ssc + (size_t)dst * (size_t)width;
+        for (int i = 0; i < width; i++) {
+            kv_dst[i] = at[i];
+            sc_dst[i] = gt[i] + ape[i];
+        }
+        if ((p + 1) % r != 0) continue;
+        int    j   = p / r;
+        float *row = S->crow;
+        pool(skv, ssc, r, d, row);
+        for (int i = 0; i < d; i++) row[i] = dsv4_round_bf16(row[i]);
+        be->ops->rmsnorm(be, 1, d, row, d, cw->norm, c->norm_eps, row, d);
+        int jpos = j * r;
+        be->ops->rope(be, 1, 1, d, row, &jpos, dsv4_layer_rope(m, r), false);
+        uint8_t *out = rows + (size_t)j * (size_t)row_bytes;
+        if (is_indexer) {
+            be->ops->hadamard(be, 1, d, row);
+            be->ops->fp4_sim(be, 1, d, d, row, 32);
+            dsv4_idx_key_encode(d, row, out);
+            dsv4_dump(S, "idx_keys", il, seq, j, 1, d, row);
+        } else {
+            if (m->row_fmt == DSV4_ROW_FP8) be->ops->fp8_sim(be, 1, c->d_nope, d, row, 64);
+            dsv4_row_encode(m->row_fmt, d, c->d_rope, row, out);
+            dsv4_dump(S, "comp", il, seq, j, 1, d, row);
+        }
+        if (overlap) {
+            memcpy(skv, skv + (size_t)r * (size_t)width, sizeof(float) * (size_t)r * (size_t)width);
+            memcpy(ssc, ssc + (size_t)r * (size_t)width, sizeof(float) * (size_t)r * (size_t)width);
+        }
+    }
+}
+
+/* Orders block ids by score (descending), ties to the lower id. */
+static int cmp_sel(const void *pa, const void *pb, void *ctx)
+{
+    const float *sc = ctx;
+    int          a = *(const int *)pa, b = *(const int *)pb;
+    if (sc[a] != sc[b]) return sc[a] > sc[b] ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+
+static int cmp_int(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return a < b ? -1 : (a > b);
+}
+
+/*
+ * Selects the top-k compressed rows for one query among its n_done completed blocks.
+ * Writes the chosen ids (ascending) to sel and returns k = min(topk, n_done).
+ */
+int dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const float *q, const float *w,
+                        const uint8_t *keys, int n_done, int *sel)
+{
+    const struct dsv4_config *c = &m->cfg;
+    if (n_done <= 0) return 0;
+    S->be.ops->indexer_scores(&S->be, c->n_idx_head, c->d_idx_head, q, w, keys, n_done, S->iscore);
+    int k = c->idx_topk < n_done ? c->idx_topk : n_done;
+    for (int j = 0; j < n_done; j++) sel[j] = j;
+    if (k < n_done) {
+        qsort_r(sel, (size_t)n_done, sizeof(int), cmp_sel, S->iscore);
+        qsort(sel, (size_t)k, sizeof(int), cmp_int);
+    }
+    return k;
+}

@@ -1,0 +1,178 @@
+/*
+ * forward.c - the DeepSeek-V4 forward pass over one step (model-v4.md §3.1), readable top
+ * down: embed into hc streams, for each block hc_pre -> norm -> attention -> hc_post and
+ * hc_pre -> norm -> MoE -> hc_post, then hc_head -> norm -> head for the rows whose logits
+ * are wanted, then the MTP block (§3.11) for the positions whose next token is known.
+ *
+ * A step holds chunks of one or more sequences. Every sequence's state advances by its
+ * chunk; checks that could fail (token ids, context room, batch size) happen before any
+ * state changes, so an error leaves every sequence as it was.
+ */
+#include <string.h>
+
+#include "model/runtime.h"
+
+static void dump_rows(struct dsv4_step *S, const char *stage, int il, const float *data, int width)
+{
+    if (!S->dump.fn) return;
+    for (int s = 0; s < S->n_seqs; s++)
+        dsv4_dump(S, stage, il, s, S->seq_pos0[s], S->seq_n[s], width,
+                  data + (size_t)S->seq_row0[s] * (size_t)width);
+}
+
+/* One block over rows [0, R): *X holds the streams in and out, *Xn is scratch. */
+static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state, int R,
+                  float **X, float **Xn)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    int d = c->d_model, hc = c->hc, il = L->il;
+    float *t;
+
+    be->ops->hc_pre(be, R, hc, d, *X, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_sinkhorn_iters,
+                    c->norm_eps, c->hc_eps, S->u, S->post, S->comb);
+    be->ops->rmsnorm(be, R, d, S->u, d, L->attn_norm, c->norm_eps, S->u, d);
+    dump_rows(S, "attn_in", il, S->u, d);
+    dsv4_attention_sublayer(m, S, L, state, R);
+    be->ops->hc_post(be, R, hc, d, S->f, *X, S->post, S->comb, *Xn);
+    t = *X, *X = *Xn, *Xn = t;
+    dump_rows(S, "x_attn", il, *X, hc * d);
+
+    be->ops->hc_pre(be, R, hc, d, *X, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_sinkhorn_iters,
+                    c->norm_eps, c->hc_eps, S->u, S->post, S->comb);
+    be->ops->rmsnorm(be, R, d, S->u, d, L->ffn_norm, c->norm_eps, S->u, d);
+    dump_rows(S, "ffn_in", il, S->u, d);
+    dsv4_moe_sublayer(m, S, L, R);
+    dump_rows(S, "moe_out", il, S->f, d);
+    be->ops->hc_post(be, R, hc, d, S->f, *X, S->post, S->comb, *Xn);
+    t = *X, *X = *Xn, *Xn = t;
+    dump_rows(S, "x_out", il, *X, hc * d);
+}
+
+/* logits[n, vocab] of n rows of streams: hc_head -> norm -> head (f32). */
+static void head(const struct dsv4_model *m, struct dsv4_step *S, const float *X, int n, const float *fn,
+                 const float *scale, const float *base, const uint16_t *norm, float *logits, int il, int seq, int pos)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    be->ops->hc_head(be, n, c->hc, c->d_model, X, fn, scale, base, c->norm_eps, c->hc_eps, S->hid);
+    be->ops->rmsnorm(be, n, c->d_model, S->hid, c->d_model, norm, c->norm_eps, S->hid, c->d_model);
+    dsv4_dump(S, "final_hidden", il, seq, pos, n, c->d_model, S->hid);
+    be->ops->linear(be, &m->w.head, n, S->hid, c->d_model, logits, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+    dsv4_dump(S, "logits", il, seq, pos, n, c->vocab_size, logits);
+}
+
+/* The MTP block for every sequence that carries MTP state. Xf: main final streams. */
+static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf, float *Xtmp)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    const struct dsv4_layer_w *L = &m->w.mtp;
+    struct dsv4_backend      *be = &S->be;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    int    d = c->d_model, Rm = 0;
+    for (int s = 0; s < S->n_seqs; s++) {
+        struct dsv4_fwd_seq *q  = &S->seqs[s];
+        struct dsv4_seq_state *st = q->st;
+        q->n_mtp = 0;
+        if (!st->has_mtp) {
+            S->seq_n[s] = 0;
+            continue;
+        }
+        int r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s];
+        int first = p0 > 0 ? p0 - 1 : p0, cnt = 0;
+        for (int p = first; p <= p0 + n - 2; p++, cnt++) {
+            const float *src = p < p0 ? st->mtp_x : Xf + (size_t)(r0 + p - p0) * sd;
+            memcpy(S->Xm + (size_t)(Rm + cnt) * sd, src, sizeof(float) * sd);
+            S->pos[Rm + cnt] = p;
+            S->tok[Rm + cnt] = q->tokens[p - p0 + 1];
+        }
+        memcpy(st->mtp_x, Xf + (size_t)(r0 + n - 1) * sd, sizeof(float) * sd); /* pending: next chunk's first */
+        S->seq_row0[s] = Rm;
+        S->seq_n[s]    = cnt;
+        S->seq_pos0[s] = first;
+        q->n_mtp       = cnt;
+        Rm += cnt;
+    }
+    if (Rm == 0) return;
+    /* e = enorm(embed[next]); h = hnorm(streams); X = bf16(h_proj(h) + e_proj(e)) */
+    for (int r = 0; r < Rm; r++)
+        for (int i = 0; i < d; i++)
+            S->u[(size_t)r * (size_t)d + (size_t)i] = dsv4_f32_from_bf16(m->w.embed[(size_t)S->tok[r] * (size_t)d + (size_t)i]);
+    be->ops->rmsnorm(be, Rm, d, S->u, d, L->enorm, c->norm_eps, S->u, d);
+    be->ops->rmsnorm(be, Rm * c->hc, d, S->Xm, d, L->hnorm, c->norm_eps, Xtmp, d);
+    enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
+    be->ops->linear(be, &L->e_proj, Rm, S->u, d, S->f, d, act, DSV4_OUT_BF16);
+    be->ops->linear(be, &L->h_proj, Rm * c->hc, Xtmp, d, S->Xm, d, act, DSV4_OUT_BF16);
+    for (int r = 0; r < Rm; r++)
+        for (int j = 0; j < c->hc; j++)
+            for (int i = 0; i < d; i++) {
+                float *x = S->Xm + (size_t)r * sd + (size_t)j * (size_t)d + (size_t)i;
+                *x       = dsv4_round_bf16(*x + S->f[(size_t)r * (size_t)d + (size_t)i]);
+            }
+    float *X = S->Xm, *Xn = Xtmp;
+    block(m, S, L, c->n_layer, Rm, &X, &Xn);
+    for (int s = 0; s < S->n_seqs; s++) {
+        struct dsv4_fwd_seq *q = &S->seqs[s];
+        if (!S->seq_n[s]) continue;
+        /* the block ran for every MTP row so that the state stays whole; the head only if asked */
+        if (q->mtp_logits)
+            head(m, S, X + (size_t)S->seq_row0[s] * sd, S->seq_n[s], L->hc_head_fn, L->hc_head_scale,
+                 L->hc_head_base, L->mtp_norm, q->mtp_logits, c->n_layer, s, S->seq_pos0[s]);
+    }
+}
+
+int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
+                 struct dsv4_err *err)
+{
+    const struct dsv4_config *c = &m->cfg;
+    int R = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        struct dsv4_fwd_seq *q = &seqs[s];
+        if (q->n < 1) return dsv4_err_set(err, DSV4_EINVAL, "empty chunk");
+        if (q->n_logits < 0 || q->n_logits > q->n) return dsv4_err_set(err, DSV4_EINVAL, "bad logits row count");
+        if (q->st->pos + q->n > q->st->max_ctx)
+            return dsv4_err_set(err, DSV4_ERANGE, "%d tokens at position %d exceed the context of %d tokens", q->n,
+                                q->st->pos, q->st->max_ctx);
+        for (int t = 0; t < q->n; t++)
+            if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
+                return dsv4_err_set(err, DSV4_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)",
+                                    q->tokens[t], t, c->vocab_size);
+        R += q->n;
+    }
+    if (R > S->max_rows || n_seqs > S->max_rows)
+        return dsv4_err_set(err, DSV4_EINVAL, "step of %d rows exceeds the planned %d", R, S->max_rows);
+    if (R > 0 && seqs[0].st->max_ctx > S->max_ctx)
+        return dsv4_err_set(err, DSV4_EINVAL, "sequence context %d exceeds the step's planned %d",
+                            seqs[0].st->max_ctx, S->max_ctx);
+
+    S->seqs   = seqs;
+    S->n_seqs = n_seqs;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    int    r  = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        struct dsv4_fwd_seq *q = &seqs[s];
+        S->seq_row0[s] = r;
+        S->seq_n[s]    = q->n;
+        S->seq_pos0[s] = q->st->pos;
+        for (int t = 0; t < q->n; t++, r++) {
+            S->pos[r] = q->st->pos + t;
+            S->tok[r] = q->tokens[t];
+            float          *x = S->X + (size_t)r * sd;
+            const uint16_t *e = m->w.embed + (size_t)q->tokens[t] * (size_t)c->d_model;
+            for (int i = 0; i < c->d_model; i++) x[i] = dsv4_f32_from_bf16(e[i]);
+            for (int j = 1; j < c->hc; j++) memcpy(x + (size_t)j * (size_t)c->d_model, x, sizeof(float) * (size_t)c->d_model);
+        }
+    }
+    float *X = S->X, *Xn = S->Xn;
+    for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
+    for (int s = 0; s < n_seqs; s++) {
+        struct dsv4_fwd_seq *q = &seqs[s];
+        if (!q->n_logits) continue;
+        int r0 = S->seq_row0[s] + q->n - q->n_logits;
+        head(m, S, X + (size_t)r0 * sd, q->n_logits, m->w.hc_head_fn, m->w.hc_head_scale, m->w.hc_head_base,
+             m->w.norm, q->logits, -1, s, S->seq_pos0[s] + q->n - q->n_logits);
+    }
+    if (m->w.has_mtp) mtp_step(m, S, X, Xn);
+    for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
+    return DSV4_OK;
+}

@@ -1,0 +1,81 @@
+/*
+ * model.c - loading a model for inference: config, checkpoint mapping, weight binding (every
+ * problem logged), RoPE frequency tables and the revision switches.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/runtime.h"
+
+void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
+                     float beta_slow)
+{
+    int half = d_rope / 2;
+    for (int i = 0; i < half; i++) freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)d_rope);
+    if (!yarn || orig_len <= 0) return;
+    /* YaRN (model-v4.md §3.3): interpolate the low frequencies by 1/factor with a linear ramp
+     * between the dims that rotate beta_fast and beta_slow times over the original length */
+    double lnb  = log((double)base);
+    double lo_f = d_rope * log(orig_len / (beta_fast * 2 * M_PI)) / (2 * lnb);
+    double hi_f = d_rope * log(orig_len / (beta_slow * 2 * M_PI)) / (2 * lnb);
+    int    low  = (int)floor(lo_f), high = (int)ceil(hi_f);
+    if (low < 0) low = 0;
+    if (high > d_rope - 1) high = d_rope - 1;
+    float lo = (float)low, hi = (float)high;
+    if (low == high) hi += 0.001f;
+    for (int i = 0; i < half; i++) {
+        float ramp = ((float)i - lo) / (hi - lo);
+        ramp       = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float smooth = 1.0f - ramp;
+        freq[i]      = freq[i] / factor * (1.0f - smooth) + freq[i] * smooth;
+    }
+}
+
+int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, const struct dsv4_logger *lg,
+                    struct dsv4_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    dsv4_arena_init(&m->arena, 1 << 20);
+    int rc = dsv4_config_load(&m->cfg, dir, err);
+    if (rc) goto fail_cfg;
+    rc = dsv4_checkpoint_open(&m->ck, dir, err);
+    if (rc) goto fail_cfg;
+    struct dsv4_bind_report rep;
+    rc = dsv4_weights_bind(&m->w, &m->cfg, &m->ck, &m->arena, &rep, err);
+    for (int i = 0; i < rep.n_problems; i++) dsv4_log(lg, DSV4_LOG_ERROR, "%s", rep.problems[i].text);
+    if (rc == DSV4_OK && m->cfg.n_mtp > 0 && !m->w.has_mtp)
+        dsv4_log(lg, DSV4_LOG_WARN, "checkpoint has no MTP block: multi-token prediction unavailable");
+    dsv4_bind_report_free(&rep);
+    if (rc) goto fail_ck;
+    const struct dsv4_config *c = &m->cfg;
+    int half     = c->d_rope / 2;
+    m->freq_swa  = dsv4_arena_alloc(&m->arena, sizeof(float) * (size_t)half, 64);
+    m->freq_comp = dsv4_arena_alloc(&m->arena, sizeof(float) * (size_t)half, 64);
+    if (!m->freq_swa || !m->freq_comp) {
+        rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        goto fail_ck;
+    }
+    dsv4_rope_freqs(m->freq_swa, c->d_rope, c->rope_theta, false, 1, 0, 0, 0);
+    dsv4_rope_freqs(m->freq_comp, c->d_rope, c->compress_rope_theta, c->yarn, c->rope_factor, c->original_seq_len,
+                    c->beta_fast, c->beta_slow);
+    m->rope_swa     = (struct dsv4_rope_table){ c->d_rope, m->freq_swa };
+    m->rope_comp    = (struct dsv4_rope_table){ c->d_rope, m->freq_comp };
+    m->revision     = rev;
+    m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
+    m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
+    m->ops          = &dsv4_cpu_ref_ops;
+    return DSV4_OK;
+fail_ck:
+    dsv4_checkpoint_close(&m->ck);
+fail_cfg:
+    dsv4_arena_free(&m->arena);
+    return rc;
+}
+
+void dsv4_model_free(struct dsv4_model *m)
+{
+    dsv4_checkpoint_close(&m->ck);
+    dsv4_arena_free(&m->arena);
+    memset(m, 0, sizeof(*m));
+}

@@ -1,0 +1,132 @@
+/*
+ * runtime.h - what the forward pass needs at run time: the loaded model (config, weights,
+ * RoPE tables, backend), the per-step scratch plan, and the description of one forward step
+ * over a batch of sequence chunks.
+ */
+#ifndef DSV4_RUNTIME_H
+#define DSV4_RUNTIME_H
+
+#include "backend/backend.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+struct dsv4_model {
+    struct dsv4_config             cfg;
+    struct dsv4_checkpoint         ck;
+    struct dsv4_weights            w;
+    struct dsv4_arena              arena;       /* weights' per-layer structs */
+    enum dsv4_revision             revision;
+    enum dsv4_row_fmt              row_fmt;     /* FP8 compact (current revision) or bf16 */
+    float                          shared_limit; /* swiglu clamp of the shared expert */
+    float                         *freq_swa;    /* [d_rope/2] rope_theta, no YaRN */
+    float                         *freq_comp;   /* [d_rope/2] compress_rope_theta with YaRN */
+    struct dsv4_rope_table         rope_swa, rope_comp;
+    const struct dsv4_backend_ops *ops;
+    void                          *backend_impl;
+};
+
+int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, const struct dsv4_logger *lg,
+                     struct dsv4_err *err);
+void dsv4_model_free(struct dsv4_model *m);
+
+/* RoPE frequencies for one base (model-v4.md §3.3). */
+void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len,
+                     float beta_fast, float beta_slow);
+
+/* Named intermediate tensors, reported as they are computed (dsv4 align, tests). `il` is
+ * the layer (n_layer for the MTP block, -1 for model-level stages), `pos` the position of
+ * the first of n rows of `width` floats (compressed rows: the row index). */
+struct dsv4_dump_sink {
+    void (*fn)(void *ud, const char *stage, int il, int seq, int pos, int n, int width, const float *data);
+    void *ud;
+};
+
+/* One sequence's part of a forward step. */
+struct dsv4_fwd_seq {
+    struct dsv4_seq_state *st;
+    const int             *tokens;     /* [n] */
+    int                    n;
+    int                    n_logits;   /* logits for the last n_logits positions of the chunk */
+    float                 *logits;     /* [n_logits, vocab] */
+    float                 *mtp_logits; /* [n, vocab] or NULL: MTP head for positions whose next token
+                                          is known (pos0-1 .. pos0+n-2) */
+    int                    n_mtp;      /* out: MTP rows written */
+};
+
+/* Scratch for one step of up to max_rows token rows, planned once. */
+struct dsv4_step {
+    int   max_rows;
+    int   max_ctx;
+    int   max_attn_rows;
+    float *X, *Xn, *Xm;        /* [max_rows, hc, d_model] hyper-connection streams */
+    float *u, *f;              /* [max_rows, d_model] */
+    float *post, *comb;        /* [max_rows, hc], [max_rows, hc, hc] */
+    float *qr;                 /* [max_rows, q_lora_rank] */
+    float *q, *o;              /* [max_rows, n_head * d_head] */
+    float *kv;                 /* [max_rows, d_head] */
+    float *z;                  /* [max_rows, o_groups * o_lora_rank] */
+    float *ca, *cg;            /* [max_rows, 2 * d_head] compressor values / gates */
+    float *crow;               /* [d_head] one pooled row */
+    float *qi;                 /* [max_rows, n_idx_head * d_idx_head] */
+    float *wi;                 /* [max_rows, n_idx_head] */
+    float *iscore;             /* [max_ctx / 4] */
+    int   *isel;               /* [max_ctx / 4] */
+    float *moe_y;              /* [max_rows, d_model] f32 accumulator */
+    float *xe, *ye;            /* [max_rows, d_model] gathered expert rows */
+    float *row_w;              /* [max_rows] */
+    int   *rows_e;             /* [max_rows] */
+    float *exp_scratch;        /* [2 * max_rows * d_ff_exp] */
+    float *router_scratch;     /* [2 * n_exp] */
+    int   *ids;                /* [max_rows, n_exp_used] */
+    float *rw;                 /* [max_rows, n_exp_used] */
+    float *hid;                /* [max_rows, d_model] final hidden */
+    int   *pos, *tok;          /* [max_rows] */
+    /* the batch of the current step (set by dsv4_forward) */
+    struct dsv4_fwd_seq *seqs;
+    int                  n_seqs;
+    int   *seq_row0, *seq_n, *seq_pos0; /* [max_rows] first row, rows and first position of each */
+    const uint8_t **rowptr;    /* [max_attn_rows] */
+    uint8_t *staging;          /* [max_rows, row_bytes] this chunk's KV rows, encoded */
+    struct dsv4_backend be;
+    struct dsv4_dump_sink dump;
+    void *mem;
+    size_t mem_bytes;
+};
+
+size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx);
+int    dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows, int max_ctx,
+                      struct dsv4_err *err);
+void   dsv4_step_free(struct dsv4_step *s);
+
+/*
+ * One forward step over n_seqs chunks (each of one sequence, rows concatenated, total rows
+ * <= step->max_rows). Checks token ids and context room first (DSV4_ERANGE, nothing
+ * changed); then advances every sequence. Allocates nothing.
+ */
+int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
+                 struct dsv4_err *err);
+
+/* Sublayers (attention.c, moe.c), rows [0, R) with S->pos / S->tok filled. `state` is the
+ * index of the layer's state in each sequence (il, or n_layer for the MTP block). */
+void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,
+                             int state, int R);
+/* compress.c: one compressor over a sequence's rows; the indexer's top-k for one query. */
+void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
+                         bool is_indexer, float *skv, float *ssc, const float *a, const float *g, int n, int p0,
+                         uint8_t *rows, int row_bytes, int il, int seq);
+int  dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const float *q, const float *w,
+                         const uint8_t *keys, int n_done, int *sel);
+void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+
+static inline const struct dsv4_rope_table *dsv4_layer_rope(const struct dsv4_model *m, int ratio)
+{
+    return ratio ? &m->rope_comp : &m->rope_swa;
+}
+
+static inline void dsv4_dump(struct dsv4_step *S, const char *stage, int il, int seq, int pos, int n, int width,
+                             const float *data)
+{
+    if (S->dump.fn) S->dump.fn(S->dump.ud, stage, il, seq, pos, n, width, data);
+}
+
+#endif
