@@ -21,6 +21,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_align(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 

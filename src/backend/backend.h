@@ -58,12 +58,12 @@ struct dsv4_backend_ops {
                    float *y, int ldy, enum dsv4_act act, enum dsv4_out out);
 
     /* y[n, d] = bf16(w * x / sqrt(mean(x^2) + eps)), f32 inside (w bf16 [d]). x may equal y. */
-    void (*rmsnorm)(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, float eps,
+    void (*rmsnorm)(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
                     float *y, int ldy);
 
     /* In place over q[n, n_head, d_head]: unweighted RMS per head, every step rounded to
      * bf16 as the demo computes it on a bf16 tensor (square, mean, + eps, rsqrt, product). */
-    void (*head_rms)(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, float eps);
+    void (*head_rms)(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps);
 
     /* In place: rotate interleaved pairs of the last d_rope dims of n_vec vectors per row
      * (row r has position pos[r]; vectors of d_full dims, the row holds n_vec of them),
@@ -82,14 +82,14 @@ struct dsv4_backend_ops {
     /* Hyper-connection pre: X[n, hc, d] -> u[n, d] (bf16), post[n, hc], comb[n, hc, hc]
      * (model-v4.md §3.2, Sinkhorn with `iters` iterations). */
     void (*hc_pre)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                   const float *scale, const float *base, int iters, float norm_eps, float hc_eps, float *u,
+                   const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
                    float *post, float *comb);
     /* Hyper-connection post: Xout[n,hc,d] = bf16(post[k] f + sum_j comb[j][k] Xres[j]). */
     void (*hc_post)(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
                     const float *post, const float *comb, float *Xout);
     /* Final collapse: y[n, d] = bf16(sum_j (sigmoid(mix_j scale + base_j) + eps) X[j]). */
     void (*hc_head)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                    const float *scale, const float *base, float norm_eps, float hc_eps, float *y);
+                    const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
 
     /* Sink attention of one query position: q[n_head, d_head] against n_rows cached rows
      * (rows[i] in `fmt`, shared K = V), o[n_head, d_head] = bf16(sum_t p_t V_t / (sum_t p_t +
@@ -109,13 +109,13 @@ struct dsv4_backend_ops {
      * weights = selected scores / their sum * route_scale. */
     void (*router)(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                    const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                   float route_scale, int *ids, float *weights, float *scratch);
+                   double route_scale, int *ids, float *weights, float *scratch);
 
     /* One SwiGLU expert over n rows of x[n, d_model] (FP8/FP4 activations as the demo):
      * h = silu(min(g, limit)) * clamp(v, +-limit) (no clamp when limit <= 0), times
      * row_w[r] when row_w is given, then y[n, d_model] = bf16(W2 . bf16(h)). */
     void (*expert)(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
-                   const float *row_w, float limit, float *y, float *scratch);
+                   const float *row_w, double limit, float *y, float *scratch);
 };
 
 /*

@@ -81,6 +81,10 @@ uint64_t    dsv4_tensor_numel(const struct dsv4_tensor *t);
 int dsv4_st_parse(const uint8_t *buf, size_t size, const char *what, struct dsv4_arena *arena,
                   struct dsv4_tensor **tensors, size_t *n_tensors, struct dsv4_err *err);
 
+/* Copies the value of key in the file's __metadata__ into out (NUL-terminated). Returns
+ * false when the file has no such entry or it does not fit. buf must hold a parsed file. */
+bool dsv4_st_metadata(const uint8_t *buf, size_t size, const char *key, char *out, size_t cap);
+
 /* A checkpoint: one or more mapped safetensors shards and a name -> tensor index. */
 struct dsv4_checkpoint {
     char                    *dir;

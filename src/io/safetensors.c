@@ -284,6 +284,24 @@ out:
     return rc;
 }
 
+bool dsv4_st_metadata(const uint8_t *buf, size_t size, const char *key, char *out, size_t cap)
+{
+    if (size < 8) return false;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen == 0 || hlen > size - 8) return false;
+    json_error_t je;
+    json_t      *root = json_loadb((const char *)buf + 8, (size_t)hlen, 0, &je);
+    bool         ok   = false;
+    json_t      *v    = json_object_get(json_object_get(root, "__metadata__"), key);
+    if (json_is_string(v) && strlen(json_string_value(v)) < cap) {
+        strcpy(out, json_string_value(v));
+        ok = true;
+    }
+    json_decref(root);
+    return ok;
+}
+
 /* ------------------------------------------------------------------ checkpoints */
 
 static bool is_plain_file_name(const char *s)

@@ -48,8 +48,8 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     be->ops->hadamard(be, R * nI, dI, S->qi);
     be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32);
     be->ops->linear(be, &L->idx.weights_proj, R, S->u, c->d_model, S->wi, nI, DSV4_ACT_NONE, DSV4_OUT_BF16);
-    float wscale = (float)(1.0 / sqrt((double)dI) / sqrt((double)nI));
-    for (size_t i = 0; i < (size_t)R * (size_t)nI; i++) S->wi[i] = dsv4_round_bf16(S->wi[i] * wscale);
+    double wscale = (float)(pow(dI, -0.5) * pow(nI, -0.5)); /* an f32 constant, as in the demo */
+    for (size_t i = 0; i < (size_t)R * (size_t)nI; i++) S->wi[i] = dsv4_round_bf16((float)(S->wi[i] * wscale));
 }
 
 /* Attention of every row of one sequence. */
@@ -62,7 +62,7 @@ static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const st
     struct dsv4_layer_state  *ls = &st->layers[state];
     int    r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s], win = c->window, rb = st->row_bytes;
     int    ratio = L->ratio, HD = c->n_head * c->d_head;
-    float  scale = 1.0f / sqrtf((float)c->d_head);
+    float  scale = (float)pow(c->d_head, -0.5);
     uint8_t *staging = S->staging + (size_t)r0 * (size_t)rb;
     for (int t = 0; t < n; t++) dsv4_row_encode(st->fmt, c->d_head, c->d_rope, S->kv + (size_t)(r0 + t) * (size_t)c->d_head,
                                                  staging + (size_t)t * (size_t)rb);
@@ -110,6 +110,9 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     /* q: low-rank projection, q_norm, per-head RMS, RoPE on the last d_rope dims */
     be->ops->linear(be, &L->wq_a, R, S->u, c->d_model, S->qr, c->q_lora_rank, act, DSV4_OUT_BF16);
     be->ops->rmsnorm(be, R, c->q_lora_rank, S->qr, c->q_lora_rank, L->q_norm, c->norm_eps, S->qr, c->q_lora_rank);
+    for (int s = 0; s < S->n_seqs; s++)
+        dsv4_dump(S, "qr", il, s, S->seq_pos0[s], S->seq_n[s], c->q_lora_rank,
+                  S->qr + (size_t)S->seq_row0[s] * (size_t)c->q_lora_rank);
     be->ops->linear(be, &L->wq_b, R, S->qr, c->q_lora_rank, S->q, HD, act, DSV4_OUT_BF16);
     be->ops->head_rms(be, R, H, D, S->q, c->norm_eps);
     be->ops->rope(be, R, H, D, S->q, S->pos, rope, false);
@@ -132,6 +135,8 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     for (int s = 0; s < S->n_seqs; s++) attend_seq(m, S, L, state, s, il);
     /* undo the query-position rotation of the output, then the grouped output projection */
     be->ops->rope(be, R, H, D, S->o, S->pos, rope, true);
+    for (int s = 0; s < S->n_seqs; s++)
+        dsv4_dump(S, "o", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->o + (size_t)S->seq_row0[s] * (size_t)HD);
     int G = c->o_groups, gin = HD / G, gout = c->o_lora_rank;
     for (int g = 0; g < G; g++) {
         struct dsv4_linear wa = L->wo_a;

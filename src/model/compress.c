@@ -14,35 +14,31 @@
 
 #include "model/runtime.h"
 
-/* Per-channel softmax pooling of the frontier into out[d] (f32). */
+/* Per-channel softmax pooling of the frontier into out[d]: f32(sum softmax(g) * a), in
+ * double as the reference. */
 static void pool(const float *skv, const float *ssc, int ratio, int d, float *out)
 {
     bool overlap = ratio == 4;
     int  width   = overlap ? 2 * d : d;
     int  n       = overlap ? 2 * ratio : ratio;
     for (int ch = 0; ch < d; ch++) {
-        float g[256], m = -INFINITY;
+        double g[256], m = -INFINITY;
         for (int i = 0; i < n; i++) {
             int col = (overlap && i >= ratio) ? d + ch : ch;
             g[i]    = ssc[(size_t)i * (size_t)width + (size_t)col];
-            m       = fmaxf(m, g[i]);
+            m       = fmax(m, g[i]);
         }
-        float sum = 0;
-        for (int i = 0; i < n; i++) sum += (g[i] = expf(g[i] - m));
-        float acc = 0;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (g[i] = exp(g[i] - m));
+        double acc = 0;
         for (int i = 0; i < n; i++) {
             int col = (overlap && i >= ratio) ? d + ch : ch;
             acc += (g[i] / sum) * skv[(size_t)i * (size_t)width + (size_t)col];
         }
-        out[ch] = acc;
+        out[ch] = (float)acc;
     }
 }
 
-/*
- * Runs one compressor over rows [0, n) of a sequence (values a, gate logits g: [n, coff*d],
- * positions p0..p0+n-1), updating the frontier (skv, ssc) and emitting every completed row
- * into `rows` (encoded: main rows in the cache row format, indexer rows as FP4 keys).
- */
 void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
                          bool is_indexer, float *skv, float *ssc, const float *a, const float *g, int n, int p0,
                          uint8_t *rows, int row_bytes, int il, int seq)

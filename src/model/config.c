@@ -59,22 +59,28 @@ static int get_int(struct cfg_parse *p, json_t *obj, const char *field, bool req
     return (int)i;
 }
 
-static float get_float(struct cfg_parse *p, json_t *obj, const char *field, bool required,
-                       double def, double lo, double hi)
+static double get_double(struct cfg_parse *p, json_t *obj, const char *field, bool required, double def,
+                         double lo, double hi)
 {
     json_t *v = json_object_get(obj, field);
     if (!v || json_is_null(v)) {
-        if (required) return (float)bad(p, field, "is missing");
-        return (float)def;
+        if (required) return bad(p, field, "is missing");
+        return def;
     }
-    if (!json_is_number(v)) return (float)bad(p, field, "must be a number");
+    if (!json_is_number(v)) return bad(p, field, "must be a number");
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi)) {
         char why[96];
         snprintf(why, sizeof(why), "is %g, must be in [%g, %g]", d, lo, hi);
-        return (float)bad(p, field, why);
+        return bad(p, field, why);
     }
-    return (float)d;
+    return d;
+}
+
+static float get_float(struct cfg_parse *p, json_t *obj, const char *field, bool required, double def, double lo,
+                       double hi)
+{
+    return (float)get_double(p, obj, field, required, def, lo, hi);
 }
 
 static const char *get_str(struct cfg_parse *p, json_t *obj, const char *field, bool required)
@@ -207,12 +213,12 @@ int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const
     c->n_exp_used   = get_int(&p, root, "num_experts_per_tok", true, 0, 1, 64);
     c->d_ff_exp     = get_int(&p, root, "moe_intermediate_size", true, 0, 1, 1 << 18);
     c->n_hash_layer = get_int(&p, root, "num_hash_layers", false, 0, 0, DSV4_MAX_LAYERS);
-    c->route_scale  = get_float(&p, root, "routed_scaling_factor", true, 1, 0, 1e6);
-    c->swiglu_limit = get_float(&p, root, "swiglu_limit", false, 0, 0, 1e9);
+    c->route_scale  = get_double(&p, root, "routed_scaling_factor", true, 1, 0, 1e6);
+    c->swiglu_limit = get_double(&p, root, "swiglu_limit", false, 0, 0, 1e9);
     c->hc           = get_int(&p, root, "hc_mult", true, 0, 1, DSV4_MAX_HC);
     c->hc_sinkhorn_iters = get_int(&p, root, "hc_sinkhorn_iters", true, 0, 1, 1000);
-    c->hc_eps       = get_float(&p, root, "hc_eps", true, 0, 0, 1);
-    c->norm_eps     = get_float(&p, root, "rms_norm_eps", true, 0, 0, 1);
+    c->hc_eps       = get_double(&p, root, "hc_eps", true, 0, 0, 1);
+    c->norm_eps     = get_double(&p, root, "rms_norm_eps", true, 0, 0, 1);
     c->n_mtp        = get_int(&p, root, "num_nextn_predict_layers", false, 0, 0, 1);
     c->bos_id       = get_int(&p, root, "bos_token_id", false, 0, 0, 1 << 22);
     c->eos_id       = get_int(&p, root, "eos_token_id", false, 1, 0, 1 << 22);

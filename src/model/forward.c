@@ -99,6 +99,7 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
         for (int i = 0; i < d; i++)
             S->u[(size_t)r * (size_t)d + (size_t)i] = dsv4_f32_from_bf16(m->w.embed[(size_t)S->tok[r] * (size_t)d + (size_t)i]);
     be->ops->rmsnorm(be, Rm, d, S->u, d, L->enorm, c->norm_eps, S->u, d);
+    dump_rows(S, "embed", c->n_layer, S->u, d);
     be->ops->rmsnorm(be, Rm * c->hc, d, S->Xm, d, L->hnorm, c->norm_eps, Xtmp, d);
     enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
     be->ops->linear(be, &L->e_proj, Rm, S->u, d, S->f, d, act, DSV4_OUT_BF16);
@@ -107,8 +108,9 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
         for (int j = 0; j < c->hc; j++)
             for (int i = 0; i < d; i++) {
                 float *x = S->Xm + (size_t)r * sd + (size_t)j * (size_t)d + (size_t)i;
-                *x       = dsv4_round_bf16(*x + S->f[(size_t)r * (size_t)d + (size_t)i]);
+                *x       = dsv4_round_bf16((float)((double)*x + S->f[(size_t)r * (size_t)d + (size_t)i]));
             }
+    dump_rows(S, "x_in", c->n_layer, S->Xm, c->hc * d);
     float *X = S->Xm, *Xn = Xtmp;
     block(m, S, L, c->n_layer, Rm, &X, &Xn);
     for (int s = 0; s < S->n_seqs; s++) {

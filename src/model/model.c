@@ -11,24 +11,29 @@
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
                      float beta_slow)
 {
+    /* f32 values computed as the demo does: 1 / base^(2i/d), then the YaRN ramp */
     int half = d_rope / 2;
-    for (int i = 0; i < half; i++) freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)d_rope);
+    for (int i = 0; i < half; i++) {
+        double ex = (float)((double)(2 * i) / d_rope);
+        freq[i]   = (float)(1.0 / (double)(float)pow((double)base, ex));
+    }
     if (!yarn || orig_len <= 0) return;
     /* YaRN (model-v4.md §3.3): interpolate the low frequencies by 1/factor with a linear ramp
      * between the dims that rotate beta_fast and beta_slow times over the original length */
     double lnb  = log((double)base);
     double lo_f = d_rope * log(orig_len / (beta_fast * 2 * M_PI)) / (2 * lnb);
     double hi_f = d_rope * log(orig_len / (beta_slow * 2 * M_PI)) / (2 * lnb);
-    int    low  = (int)floor(lo_f), high = (int)ceil(hi_f);
-    if (low < 0) low = 0;
-    if (high > d_rope - 1) high = d_rope - 1;
-    float lo = (float)low, hi = (float)high;
-    if (low == high) hi += 0.001f;
+    double lo   = floor(lo_f), hi = ceil(hi_f);
+    if (lo < 0) lo = 0;
+    if (hi > d_rope - 1) hi = d_rope - 1;
+    if (lo == hi) hi += 0.001;
     for (int i = 0; i < half; i++) {
-        float ramp = ((float)i - lo) / (hi - lo);
-        ramp       = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-        float smooth = 1.0f - ramp;
-        freq[i]      = freq[i] / factor * (1.0f - smooth) + freq[i] * smooth;
+        double ramp = (i - lo) / (hi - lo);
+        ramp        = (float)(ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+        double smooth = 1.0 - ramp;
+        double f      = freq[i];
+        freq[i] = (float)((double)(float)((double)(float)(f / factor) * (double)(float)(1.0 - smooth)) +
+                          (double)(float)(f * smooth));
     }
 }
 

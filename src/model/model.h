@@ -55,12 +55,12 @@ struct dsv4_config {
     int   n_exp_used;        /* num_experts_per_tok */
     int   d_ff_exp;          /* moe_intermediate_size */
     int   n_hash_layer;      /* num_hash_layers */
-    float route_scale;       /* routed_scaling_factor */
-    float swiglu_limit;
+    double route_scale;      /* routed_scaling_factor */
+    double swiglu_limit;
     int   hc;                /* hc_mult */
     int   hc_sinkhorn_iters;
-    float hc_eps;
-    float norm_eps;          /* rms_norm_eps */
+    double hc_eps;
+    double norm_eps;         /* rms_norm_eps */
     int   n_mtp;             /* num_nextn_predict_layers (0 or 1 supported) */
     int   bos_id, eos_id;
     bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */

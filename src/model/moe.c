@@ -4,7 +4,8 @@
  * expert, round the f32 sum to bf16.
  *
  * Accumulation order is fixed: routed experts by ascending expert id, then the shared
- * expert, as the demo's loop does; a row's result does not depend on the other rows.
+ * expert, as the demo's loop does; the sum is in double (bf16 terms, so exact) and a row's
+ * result does not depend on the other rows.
  */
 #include <string.h>
 
@@ -27,7 +28,7 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, k, fid);
                 dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, k, S->rw + (size_t)r * (size_t)k);
             }
-    memset(S->moe_y, 0, sizeof(float) * (size_t)R * (size_t)d);
+    memset(S->moe_y, 0, sizeof(double) * (size_t)R * (size_t)d);
     for (int e = 0; e < c->n_exp; e++) {
         int ne = 0;
         for (int r = 0; r < R; r++)
@@ -41,11 +42,11 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
         if (!ne) continue;
         be->ops->expert(be, &L->experts[e], ne, S->xe, d, S->row_w, c->swiglu_limit, S->ye, S->exp_scratch);
         for (int i = 0; i < ne; i++) {
-            float       *y  = S->moe_y + (size_t)S->rows_e[i] * (size_t)d;
+            double      *y  = S->moe_y + (size_t)S->rows_e[i] * (size_t)d;
             const float *ye = S->ye + (size_t)i * (size_t)d;
             for (int j = 0; j < d; j++) y[j] += ye[j];
         }
     }
     be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->ye, S->exp_scratch);
-    for (size_t i = 0; i < (size_t)R * (size_t)d; i++) S->f[i] = dsv4_round_bf16(S->moe_y[i] + S->ye[i]);
+    for (size_t i = 0; i < (size_t)R * (size_t)d; i++) S->f[i] = dsv4_round_bf16((float)(S->moe_y[i] + S->ye[i]));
 }

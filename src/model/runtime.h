@@ -17,7 +17,7 @@ struct dsv4_model {
     struct dsv4_arena              arena;       /* weights' per-layer structs */
     enum dsv4_revision             revision;
     enum dsv4_row_fmt              row_fmt;     /* FP8 compact (current revision) or bf16 */
-    float                          shared_limit; /* swiglu clamp of the shared expert */
+    double                         shared_limit; /* swiglu clamp of the shared expert */
     float                         *freq_swa;    /* [d_rope/2] rope_theta, no YaRN */
     float                         *freq_comp;   /* [d_rope/2] compress_rope_theta with YaRN */
     struct dsv4_rope_table         rope_swa, rope_comp;
@@ -71,7 +71,7 @@ struct dsv4_step {
     float *wi;                 /* [max_rows, n_idx_head] */
     float *iscore;             /* [max_ctx / 4] */
     int   *isel;               /* [max_ctx / 4] */
-    float *moe_y;              /* [max_rows, d_model] f32 accumulator */
+    double *moe_y;             /* [max_rows, d_model] accumulator (bf16 terms: exact) */
     float *xe, *ye;            /* [max_rows, d_model] gathered expert rows */
     float *row_w;              /* [max_rows] */
     int   *rows_e;             /* [max_rows] */
@@ -117,6 +117,10 @@ void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const 
 int  dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const float *q, const float *w,
                          const uint8_t *keys, int n_done, int *sel);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+
+/* engine.c internals for tools that look inside (dsv4 align, tests). */
+const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
+void                     dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink);
 
 static inline const struct dsv4_rope_table *dsv4_layer_rope(const struct dsv4_model *m, int ratio)
 {

@@ -6,13 +6,15 @@
  * of codes are summed in f32, then scaled by s_x * s_w (FP8 weights: one s_w per 128x128
  * block; FP4 weights: per 32-wide sub-block s_w, then s_x per 128). Without activation
  * quantisation (wo_a, compressor, router, head) the input is used as it is against the
- * dequantised weight. Accumulation is f32; the output is rounded to bf16 when asked.
+ * dequantised weight. The reference accumulates in double (exact for these products up to
+ * double rounding); the output is rounded to f32, or to bf16 through f32.
  */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "backend/cpu/ref.h"
+#include "backend/cpu/ref_num.h"
 
 static float           e4m3_lut[256], e2m1_lut[16], e8m0_lut[256];
 static pthread_once_t  lut_once = PTHREAD_ONCE_INIT;
@@ -26,7 +28,7 @@ static void lut_init(void)
     for (int i = 0; i < 16; i++) e2m1_lut[i] = dsv4_f32_from_e2m1((uint8_t)i);
 }
 
-static float scale_at(const struct dsv4_linear *w, size_t idx)
+static double scale_at(const struct dsv4_linear *w, size_t idx)
 {
     if (w->scale_f32) {
         float s;
@@ -49,35 +51,35 @@ static void quant_row(const float *x, int n_in, float *q, float *s)
     }
 }
 
-static float dot_fp8(const struct dsv4_linear *w, int o, const float *q, const float *s)
+static double dot_fp8(const struct dsv4_linear *w, int o, const float *q, const float *s)
 {
     o += w->row_off;
     const uint8_t *wr    = (const uint8_t *)w->w + (size_t)o * (size_t)w->n_in;
     int            n_kb  = (w->n_in + 127) / 128;
-    float          acc   = 0;
+    double         acc   = 0;
     for (int kb = 0; kb < n_kb; kb++) {
-        int   b = kb * 128, e = b + 128 < w->n_in ? b + 128 : w->n_in;
-        float part = 0;
-        for (int k = b; k < e; k++) part += q[k] * e4m3_lut[wr[k]];
+        int    b = kb * 128, e = b + 128 < w->n_in ? b + 128 : w->n_in;
+        double part = 0;
+        for (int k = b; k < e; k++) part += (double)q[k] * e4m3_lut[wr[k]];
         acc += part * (s ? s[kb] : 1.0f) * scale_at(w, (size_t)(o / 128) * (size_t)n_kb + (size_t)kb);
     }
     return acc;
 }
 
-static float dot_fp4(const struct dsv4_linear *w, int o, const float *q, const float *s)
+static double dot_fp4(const struct dsv4_linear *w, int o, const float *q, const float *s)
 {
     o += w->row_off;
     const uint8_t *wr  = (const uint8_t *)w->w + (size_t)o * (size_t)(w->n_in / 2);
     size_t         srow = (size_t)o * (size_t)(w->n_in / 32);
-    float          acc  = 0;
+    double         acc  = 0;
     for (int b = 0; b < w->n_in; b += 128) {
-        int   e    = b + 128 < w->n_in ? b + 128 : w->n_in;
-        float p128 = 0;
+        int    e    = b + 128 < w->n_in ? b + 128 : w->n_in;
+        double p128 = 0;
         for (int sb = b; sb < e; sb += 32) {
-            float p32 = 0;
+            double p32 = 0;
             for (int k = sb; k < sb + 32; k++) {
                 uint8_t byte = wr[k / 2];
-                p32 += q[k] * e2m1_lut[k % 2 ? byte >> 4 : byte & 15];
+                p32 += (double)q[k] * e2m1_lut[k % 2 ? byte >> 4 : byte & 15];
             }
             p128 += p32 * scale_at(w, srow + (size_t)(sb / 32));
         }
@@ -86,16 +88,16 @@ static float dot_fp4(const struct dsv4_linear *w, int o, const float *q, const f
     return acc;
 }
 
-static float dot_dense(const struct dsv4_linear *w, int o, const float *x)
+static double dot_dense(const struct dsv4_linear *w, int o, const float *x)
 {
-    float acc = 0;
+    double acc = 0;
     o += w->row_off;
     if (w->fmt == DSV4_WFMT_BF16) {
         const uint16_t *wr = (const uint16_t *)w->w + (size_t)o * (size_t)w->n_in;
-        for (int k = 0; k < w->n_in; k++) acc += x[k] * dsv4_f32_from_bf16(wr[k]);
+        for (int k = 0; k < w->n_in; k++) acc += (double)x[k] * dsv4_f32_from_bf16(wr[k]);
     } else {
         const float *wr = (const float *)w->w + (size_t)o * (size_t)w->n_in;
-        for (int k = 0; k < w->n_in; k++) acc += x[k] * wr[k];
+        for (int k = 0; k < w->n_in; k++) acc += (double)x[k] * wr[k];
     }
     return acc;
 }
@@ -118,7 +120,7 @@ void dsv4_ref_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n
             sx = s;
         }
         for (int o = 0; o < w->n_out; o++) {
-            float v;
+            double v;
             switch (w->fmt) {
             case DSV4_WFMT_FP8: v = dot_fp8(w, o, qx, sx); break;
             case DSV4_WFMT_FP4: v = dot_fp4(w, o, qx, sx); break;
@@ -127,7 +129,7 @@ void dsv4_ref_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n
                 v = dot_dense(w, o, qx);
                 break;
             }
-            yr[o] = out == DSV4_OUT_BF16 ? dsv4_round_bf16(v) : v;
+            yr[o] = out == DSV4_OUT_BF16 ? rbf16(v) : (float)v;
         }
     }
 }

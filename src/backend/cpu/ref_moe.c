@@ -1,9 +1,9 @@
 /*
  * ref_moe.c - scalar reference of the router and of one SwiGLU expert.
  *
- * The router works in f32 throughout (the demo upcasts both x and the gate weight):
- * score = sqrt(softplus(logit)) with torch's softplus threshold (x > 20 gives x). The bias
- * of score-routed layers only shifts the selection; weights come from the unbiased scores,
+ * The router works in f32 (the demo upcasts both x and the gate weight): score =
+ * sqrt(softplus(logit)) with torch's softplus threshold (x > 20 gives x). The bias of
+ * score-routed layers only shifts the selection; weights come from the unbiased scores,
  * renormalised over the chosen experts and multiplied by the route scale. Selection is
  * deterministic: equal values go to the lower expert index.
  *
@@ -15,15 +15,16 @@
 #include <string.h>
 
 #include "backend/cpu/ref.h"
+#include "backend/cpu/ref_num.h"
 
-static float softplusf(float x)
+static double softplus(double x)
 {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return x > 20.0 ? x : log1p(exp(x));
 }
 
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                     float route_scale, int *ids, float *weights, float *scratch)
+                     double route_scale, int *ids, float *weights, float *scratch)
 {
     float *score = scratch;         /* [n_exp] */
     float *sel   = scratch + n_exp; /* [n_exp] */
@@ -31,7 +32,7 @@ void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struc
         be->ops->linear(be, gate, 1, x + (size_t)r * (size_t)gate->n_in, gate->n_in, score, n_exp, DSV4_ACT_NONE,
                         DSV4_OUT_F32);
         for (int e = 0; e < n_exp; e++) {
-            score[e] = sqrtf(softplusf(score[e]));
+            score[e] = (float)sqrt(rf32(softplus(score[e])));
             sel[e]   = bias ? score[e] + bias[e] : score[e];
         }
         int *ri = ids + (size_t)r * (size_t)n_used;
@@ -49,19 +50,16 @@ void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struc
             }
         }
         float *rw  = weights + (size_t)r * (size_t)n_used;
-        float  sum = 0;
-        for (int k = 0; k < n_used; k++) sum += (rw[k] = score[ri[k]]);
-        for (int k = 0; k < n_used; k++) rw[k] = rw[k] / sum * route_scale;
+        double sum = 0;
+        for (int k = 0; k < n_used; k++) sum += score[ri[k]];
+        float fsum = (float)sum;
+        for (int k = 0; k < n_used; k++) rw[k] = (float)((double)score[ri[k]] / fsum);
+        for (int k = 0; k < n_used; k++) rw[k] = (float)((double)rw[k] * route_scale);
     }
 }
 
-static float siluf(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
 void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
-                     const float *row_w, float limit, float *y, float *scratch)
+                     const float *row_w, double limit, float *y, float *scratch)
 {
     int           f   = e->w1.n_out;
     float        *g   = scratch;                            /* [n, f] */
@@ -72,14 +70,14 @@ void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int
     for (int r = 0; r < n; r++)
         for (int i = 0; i < f; i++) {
             size_t k  = (size_t)r * (size_t)f + (size_t)i;
-            float  gg = g[k], vv = v[k];
+            double gg = g[k], vv = v[k];
             if (limit > 0) {
-                vv = fminf(fmaxf(vv, -limit), limit);
-                gg = fminf(gg, limit);
+                vv = fmin(fmax(vv, -limit), limit);
+                gg = fmin(gg, limit);
             }
-            float h = siluf(gg) * vv;
-            if (row_w) h *= row_w[r];
-            g[k] = dsv4_round_bf16(h);
+            double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv); /* silu(gate) * up, f32 */
+            if (row_w) h = rf32((double)row_w[r] * h);
+            g[k] = rbf16(h);
         }
     be->ops->linear(be, &e->w2, n, g, f, y, e->w2.n_out, act, DSV4_OUT_BF16);
 }
