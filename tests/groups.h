@@ -3,3 +3,5 @@
 X(numfmt)
 X(safetensors)
 X(checkpoint)
+X(tok)
+X(forward)
