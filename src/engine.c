@@ -78,8 +78,6 @@ void dsv4_engine_info(const dsv4_engine *e, struct dsv4_model_info *info)
     info->eos_id     = c->eos_id;
 }
 
-/* Internal: the model behind an engine (tools that need more than the public API). */
-const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e)
 {
     return &e->model;
@@ -212,8 +210,6 @@ void dsv4_session_reset(dsv4_session *s)
     s->has_logits = false;
 }
 
-/* Internal: the dump hook of a session's step (dsv4 align). */
-void dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink);
 void dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink)
 {
     s->step.dump = sink;
