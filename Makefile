@@ -48,7 +48,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san fuzz golden demo clean bench
+.PHONY: all help test test-san fuzz golden demo clean bench bench-tokenizer
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -62,6 +62,7 @@ help:
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
 	@echo "  make demo         build and generate text from the bundled model"
+	@echo "  make bench        the benchmarks (tokenizer: MB/s against tokenizers.js on the KJV)"
 	@echo "  make clean        remove build outputs"
 	@echo ""
 	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=..."
@@ -84,6 +85,16 @@ $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
 
 test: $(BIN) $(BUILD)/run_tests
 	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests
+
+BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: bench-tokenizer
+
+bench-tokenizer: $(BUILD)/bench/bench_tokenizer
+	$(BUILD)/bench/bench_tokenizer
 
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
