@@ -83,6 +83,12 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(LIB)
 
 $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
 
+# ISA files: each compiled for its own instruction set, called only after a CPUID check.
+$(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
+$(BUILD)/src/backend/cpu/x86_avx512.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
+$(BUILD)/src/backend/cpu/x86_avx512bf16.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
+$(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
+
 test: $(BIN) $(BUILD)/run_tests
 	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests
 
@@ -98,6 +104,12 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
+
+# Golden fixtures: `dsv4 gen` checkpoints in a temporary directory, run through the Python
+# reference (tools/ref, Debian's python3 with torch); a few minutes on 2 cores.
+PYTHON_REF ?= /usr/bin/python3
+golden: $(BIN)
+	$(PYTHON_REF) tools/ref/golden.py --dsv4 $(abspath $(BIN)) --out tests/golden
 
 # libFuzzer harnesses (clang): build-fuzz/fuzz_<name>; run one on its corpus directory.
 FUZZ_CC   ?= clang

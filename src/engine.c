@@ -46,7 +46,7 @@ int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engin
     if (!e) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     e->lg.fn = params->log;
     e->lg.ud = params->log_ud;
-    int rc   = dsv4_model_load(&e->model, dir, params->revision, &e->lg, err);
+    int rc   = dsv4_model_load(&e->model, dir, params->revision, params->n_threads, &e->lg, err);
     if (rc) {
         free(e);
         return rc;

@@ -126,52 +126,52 @@ static int cmp_offset(const void *a, const void *b)
 static int parse_entry(struct parse *p, const char *name, json_t *v, struct dsv4_tensor *t,
                        uint64_t data_size)
 {
-    uint64_t at = key_offset(p, name);
-    if (!json_is_object(v)) return fail(p, at, "tensor '%s': entry is not an object%s", name, "");
+    /* the byte offset of the entry (key_offset) is only searched for when reporting */
+    if (!json_is_object(v)) return fail(p, key_offset(p, name), "tensor '%s': entry is not an object%s", name, "");
     const char *key;
     json_t     *val;
     json_object_foreach(v, key, val) {
         if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
-            return fail(p, at, "tensor '%s': unknown field '%s'", name, key);
+            return fail(p, key_offset(p, name), "tensor '%s': unknown field '%s'", name, key);
     }
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
-    if (!json_is_string(jd)) return fail(p, at, "tensor '%s': missing or non-string dtype%s", name, "");
+    if (!json_is_string(jd)) return fail(p, key_offset(p, name), "tensor '%s': missing or non-string dtype%s", name, "");
     if (!dsv4_dtype_from_name(json_string_value(jd), &t->dtype))
-        return fail(p, at, "tensor '%s': unknown dtype '%s'", name, json_string_value(jd));
-    if (!json_is_array(js)) return fail(p, at, "tensor '%s': missing or non-array shape%s", name, "");
+        return fail(p, key_offset(p, name), "tensor '%s': unknown dtype '%s'", name, json_string_value(jd));
+    if (!json_is_array(js)) return fail(p, key_offset(p, name), "tensor '%s': missing or non-array shape%s", name, "");
     size_t nd = json_array_size(js);
-    if (nd > DSV4_MAX_DIMS) return fail(p, at, "tensor '%s': more than 8 dimensions%s", name, "");
+    if (nd > DSV4_MAX_DIMS) return fail(p, key_offset(p, name), "tensor '%s': more than 8 dimensions%s", name, "");
     t->ndim = (int)nd;
     uint64_t numel = 1;
     for (size_t i = 0; i < nd; i++) {
         uint64_t d;
         if (!json_uint(json_array_get(js, i), &d) || d > (uint64_t)INT64_MAX)
-            return fail(p, at, "tensor '%s': shape entries must be non-negative integers%s", name, "");
+            return fail(p, key_offset(p, name), "tensor '%s': shape entries must be non-negative integers%s", name, "");
         t->shape[i] = (int64_t)d;
         if (dsv4_mul_overflows(numel, d, &numel))
-            return fail(p, at, "tensor '%s': shape product overflows%s", name, "");
+            return fail(p, key_offset(p, name), "tensor '%s': shape product overflows%s", name, "");
     }
     uint64_t nbytes;
     if (dsv4_mul_overflows(numel, dsv4_dtype_size(t->dtype), &nbytes))
-        return fail(p, at, "tensor '%s': byte size overflows%s", name, "");
+        return fail(p, key_offset(p, name), "tensor '%s': byte size overflows%s", name, "");
     if (!json_is_array(jo) || json_array_size(jo) != 2)
-        return fail(p, at, "tensor '%s': data_offsets must be [begin, end]%s", name, "");
+        return fail(p, key_offset(p, name), "tensor '%s': data_offsets must be [begin, end]%s", name, "");
     uint64_t b, e;
     if (!json_uint(json_array_get(jo, 0), &b) || !json_uint(json_array_get(jo, 1), &e))
-        return fail(p, at, "tensor '%s': data_offsets must be non-negative integers%s", name, "");
-    if (e < b) return fail(p, at, "tensor '%s': data_offsets end before begin%s", name, "");
+        return fail(p, key_offset(p, name), "tensor '%s': data_offsets must be non-negative integers%s", name, "");
+    if (e < b) return fail(p, key_offset(p, name), "tensor '%s': data_offsets end before begin%s", name, "");
     if (e > data_size) {
         char extra[128];
         snprintf(extra, sizeof(extra), " (end %llu, data area %llu bytes)", (unsigned long long)e,
                  (unsigned long long)data_size);
-        return fail(p, at, "tensor '%s': data_offsets outside the data area%s", name, extra);
+        return fail(p, key_offset(p, name), "tensor '%s': data_offsets outside the data area%s", name, extra);
     }
     if (e - b != nbytes) {
         char extra[160];
         snprintf(extra, sizeof(extra), " (%llu bytes between offsets, shape x dtype needs %llu)",
                  (unsigned long long)(e - b), (unsigned long long)nbytes);
-        return fail(p, at, "tensor '%s': byte size does not match shape and dtype%s", name, extra);
+        return fail(p, key_offset(p, name), "tensor '%s': byte size does not match shape and dtype%s", name, extra);
     }
     t->nbytes = nbytes;
     t->offset = 8 + p->hlen + b;

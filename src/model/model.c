@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "model/runtime.h"
 
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
@@ -37,8 +38,8 @@ void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float facto
     }
 }
 
-int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, const struct dsv4_logger *lg,
-                    struct dsv4_err *err)
+int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
+                    const struct dsv4_logger *lg, struct dsv4_err *err)
 {
     memset(m, 0, sizeof(*m));
     dsv4_arena_init(&m->arena, 1 << 20);
@@ -69,7 +70,13 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision re
     m->revision     = rev;
     m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
-    m->ops          = &dsv4_cpu_ref_ops;
+    struct dsv4_cpu *cpu;
+    rc = dsv4_cpu_create(&cpu, n_threads, err);
+    if (rc) goto fail_ck;
+    m->backend_impl = cpu;
+    m->ops          = cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
+    dsv4_log(lg, DSV4_LOG_INFO, "cpu backend: %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
+             cpu->n_threads);
     return DSV4_OK;
 fail_ck:
     dsv4_checkpoint_close(&m->ck);
@@ -80,6 +87,7 @@ fail_cfg:
 
 void dsv4_model_free(struct dsv4_model *m)
 {
+    dsv4_cpu_free(m->backend_impl);
     dsv4_checkpoint_close(&m->ck);
     dsv4_arena_free(&m->arena);
     memset(m, 0, sizeof(*m));

@@ -25,8 +25,8 @@ struct dsv4_model {
     void                          *backend_impl;
 };
 
-int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, const struct dsv4_logger *lg,
-                     struct dsv4_err *err);
+int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
+                     const struct dsv4_logger *lg, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 
 /* RoPE frequencies for one base (model-v4.md §3.3). */

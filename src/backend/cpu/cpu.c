@@ -1,0 +1,115 @@
+/*
+ * cpu.c - CPU feature detection, the dispatch level, and the backend state (thread pool).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu.h"
+
+static const char *const level_names[DSV4_CPU_LEVELS] = { "scalar", "avx2", "avx512", "avx512bf16", "amx" };
+
+const char *dsv4_cpu_level_name(enum dsv4_cpu_level l)
+{
+    return (unsigned)l < DSV4_CPU_LEVELS ? level_names[l] : "?";
+}
+
+/* AMX tiles need the kernel's permission for the XTILEDATA state component, once per process. */
+static bool amx_permitted(void)
+{
+#if defined(__x86_64__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
+}
+
+enum dsv4_cpu_level dsv4_cpu_detect(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return DSV4_CPU_SCALAR;
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+        return DSV4_CPU_AVX2;
+    if (!__builtin_cpu_supports("avx512bf16")) return DSV4_CPU_AVX512;
+    if (!(__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16")) || !amx_permitted())
+        return DSV4_CPU_AVX512BF16;
+    return DSV4_CPU_AMX;
+#else
+    return DSV4_CPU_SCALAR;
+#endif
+}
+
+int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
+{
+    enum dsv4_cpu_level best = dsv4_cpu_detect();
+    *level                   = best;
+    *ref                     = false;
+    const char *env          = getenv("DSV4_CPU");
+    if (!env || !*env) return DSV4_OK;
+    if (strcmp(env, "ref") == 0) {
+        *level = DSV4_CPU_SCALAR;
+        *ref   = true;
+        return DSV4_OK;
+    }
+    for (int l = 0; l < DSV4_CPU_LEVELS; l++) {
+        if (strcmp(env, level_names[l]) == 0) {
+            *level = (enum dsv4_cpu_level)l < best ? (enum dsv4_cpu_level)l : best;
+            return DSV4_OK;
+        }
+    }
+    return dsv4_err_set(err, DSV4_EINVAL,
+                        "DSV4_CPU=%s is not a level (ref, scalar, avx2, avx512, avx512bf16, amx)", env);
+}
+
+static const struct dsv4_kernels *kernels_for(enum dsv4_cpu_level l)
+{
+    switch (l) {
+    case DSV4_CPU_AVX2: return &dsv4_kernels_avx2;
+    case DSV4_CPU_AVX512:
+    case DSV4_CPU_AVX512BF16:
+    case DSV4_CPU_AMX: return &dsv4_kernels_avx512;
+    default: return &dsv4_kernels_scalar;
+    }
+}
+
+int dsv4_cpu_create(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err)
+{
+    enum dsv4_cpu_level level;
+    bool                ref;
+    *out   = NULL;
+    int rc = dsv4_cpu_pick(&level, &ref, err);
+    if (rc) return rc;
+    return dsv4_cpu_create_at(out, level, ref, n_threads, err);
+}
+
+int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads, struct dsv4_err *err)
+{
+    *out = NULL;
+    if (level > dsv4_cpu_detect())
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", dsv4_cpu_level_name(level));
+    struct dsv4_cpu *cpu = calloc(1, sizeof(*cpu));
+    if (!cpu) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    cpu->level = level;
+    cpu->ref   = ref;
+    int rc     = dsv4_pool_create(&cpu->pool, n_threads, err);
+    if (rc) {
+        free(cpu);
+        return rc;
+    }
+    cpu->k         = kernels_for(cpu->level);
+    cpu->kb        = cpu->level >= DSV4_CPU_AVX512BF16 ? &dsv4_kernels_avx512bf16 : NULL;
+    cpu->n_threads = dsv4_pool_threads(cpu->pool);
+    *out           = cpu;
+    return DSV4_OK;
+}
+
+void dsv4_cpu_free(struct dsv4_cpu *cpu)
+{
+    if (!cpu) return;
+    dsv4_pool_free(cpu->pool);
+    free(cpu);
+}

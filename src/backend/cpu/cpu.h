@@ -1,0 +1,91 @@
+/*
+ * cpu.h - the CPU backend: dispatch levels, the per-ISA kernel table, and the backend
+ * state shared by all execution contexts of an engine (thread pool, chosen level).
+ *
+ * Levels, lowest first: scalar (plain C, always compiled), avx2 (AVX2+FMA+F16C), avx512
+ * (F/BW/VL/DQ), avx512-bf16, amx (AMX-BF16 tiles for prefill GEMMs). The best level the CPU
+ * and OS support is picked at engine open; DSV4_CPU=scalar|avx2|avx512|avx512bf16|amx caps
+ * it (valgrind cannot run AVX-512: DSV4_CPU=avx2). ISA code lives in x86_*.c files compiled
+ * with their own -m flags and is only ever called after the check.
+ */
+#ifndef DSV4_CPU_H
+#define DSV4_CPU_H
+
+#include "backend/backend.h"
+#include "core/pool.h"
+
+enum dsv4_cpu_level {
+    DSV4_CPU_SCALAR,
+    DSV4_CPU_AVX2,
+    DSV4_CPU_AVX512,
+    DSV4_CPU_AVX512BF16,
+    DSV4_CPU_AMX,
+    DSV4_CPU_LEVELS,
+};
+
+const char *dsv4_cpu_level_name(enum dsv4_cpu_level l);
+/* Best level this CPU and OS support (asks the kernel for AMX tile permission once). */
+enum dsv4_cpu_level dsv4_cpu_detect(void);
+/* The level to use: detected, capped by DSV4_CPU if set (an unknown value is an error);
+ * DSV4_CPU=ref selects the scalar reference ops (double precision, single thread). */
+int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
+
+/*
+ * ISA kernels. Projections: for output rows o in [o0, o1) and tokens t in [0, nt),
+ * y[t * ldy + o] = sum_k W[o][k] * x[t * ldx + k] in f32, with W dequantised exactly
+ * (codes times block scales) and x already dequantised (bf16-exact values when the
+ * activations were quantised). nt is small (decode); prefill GEMMs use gemm_bf16.
+ */
+struct dsv4_kernels {
+    const char *name;
+    void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
+    void (*dot_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
+    void (*dot_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
+    void (*dot_f32)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
+    /* The same on bf16 activations (levels with VDPBF16PS; NULL elsewhere): x [nt, ldx]
+     * uint16 bf16 patterns, exact copies of the f32 values (to_bf16). */
+    void (*dotb_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
+    void (*dotb_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
+    void (*dotb_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
+    void (*to_bf16)(const float *x, int n, uint16_t *out);
+    /* f32 helpers for attention and small ops */
+    float (*vdot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    /* Dequantises rows [o0, o1) of W (full K) into bf16 panel [o1-o0, n_in]; NULL if the
+     * level has no GEMM path. Then C[m, n] (ldc) = A[m, K] (bf16, lda) . B[n, K]^T (bf16, ldb),
+     * f32, with m, n multiples of 16 and K a multiple of 32. */
+    void (*dequant_bf16)(const struct dsv4_linear *w, int o0, int o1, uint16_t *panel);
+    void (*gemm_bf16)(int m, int n, int k, const uint16_t *a, int lda, const uint16_t *b, int ldb, float *c,
+                      int ldc);
+};
+
+extern const struct dsv4_kernels dsv4_kernels_scalar;
+extern const struct dsv4_kernels dsv4_kernels_avx2;
+extern const struct dsv4_kernels dsv4_kernels_avx512;
+extern const struct dsv4_kernels dsv4_kernels_avx512bf16;
+extern const struct dsv4_kernels dsv4_kernels_amx;
+
+/* Backend state shared by contexts: pointed to by dsv4_backend.impl. */
+struct dsv4_cpu {
+    enum dsv4_cpu_level         level;
+    bool                        ref;   /* DSV4_CPU=ref: the reference op table */
+    const struct dsv4_kernels  *k;   /* f32 kernels of the level (avx512 for the higher ones) */
+    const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
+    struct dsv4_pool           *pool;
+    int                         n_threads;
+};
+
+/* The level from dsv4_cpu_pick (environment), or an explicit one (tests, `dsv4 ops`). */
+int  dsv4_cpu_create(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err);
+int  dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads,
+                        struct dsv4_err *err);
+void dsv4_cpu_free(struct dsv4_cpu *cpu);
+
+/* The optimised op table (ops_fast.c): every op on the kernels of cpu->k and the pool. */
+extern const struct dsv4_backend_ops dsv4_cpu_fast_ops;
+
+/* Extra scratch floats the fast ops need per context beyond the reference's, for batches
+ * of up to max_rows rows (activation buffers, per-thread attention and GEMM panels). */
+size_t dsv4_cpu_scratch_floats(const struct dsv4_config *cfg, int max_rows, int max_attn_rows, int n_threads);
+
+#endif

@@ -1,0 +1,367 @@
+/*
+ * ops_fast.c - the optimised CPU op table: the reference's numerics (same rounding points),
+ * f32 accumulation on the level's SIMD kernels, work split over the engine's thread pool.
+ *
+ * What is parallel and how:
+ *   linear      output rows across threads; activations quantised once by the caller
+ *   attention   rows decoded once (threads over rows), scores and P.V threads over heads
+ *   indexer     keys across threads
+ *   hc_*        the mix projections through the SIMD dot product
+ * Ops whose cost is O(d) per row (norms, RoPE, FP8/FP4 simulation, Hadamard) and the
+ * router/expert glue reuse the reference code; their projections go through fast linear.
+ *
+ * Scratch (dsv4_backend.scratch), sized by dsv4_cpu_scratch_floats: the dequantised
+ * activations of the current projection at its start ([n_tok, n_in]), the decoded K/V rows
+ * and the scores of the current query at its end ([n_rows, d_head] then [n_head, n_rows]);
+ * the size covers both at their largest, so they never overlap.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/ref.h"
+#include "backend/cpu/ref_num.h"
+
+static int imax(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+static int max_in(const struct dsv4_config *c)
+{
+    int m = imax(imax(c->d_model, c->q_lora_rank), imax(c->n_head * c->d_head / c->o_groups, c->o_groups * c->o_lora_rank));
+    return imax(m, imax(c->d_ff_exp, c->d_idx_head));
+}
+
+size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
+{
+    (void)n_threads;
+    /* the MTP block projects hc streams per row (h_proj) */
+    size_t rows = (size_t)max_rows * (size_t)c->hc;
+    return rows * (size_t)max_in(c) + (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
+}
+
+static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)
+{
+    return be->impl;
+}
+
+/* ------------------------------------------------------------------ linear */
+
+struct lin_job {
+    const struct dsv4_kernels *k;
+    const struct dsv4_linear  *w;
+    int                        nt, ldx, ldy;
+    const float               *x;
+    const uint16_t            *xb; /* bf16 activations (bf16 kernels) or NULL */
+    float                     *y;
+    enum dsv4_out              out;
+};
+
+static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)
+{
+    (void)tid;
+    struct lin_job *j = ctx;
+    if (j->xb) {
+        switch (j->w->fmt) {
+        case DSV4_WFMT_FP8: j->k->dotb_fp8(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
+        case DSV4_WFMT_FP4: j->k->dotb_fp4(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
+        default: j->k->dotb_bf16(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
+        }
+    } else switch (j->w->fmt) {
+    case DSV4_WFMT_FP8: j->k->dot_fp8(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
+    case DSV4_WFMT_FP4: j->k->dot_fp4(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
+    case DSV4_WFMT_BF16: j->k->dot_bf16(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
+    case DSV4_WFMT_F32: j->k->dot_f32(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
+    }
+    if (j->out == DSV4_OUT_BF16)
+        for (int t = 0; t < j->nt; t++) {
+            float *yr = j->y + (size_t)t * (size_t)j->ldy;
+            for (int64_t o = o0; o < o1; o++) yr[o] = dsv4_round_bf16(yr[o]);
+        }
+}
+
+/* Quantises x rows to e4m3 per 128 and writes the dequantised (exact) values. */
+static void quantise_rows(const float *x, int ldx, int n_tok, int n_in, float *xq)
+{
+    for (int t = 0; t < n_tok; t++) {
+        const float *xr = x + (size_t)t * (size_t)ldx;
+        float       *qr = xq + (size_t)t * (size_t)n_in;
+        for (int b = 0; b < n_in; b += 128) {
+            int   e    = b + 128 < n_in ? b + 128 : n_in;
+            float amax = 0;
+            for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(xr[k]));
+            float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
+            for (int k = b; k < e; k++) qr[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(xr[k] / s)) * s;
+        }
+    }
+}
+
+static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
+                        float *y, int ldy, enum dsv4_act act, enum dsv4_out out)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    struct lin_job   j   = { cpu->k, w, n_tok, ldx, ldy, x, NULL, y, out };
+    float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
+    DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)w->n_in);
+    if (act == DSV4_ACT_FP8) {
+        quantise_rows(x, ldx, n_tok, w->n_in, xq);
+        j.x   = xq;
+        j.ldx = w->n_in;
+    }
+    if (cpu->kb && w->fmt != DSV4_WFMT_F32) {
+        /* bf16 activations (exact copies) for the VDPBF16PS kernels; converted in place
+         * when quantised (the bf16 array never overtakes the f32 one it is read from) */
+        uint16_t *xb = (uint16_t *)(void *)xq;
+        for (int t = 0; t < n_tok; t++)
+            cpu->kb->to_bf16(j.x + (size_t)t * (size_t)j.ldx, w->n_in, xb + (size_t)t * (size_t)w->n_in);
+        j.k   = cpu->kb;
+        j.xb  = xb;
+        j.ldx = w->n_in;
+    }
+    dsv4_pool_for(cpu->pool, w->n_out, 4, 16, lin_rows, &j);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+struct attn_job {
+    struct dsv4_backend      *be;
+    const uint8_t *const     *rows;
+    int                       n_rows, d_head, d_rope;
+    enum dsv4_row_fmt         fmt;
+    const float              *q, *sink;
+    float                     scale;
+    float                    *kbuf, *sbuf, *o;
+};
+
+static void attn_decode(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    struct attn_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++)
+        dsv4_row_decode(j->fmt, j->d_head, j->d_rope, j->rows[t], j->kbuf + (size_t)t * (size_t)j->d_head);
+}
+
+static void attn_heads(void *ctx, int64_t h0, int64_t h1, int tid)
+{
+    (void)tid;
+    struct attn_job           *j = ctx;
+    const struct dsv4_kernels *k = cpu_of(j->be)->k;
+    int                        D = j->d_head, n = j->n_rows;
+    for (int64_t h = h0; h < h1; h++) {
+        const float *qh = j->q + (size_t)h * (size_t)D;
+        float       *sh = j->sbuf + (size_t)h * (size_t)n;
+        float        mx = -INFINITY;
+        for (int t = 0; t < n; t++) {
+            sh[t] = k->vdot(qh, j->kbuf + (size_t)t * (size_t)D, D) * j->scale;
+            mx    = fmaxf(mx, sh[t]);
+        }
+        float sum = 0;
+        for (int t = 0; t < n; t++) {
+            float e = expf(sh[t] - mx);
+            sum += e;
+            sh[t] = dsv4_round_bf16(e);
+        }
+        float  den = sum + expf(j->sink[h] - mx);
+        float *oh  = j->o + (size_t)h * (size_t)D;
+        memset(oh, 0, sizeof(float) * (size_t)D);
+        for (int t = 0; t < n; t++)
+            if (sh[t] != 0) k->axpy(oh, sh[t], j->kbuf + (size_t)t * (size_t)D, D);
+        for (int i = 0; i < D; i++) oh[i] = dsv4_round_bf16(oh[i] / den);
+    }
+}
+
+static void fast_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                           const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+                           float scale, float *o)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    /* decoded rows and scores at the end of the scratch (see the file header) */
+    size_t           need = (size_t)n_rows * (size_t)d_head + (size_t)n_head * (size_t)n_rows;
+    DSV4_ASSERT(be->scratch_len >= need);
+    float           *kbuf = be->scratch + be->scratch_len - need;
+    struct attn_job  j    = { be, rows, n_rows, d_head, d_rope, fmt, q, sink, scale, kbuf,
+                              kbuf + (size_t)n_rows * (size_t)d_head, o };
+    dsv4_pool_for(cpu->pool, n_rows, 1, 32, attn_decode, &j);
+    dsv4_pool_for(cpu->pool, n_head, 1, 1, attn_heads, &j);
+}
+
+/* ------------------------------------------------------------------ indexer */
+
+struct idx_job {
+    const struct dsv4_kernels *k;
+    int                        n_head, d;
+    const float               *q, *w;
+    const uint8_t             *keys;
+    float                     *score;
+};
+
+static void idx_keys(void *ctx, int64_t j0, int64_t j1, int tid)
+{
+    (void)tid;
+    struct idx_job *J  = ctx;
+    int             kb = dsv4_idx_key_bytes(J->d);
+    float           key[4096];
+    for (int64_t j = j0; j < j1; j++) {
+        dsv4_idx_key_decode(J->d, J->keys + (size_t)j * (size_t)kb, key);
+        float sum = 0;
+        for (int h = 0; h < J->n_head; h++) {
+            float dot = dsv4_round_bf16(J->k->vdot(J->q + (size_t)h * (size_t)J->d, key, J->d));
+            if (dot < 0) dot = 0;
+            sum += dsv4_round_bf16(dot * J->w[h]);
+        }
+        J->score[j] = dsv4_round_bf16(sum);
+    }
+}
+
+static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                                const uint8_t *keys, int n_keys, float *score)
+{
+    DSV4_ASSERT(d <= 4096);
+    struct idx_job J = { cpu_of(be)->k, n_head, d, q, w, keys, score };
+    dsv4_pool_for(cpu_of(be)->pool, n_keys, 1, 64, idx_keys, &J);
+}
+
+/* ------------------------------------------------------------------ hyper-connections */
+
+static double sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+struct mix_job {
+    const struct dsv4_kernels *k;
+    int                        n, hc, d, n_mix;
+    const float               *X, *fn;
+    float                     *mix; /* [n, n_mix] raw dot products */
+};
+
+static void mix_rows(void *ctx, int64_t m0, int64_t m1, int tid)
+{
+    (void)tid;
+    struct mix_job *J  = ctx;
+    int             hd = J->hc * J->d;
+    for (int r = 0; r < J->n; r++)
+        for (int64_t m = m0; m < m1; m++)
+            J->mix[(size_t)r * (size_t)J->n_mix + (size_t)m] =
+                J->k->vdot(J->X + (size_t)r * (size_t)hd, J->fn + (size_t)m * (size_t)hd, hd);
+}
+
+/* mix[n, n_mix] = (X_flat . fn) / rms(X_flat) */
+static void fast_mix(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, int n_mix,
+                     double eps, float *mix)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    struct mix_job   J   = { cpu->k, n, hc, d, n_mix, X, fn, mix };
+    dsv4_pool_for(cpu->pool, n_mix, 1, 1, mix_rows, &J);
+    int hd = hc * d;
+    for (int r = 0; r < n; r++) {
+        const float *Xr = X + (size_t)r * (size_t)hd;
+        float        ss = cpu->k->vdot(Xr, Xr, hd);
+        float        rs = (float)(1.0 / sqrt((double)(ss / (float)hd) + eps));
+        for (int m = 0; m < n_mix; m++) mix[(size_t)r * (size_t)n_mix + (size_t)m] *= rs;
+    }
+}
+
+static void sinkhorn(int hc, double *c, int iters, double eps)
+{
+    for (int j = 0; j < hc; j++) {
+        double *row = c + j * hc, mx = row[0], sum = 0;
+        for (int k = 1; k < hc; k++) mx = fmax(mx, row[k]);
+        for (int k = 0; k < hc; k++) sum += (row[k] = exp(row[k] - mx));
+        for (int k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int j = 0; j < hc; j++) {
+                double sum = 0;
+                for (int k = 0; k < hc; k++) sum += c[j * hc + k];
+                for (int k = 0; k < hc; k++) c[j * hc + k] /= sum + eps;
+            }
+        for (int k = 0; k < hc; k++) {
+            double sum = 0;
+            for (int j = 0; j < hc; j++) sum += c[j * hc + k];
+            for (int j = 0; j < hc; j++) c[j * hc + k] /= sum + eps;
+        }
+    }
+}
+
+static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
+                        const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
+                        float *post, float *comb)
+{
+    int   n_mix = (2 + hc) * hc;
+    float mixbuf[(2 + DSV4_MAX_HC) * DSV4_MAX_HC * 64];
+    for (int r0 = 0; r0 < n; r0 += 64) {
+        int nr = n - r0 < 64 ? n - r0 : 64;
+        fast_mix(be, nr, hc, d, X + (size_t)r0 * (size_t)hc * (size_t)d, fn, n_mix, norm_eps, mixbuf);
+        for (int r = r0; r < r0 + nr; r++) {
+            const float *mix = mixbuf + (size_t)(r - r0) * (size_t)n_mix;
+            double       c[DSV4_MAX_HC * DSV4_MAX_HC];
+            float        pre[DSV4_MAX_HC];
+            for (int j = 0; j < hc; j++) {
+                pre[j]           = (float)(sigmoid((double)(mix[j] * scale[0] + base[j])) + hc_eps);
+                post[r * hc + j] = (float)(2.0 * sigmoid((double)(mix[hc + j] * scale[1] + base[hc + j])));
+            }
+            for (int m = 0; m < hc * hc; m++) c[m] = mix[2 * hc + m] * scale[2] + base[2 * hc + m];
+            sinkhorn(hc, c, iters, hc_eps);
+            for (int m = 0; m < hc * hc; m++) comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
+            const float *Xr = X + (size_t)r * (size_t)hc * (size_t)d;
+            float       *ur = u + (size_t)r * (size_t)d;
+            for (int i = 0; i < d; i++) ur[i] = pre[0] * Xr[i];
+            for (int j = 1; j < hc; j++) cpu_of(be)->k->axpy(ur, pre[j], Xr + (size_t)j * (size_t)d, d);
+            for (int i = 0; i < d; i++) ur[i] = dsv4_round_bf16(ur[i]);
+        }
+    }
+}
+
+static void fast_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
+                         const float *post, const float *comb, float *Xout)
+{
+    const struct dsv4_kernels *k = cpu_of(be)->k;
+    for (int r = 0; r < n; r++) {
+        const float *fr = f + (size_t)r * (size_t)d;
+        const float *Xr = Xres + (size_t)r * (size_t)hc * (size_t)d;
+        const float *c  = comb + (size_t)r * (size_t)(hc * hc);
+        for (int kk = 0; kk < hc; kk++) {
+            float *Yr = Xout + ((size_t)r * (size_t)hc + (size_t)kk) * (size_t)d;
+            for (int i = 0; i < d; i++) Yr[i] = post[r * hc + kk] * fr[i];
+            for (int j = 0; j < hc; j++) k->axpy(Yr, c[j * hc + kk], Xr + (size_t)j * (size_t)d, d);
+            for (int i = 0; i < d; i++) Yr[i] = dsv4_round_bf16(Yr[i]);
+        }
+    }
+}
+
+static void fast_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
+                         const float *scale, const float *base, double norm_eps, double hc_eps, float *y)
+{
+    float mix[DSV4_MAX_HC];
+    for (int r = 0; r < n; r++) {
+        const float *Xr = X + (size_t)r * (size_t)hc * (size_t)d;
+        fast_mix(be, 1, hc, d, Xr, fn, hc, norm_eps, mix);
+        float w[DSV4_MAX_HC];
+        for (int j = 0; j < hc; j++) w[j] = (float)(sigmoid((double)(mix[j] * scale[0] + base[j])) + hc_eps);
+        float *yr = y + (size_t)r * (size_t)d;
+        for (int i = 0; i < d; i++) yr[i] = w[0] * Xr[i];
+        for (int j = 1; j < hc; j++) cpu_of(be)->k->axpy(yr, w[j], Xr + (size_t)j * (size_t)d, d);
+        for (int i = 0; i < d; i++) yr[i] = dsv4_round_bf16(yr[i]);
+    }
+}
+
+const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
+    .name           = "cpu",
+    .linear         = fast_linear,
+    .rmsnorm        = dsv4_ref_rmsnorm,
+    .head_rms       = dsv4_ref_head_rms,
+    .rope           = dsv4_ref_rope,
+    .fp8_sim        = dsv4_ref_fp8_sim,
+    .fp4_sim        = dsv4_ref_fp4_sim,
+    .hadamard       = dsv4_ref_hadamard,
+    .hc_pre         = fast_hc_pre,
+    .hc_post        = fast_hc_post,
+    .hc_head        = fast_hc_head,
+    .attention      = fast_attention,
+    .indexer_scores = fast_indexer_scores,
+    .router         = dsv4_ref_router,
+    .expert         = dsv4_ref_expert,
+};

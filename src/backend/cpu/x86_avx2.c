@@ -1,0 +1,67 @@
+/*
+ * x86_avx2.c - the AVX2 kernels (AVX2 + FMA + F16C): 8 lanes of the template in
+ * x86_kernels.inc. The level valgrind can run (DSV4_CPU=avx2).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+typedef __m256 VEC;
+#define VW 8
+
+static inline VEC v_zero(void) { return _mm256_setzero_ps(); }
+static inline VEC v_set1(float a) { return _mm256_set1_ps(a); }
+static inline VEC v_loadu(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_storeu(float *p, VEC v) { _mm256_storeu_ps(p, v); }
+static inline VEC v_fma(VEC a, VEC b, VEC c) { return _mm256_fmadd_ps(a, b, c); }
+static inline VEC v_mul(VEC a, VEC b) { return _mm256_mul_ps(a, b); }
+static inline VEC v_add(VEC a, VEC b) { return _mm256_add_ps(a, b); }
+
+static inline float v_hsum(VEC v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s        = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s        = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 e4m3 bytes -> floats equal to value / 256 (see x86_avx512.c). */
+static inline VEC v_e4m3(const uint8_t *p)
+{
+    __m128i w    = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    __m128i sign = _mm_and_si128(_mm_slli_epi16(w, 8), _mm_set1_epi16((short)0x8000));
+    __m128i mag  = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(0x3f80));
+    return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+}
+
+static inline VEC v_fp4(const uint8_t *p)
+{
+    /* 4 bytes -> 8 nibbles in order (low first) -> doubled e2m1 values through pshufb */
+    const __m128i tab = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    int32_t       u;
+    memcpy(&u, p, 4);
+    __m128i b  = _mm_cvtsi32_si128(u);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    __m128i v  = _mm_shuffle_epi8(tab, _mm_unpacklo_epi8(lo, hi));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+static inline VEC v_bf16(const uint16_t *p)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+#include "backend/cpu/x86_kernels.inc"
+
+const struct dsv4_kernels dsv4_kernels_avx2 = {
+    .name     = "avx2",
+    .dot_fp8  = k_dot_fp8,
+    .dot_fp4  = k_dot_fp4,
+    .dot_bf16 = k_dot_bf16,
+    .dot_f32  = k_dot_f32,
+    .vdot     = k_vdot,
+    .axpy     = k_axpy,
+};

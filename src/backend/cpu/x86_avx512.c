@@ -1,0 +1,60 @@
+/*
+ * x86_avx512.c - the AVX-512 kernels (F, BW, VL, DQ + F16C): 16 lanes of the template in
+ * x86_kernels.inc. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c;
+ * only called when the CPU has them (cpu.c).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+typedef __m512 VEC;
+#define VW 16
+
+static inline VEC v_zero(void) { return _mm512_setzero_ps(); }
+static inline VEC v_set1(float a) { return _mm512_set1_ps(a); }
+static inline VEC v_loadu(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_storeu(float *p, VEC v) { _mm512_storeu_ps(p, v); }
+static inline VEC v_fma(VEC a, VEC b, VEC c) { return _mm512_fmadd_ps(a, b, c); }
+static inline VEC v_mul(VEC a, VEC b) { return _mm512_mul_ps(a, b); }
+static inline VEC v_add(VEC a, VEC b) { return _mm512_add_ps(a, b); }
+static inline float v_hsum(VEC v) { return _mm512_reduce_add_ps(v); }
+
+/* 16 e4m3 bytes -> floats equal to value / 256: the byte's sign and 7 magnitude bits placed
+ * into an f16 (exponent bias 15 instead of 7, subnormals included), then converted. */
+static inline VEC v_e4m3(const uint8_t *p)
+{
+    __m256i w    = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    __m256i sign = _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16((short)0x8000));
+    __m256i mag  = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80));
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, mag));
+}
+
+static inline VEC v_fp4(const uint8_t *p)
+{
+    /* 8 bytes -> 16 nibbles in order (low first) -> doubled e2m1 values through pshufb */
+    const __m128i tab = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    __m128i b  = _mm_loadl_epi64((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    __m128i v  = _mm_shuffle_epi8(tab, _mm_unpacklo_epi8(lo, hi));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+
+static inline VEC v_bf16(const uint16_t *p)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+#include "backend/cpu/x86_kernels.inc"
+
+const struct dsv4_kernels dsv4_kernels_avx512 = {
+    .name     = "avx512",
+    .dot_fp8  = k_dot_fp8,
+    .dot_fp4  = k_dot_fp4,
+    .dot_bf16 = k_dot_bf16,
+    .dot_f32  = k_dot_f32,
+    .vdot     = k_vdot,
+    .axpy     = k_axpy,
+};

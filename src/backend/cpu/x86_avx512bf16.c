@@ -1,0 +1,208 @@
+/*
+ * x86_avx512bf16.c - projection kernels on VDPBF16PS (AVX512-BF16): 32 products per
+ * instruction, f32 accumulation.
+ *
+ * Exactness: every weight value of the release (e4m3, e2m1, bf16) is exactly a bf16, and so
+ * is every activation that reaches a projection (quantised activations are e4m3 values times
+ * a power of two; the others are bf16 tensors). The weights are converted to bf16 bit
+ * patterns with integer operations and kept normal (VDPBF16PS treats denormal inputs as
+ * zero): e4m3 subnormals (7 codes per sign) go through a small table. Block scales multiply
+ * the per-block partial sums, as in the reference.
+ *
+ * Shapes as in cpu.h, except that x is bf16 ([nt, ldx] uint16).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+static inline float scale_at(const struct dsv4_linear *w, size_t idx)
+{
+    if (w->scale_f32) {
+        float s;
+        memcpy(&s, (const uint8_t *)w->scale + idx * 4, 4);
+        return s;
+    }
+    uint8_t e = ((const uint8_t *)w->scale)[idx];
+    if (e == 0) return 0x1p-127f;
+    uint32_t bits = (uint32_t)e << 23;
+    float    f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* 32 e4m3 bytes -> 32 bf16 of the same values (normal numbers). */
+static inline __m512i e4m3_bf16(const uint8_t *p)
+{
+    /* bf16 of m * 2^-9 for the subnormal codes m = 0..7 */
+    static const uint16_t subtab[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
+    const __m512i         sub        = _mm512_loadu_si512(subtab);
+    __m512i   c   = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    __m512i   mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
+    /* normal: exponent e - 7 + 127 = e + 120, mantissa m << 4 */
+    __m512i   v   = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+    __mmask32 s   = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
+    v             = _mm512_mask_permutexvar_epi16(v, s, mag, sub);
+    /* sign: bit 7 of the byte -> bit 15 (ternary logic: v | (c << 8 & 0x8000)) */
+    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(c, 8), _mm512_set1_epi16((short)0x8000), 0xf8);
+}
+
+/* 16 bytes of packed e2m1 -> 32 bf16 in order (low nibble first). */
+static inline __m512i e2m1_bf16(const uint8_t *p)
+{
+    static const uint16_t e2m1tab[32] = { 0,      0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                          0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
+    const __m512i         tab         = _mm512_loadu_si512(e2m1tab);
+    __m512i b  = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    /* dword k = low nibble | high nibble << 16: words 2k, 2k+1 in element order */
+    __m512i ix = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(15)),
+                                 _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0xf0)), 12));
+    return _mm512_permutexvar_epi16(ix, tab);
+}
+
+static inline __m512bh as_bh(__m512i v)
+{
+    return (__m512bh)v;
+}
+
+/* kind: 0 fp8, 1 fp4, 2 bf16 */
+static inline __attribute__((always_inline)) __m512i load_w(const struct dsv4_linear *w, int kind, int ow, int k)
+{
+    if (kind == 0) return e4m3_bf16((const uint8_t *)w->w + (size_t)ow * (size_t)w->n_in + (size_t)k);
+    if (kind == 1) return e2m1_bf16((const uint8_t *)w->w + (size_t)ow * (size_t)(w->n_in / 2) + (size_t)(k / 2));
+    return _mm512_loadu_si512((const uint16_t *)w->w + (size_t)ow * (size_t)w->n_in + (size_t)k);
+}
+
+static inline __attribute__((always_inline)) float bscale(const struct dsv4_linear *w, int kind, int ow, int kb, int n_kb)
+{
+    if (kind == 0) return scale_at(w, (size_t)(ow / 128) * (size_t)n_kb + (size_t)(kb / 128));
+    return scale_at(w, (size_t)ow * (size_t)(w->n_in / 32) + (size_t)(kb / 32));
+}
+
+static float tail(const struct dsv4_linear *w, int ow, int k0, const uint16_t *x)
+{
+    float acc = 0;
+    for (int k = k0; k < w->n_in; k++)
+        acc += dsv4_f32_from_bf16(((const uint16_t *)w->w)[(size_t)ow * (size_t)w->n_in + (size_t)k]) * dsv4_f32_from_bf16(x[k]);
+    return acc;
+}
+
+/* Four rows against NT tokens; block partial sums scaled into the totals. */
+static inline __attribute__((always_inline)) void rows4(const struct dsv4_linear *w, int kind, int NT, int ow,
+                                                        const uint16_t *x, int ldx, float *y, int ldy, int o)
+{
+    int    kmax = w->n_in / 32 * 32, n_kb = (w->n_in + 127) / 128;
+    int    bk   = kind == 0 ? 128 : kind == 1 ? 32 : kmax;
+    __m512 tot[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) tot[r][t] = _mm512_setzero_ps();
+    for (int kb = 0; kb < kmax; kb += bk) {
+        __m512 blk[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) blk[r][t] = _mm512_setzero_ps();
+        for (int k = kb; k < kb + bk; k += 32) {
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) wv[r] = load_w(w, kind, ow + r, k);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) blk[r][t] = _mm512_dpbf16_ps(blk[r][t], as_bh(wv[r]), as_bh(xv));
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 s = kind <= 1 ? _mm512_set1_ps(bscale(w, kind, ow + r, kb, n_kb)) : _mm512_set1_ps(1.0f);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) tot[r][t] = _mm512_fmadd_ps(blk[r][t], s, tot[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            float v = _mm512_reduce_add_ps(tot[r][t]);
+            if (kmax < w->n_in) v += tail(w, ow + r, kmax, x + (size_t)t * (size_t)ldx);
+            y[(size_t)t * (size_t)ldy + (size_t)(o + r)] = v;
+        }
+}
+
+static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const uint16_t *x, int ldx, float *y, int ldy,
+                 int o)
+{
+    int kmax = w->n_in / 32 * 32, n_kb = (w->n_in + 127) / 128;
+    int bk   = kind == 0 ? 128 : kind == 1 ? 32 : kmax;
+    for (int t = 0; t < nt; t++) {
+        const uint16_t *xt  = x + (size_t)t * (size_t)ldx;
+        __m512          tot = _mm512_setzero_ps();
+        for (int kb = 0; kb < kmax; kb += bk) {
+            __m512 blk = _mm512_setzero_ps();
+            for (int k = kb; k < kb + bk; k += 32)
+                blk = _mm512_dpbf16_ps(blk, as_bh(load_w(w, kind, ow, k)), as_bh(_mm512_loadu_si512(xt + k)));
+            float s = kind <= 1 ? bscale(w, kind, ow, kb, n_kb) : 1.0f;
+            tot     = _mm512_fmadd_ps(blk, _mm512_set1_ps(s), tot);
+        }
+        float v = _mm512_reduce_add_ps(tot);
+        if (kmax < w->n_in) v += tail(w, ow, kmax, xt);
+        y[(size_t)t * (size_t)ldy + (size_t)o] = v;
+    }
+}
+
+static inline __attribute__((always_inline)) void dot(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
+                                                      const uint16_t *x, int ldx, float *y, int ldy)
+{
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        int ow = o + w->row_off;
+        for (int t0 = 0; t0 < nt; t0 += 4) {
+            const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+            float          *yt = y + (size_t)t0 * (size_t)ldy;
+            switch (nt - t0 < 4 ? nt - t0 : 4) {
+            case 1: rows4(w, kind, 1, ow, xt, ldx, yt, ldy, o); break;
+            case 2: rows4(w, kind, 2, ow, xt, ldx, yt, ldy, o); break;
+            case 3: rows4(w, kind, 3, ow, xt, ldx, yt, ldy, o); break;
+            default: rows4(w, kind, 4, ow, xt, ldx, yt, ldy, o); break;
+            }
+        }
+    }
+    for (; o < o1; o++) row1(w, kind, o + w->row_off, nt, x, ldx, y, ldy, o);
+}
+
+static void dotb_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
+{
+    dot(0, w, o0, o1, nt, x, ldx, y, ldy);
+}
+
+static void dotb_fp4(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
+{
+    dot(1, w, o0, o1, nt, x, ldx, y, ldy);
+}
+
+static void dotb_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
+{
+    dot(2, w, o0, o1, nt, x, ldx, y, ldy);
+}
+
+/* f32 -> bf16 (inputs are bf16-exact: truncation is exact; NaN-free by construction) */
+static void to_bf16(const float *x, int n, uint16_t *out)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), 16);
+        _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(v));
+    }
+    for (; i < n; i++) out[i] = dsv4_bf16_from_f32(x[i]);
+}
+
+const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
+    .name      = "avx512bf16",
+    .dotb_fp8  = dotb_fp8,
+    .dotb_fp4  = dotb_fp4,
+    .dotb_bf16 = dotb_bf16,
+    .to_bf16   = to_bf16,
+};

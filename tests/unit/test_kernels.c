@@ -1,0 +1,355 @@
+/*
+ * test_kernels.c - every optimised CPU kernel and op against a plain reference, on seeded
+ * random inputs with awkward sizes (one row, rows not a multiple of 4, K not a multiple of
+ * the vector width, offsets into a tensor), at every dispatch level this CPU supports; and
+ * the thread pool's parallel-for.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/ref.h"
+#include "core/pool.h"
+#include "test_cases.h"
+
+/* A random projection of the given format, with its own storage. */
+struct rand_lin {
+    struct dsv4_linear l;
+    uint8_t           *w, *s;
+};
+
+static void make_lin(struct rand_lin *r, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales,
+                     unsigned long long seed)
+{
+    memset(r, 0, sizeof(*r));
+    size_t nw = fmt == DSV4_WFMT_FP8 ? (size_t)n_out * n_in : fmt == DSV4_WFMT_FP4 ? (size_t)n_out * n_in / 2
+              : fmt == DSV4_WFMT_BF16 ? (size_t)n_out * n_in * 2 : (size_t)n_out * n_in * 4;
+    size_t ns = fmt == DSV4_WFMT_FP8 ? (size_t)((n_out + 127) / 128) * ((n_in + 127) / 128)
+              : fmt == DSV4_WFMT_FP4 ? (size_t)n_out * (n_in / 32) : 0;
+    r->w = malloc(nw + 64);
+    r->s = malloc(ns * 4 + 64);
+    for (size_t i = 0; i < nw; i++) r->w[i] = (uint8_t)test_rand_u64(&seed);
+    if (fmt == DSV4_WFMT_FP8)
+        for (size_t i = 0; i < nw; i++)
+            if ((r->w[i] & 0x7f) == 0x7f) r->w[i] ^= 1; /* no NaN codes */
+    if (fmt == DSV4_WFMT_BF16)
+        for (size_t i = 0; i < nw / 2; i++) {
+            uint16_t h = dsv4_bf16_from_f32(test_rand_f32(&seed));
+            memcpy(r->w + 2 * i, &h, 2);
+        }
+    if (fmt == DSV4_WFMT_F32)
+        for (size_t i = 0; i < nw / 4; i++) {
+            float f = test_rand_f32(&seed);
+            memcpy(r->w + 4 * i, &f, 4);
+        }
+    for (size_t i = 0; i < ns; i++) {
+        if (f32_scales) {
+            float f = ldexpf(1.0f + 0.3f * test_rand_f32(&seed), (int)(test_rand_u64(&seed) % 7) - 10);
+            memcpy(r->s + 4 * i, &f, 4);
+        } else {
+            r->s[i] = (uint8_t)(117 + test_rand_u64(&seed) % 7);
+        }
+    }
+    r->l = (struct dsv4_linear){ .fmt = fmt, .n_out = n_out, .n_in = n_in, .w = r->w, .scale = ns ? r->s : NULL,
+                                 .scale_f32 = f32_scales };
+}
+
+static void free_lin(struct rand_lin *r)
+{
+    free(r->w);
+    free(r->s);
+}
+
+/* Exact (double) weight value. */
+static double wval(const struct dsv4_linear *l, int o, int k)
+{
+    const uint8_t *w = l->w;
+    double         s = 1;
+    if (l->fmt == DSV4_WFMT_FP8 || l->fmt == DSV4_WFMT_FP4) {
+        size_t idx = l->fmt == DSV4_WFMT_FP8 ? (size_t)(o / 128) * (size_t)((l->n_in + 127) / 128) + (size_t)(k / 128)
+                                             : (size_t)o * (size_t)(l->n_in / 32) + (size_t)(k / 32);
+        if (l->scale_f32) {
+            float f;
+            memcpy(&f, (const uint8_t *)l->scale + idx * 4, 4);
+            s = f;
+        } else {
+            s = dsv4_f32_from_e8m0(((const uint8_t *)l->scale)[idx]);
+        }
+    }
+    switch (l->fmt) {
+    case DSV4_WFMT_FP8: return dsv4_f32_from_e4m3(w[(size_t)o * l->n_in + k]) * s;
+    case DSV4_WFMT_FP4: {
+        uint8_t b = w[(size_t)o * (l->n_in / 2) + k / 2];
+        return dsv4_f32_from_e2m1(k % 2 ? b >> 4 : b & 15) * s;
+    }
+    case DSV4_WFMT_BF16: {
+        uint16_t h;
+        memcpy(&h, w + ((size_t)o * l->n_in + k) * 2, 2);
+        return dsv4_f32_from_bf16(h);
+    }
+    default: {
+        float f;
+        memcpy(&f, w + ((size_t)o * l->n_in + k) * 4, 4);
+        return f;
+    }
+    }
+}
+
+static void check_dot(struct test_ctx *t, const char *what, const struct dsv4_linear *l, int o0, int o1, int nt,
+                      const float *x, const float *y)
+{
+    for (int tt = 0; tt < nt; tt++)
+        for (int o = o0; o < o1; o++) {
+            double exact = 0, mag = 0;
+            for (int k = 0; k < l->n_in; k++) {
+                double p = wval(l, o + l->row_off, k) * x[(size_t)tt * l->n_in + k];
+                exact += p;
+                mag += fabs(p);
+            }
+            double got = y[(size_t)tt * (size_t)l->n_out + (size_t)o];
+            CHECKF(fabs(got - exact) <= 2e-6 * mag + 1e-30, "%s fmt %d [%d x %d] row %d tok %d: %.9g vs %.9g", what,
+                   (int)l->fmt, l->n_out, l->n_in, o, tt, got, exact);
+        }
+}
+
+static void test_projection_kernels(struct test_ctx *t)
+{
+    enum dsv4_cpu_level top = dsv4_cpu_detect();
+    const struct dsv4_kernels *ks[] = { &dsv4_kernels_scalar, &dsv4_kernels_avx2, &dsv4_kernels_avx512 };
+    struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s; } shapes[] = {
+        { DSV4_WFMT_FP8, 1, 128, false },   { DSV4_WFMT_FP8, 5, 384, false },   { DSV4_WFMT_FP8, 130, 256, true },
+        { DSV4_WFMT_FP8, 260, 1024, false }, { DSV4_WFMT_FP4, 1, 32, false },   { DSV4_WFMT_FP4, 7, 160, true },
+        { DSV4_WFMT_FP4, 66, 512, false },  { DSV4_WFMT_BF16, 3, 37, false },   { DSV4_WFMT_BF16, 9, 200, false },
+        { DSV4_WFMT_BF16, 64, 1024, false }, { DSV4_WFMT_F32, 5, 33, false },   { DSV4_WFMT_F32, 16, 256, false },
+    };
+    unsigned long long seed = 77;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        struct rand_lin r;
+        make_lin(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, shapes[si].f32s, seed++);
+        int    nmax = 6, K = r.l.n_in, O = r.l.n_out;
+        float *x = malloc(sizeof(float) * (size_t)nmax * K), *y = malloc(sizeof(float) * (size_t)nmax * O);
+        uint16_t *xb = malloc(2 * (size_t)nmax * K);
+        for (int i = 0; i < nmax * K; i++) {
+            x[i]  = dsv4_round_bf16(test_rand_f32(&seed) * 4.0f);
+            xb[i] = dsv4_bf16_from_f32(x[i]);
+        }
+        /* a view starting at a row offset, as the grouped wo_a uses */
+        struct dsv4_linear view = r.l;
+        if (O >= 8 && O % 4 == 0) {
+            view.row_off = 4;
+            view.n_out   = O - 4;
+        }
+        for (int lv = 0; lv < 3 && lv <= (int)top; lv++) {
+            const struct dsv4_kernels *k = ks[lv];
+            void (*f)(const struct dsv4_linear *, int, int, int, const float *, int, float *, int) =
+                r.l.fmt == DSV4_WFMT_FP8 ? k->dot_fp8 : r.l.fmt == DSV4_WFMT_FP4 ? k->dot_fp4
+                : r.l.fmt == DSV4_WFMT_BF16 ? k->dot_bf16 : k->dot_f32;
+            for (int nt = 1; nt <= nmax; nt++) {
+                memset(y, 0, sizeof(float) * (size_t)nmax * O);
+                f(&r.l, 0, O, nt, x, K, y, O);
+                check_dot(t, k->name, &r.l, 0, O, nt, x, y);
+            }
+            memset(y, 0, sizeof(float) * (size_t)nmax * O);
+            f(&view, 1, view.n_out, 2, x, K, y, view.n_out);
+            check_dot(t, k->name, &view, 1, view.n_out, 2, x, y);
+        }
+        if (top >= DSV4_CPU_AVX512BF16 && r.l.fmt != DSV4_WFMT_F32) {
+            const struct dsv4_kernels *k = &dsv4_kernels_avx512bf16;
+            void (*f)(const struct dsv4_linear *, int, int, int, const uint16_t *, int, float *, int) =
+                r.l.fmt == DSV4_WFMT_FP8 ? k->dotb_fp8 : r.l.fmt == DSV4_WFMT_FP4 ? k->dotb_fp4 : k->dotb_bf16;
+            for (int nt = 1; nt <= nmax; nt++) {
+                memset(y, 0, sizeof(float) * (size_t)nmax * O);
+                f(&r.l, 0, O, nt, xb, K, y, O);
+                check_dot(t, k->name, &r.l, 0, O, nt, x, y);
+            }
+            uint16_t cv[300];
+            k->to_bf16(x, K < 300 ? K : 300, cv);
+            CHECK(memcmp(cv, xb, sizeof(uint16_t) * (size_t)(K < 300 ? K : 300)) == 0);
+        }
+        free(x);
+        free(y);
+        free(xb);
+        free_lin(&r);
+    }
+}
+
+/* Every e4m3 code through the bf16-path decoder equals the number-format decoder. */
+static void test_fp8_all_codes(struct test_ctx *t)
+{
+    if (dsv4_cpu_detect() < DSV4_CPU_AVX2) {
+        CHECK(true);
+        return;
+    }
+    struct rand_lin r;
+    make_lin(&r, DSV4_WFMT_FP8, 2, 256, false, 1);
+    for (int c = 0; c < 256; c++) r.w[c] = (uint8_t)(c == 0x7f || c == 0xff ? 0 : c);
+    memset(r.s, 127, 4);
+    /* x = one-hot rows pick single weights */
+    float *x = calloc(256 * 256, sizeof(float)), *y = calloc(256 * 2, sizeof(float));
+    uint16_t *xb = calloc(256 * 256, 2);
+    for (int c = 0; c < 256; c++) {
+        x[c * 256 + c]  = 1.0f;
+        xb[c * 256 + c] = 0x3f80;
+    }
+    const struct dsv4_kernels *ks[] = { &dsv4_kernels_avx2, &dsv4_kernels_avx512, &dsv4_kernels_avx512bf16 };
+    enum dsv4_cpu_level        lv[] = { DSV4_CPU_AVX2, DSV4_CPU_AVX512, DSV4_CPU_AVX512BF16 };
+    for (int i = 0; i < 3; i++) {
+        if (dsv4_cpu_detect() < lv[i]) continue;
+        memset(y, 0, 256 * 2 * sizeof(float));
+        if (ks[i]->dotb_fp8) ks[i]->dotb_fp8(&r.l, 0, 1, 256, xb, 256, y, 2);
+        else ks[i]->dot_fp8(&r.l, 0, 1, 256, x, 256, y, 2);
+        for (int c = 0; c < 256; c++) {
+            float want = r.w[c] == 0 ? 0.0f : dsv4_f32_from_e4m3(r.w[c]);
+            CHECKF(y[c * 2] == want, "%s: e4m3 code 0x%02x gives %g, want %g", ks[i]->name, c, y[c * 2], want);
+        }
+    }
+    free(x);
+    free(xb);
+    free(y);
+    free_lin(&r);
+}
+
+/* The fast op table against the reference op table on the same inputs. */
+static void test_fast_ops_vs_ref(struct test_ctx *t)
+{
+    struct dsv4_err  err;
+    struct dsv4_cpu *cpu;
+    if (dsv4_cpu_create_at(&cpu, dsv4_cpu_detect(), false, 2, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    size_t              sc = 1 << 22;
+    float              *scratch = malloc(sizeof(float) * sc);
+    struct dsv4_backend fast = { &dsv4_cpu_fast_ops, cpu, scratch, sc };
+    struct dsv4_backend ref  = { &dsv4_cpu_ref_ops, cpu, scratch, sc };
+    unsigned long long  seed = 5;
+
+    /* attention over cached rows, both row formats, 1 to 300 rows */
+    int H = 4, D = 128, R = 64;
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (int n_rows = 1; n_rows <= 300; n_rows = n_rows * 3 + 2) {
+            int      rb   = dsv4_row_bytes((enum dsv4_row_fmt)fmt, D, R);
+            uint8_t *rows = malloc((size_t)rb * (size_t)n_rows);
+            const uint8_t **ptr = malloc(sizeof(void *) * (size_t)n_rows);
+            float           kv[128], q[4 * 128], sink[4], o1[4 * 128], o2[4 * 128];
+            for (int i = 0; i < n_rows; i++) {
+                for (int d = 0; d < D; d++) kv[d] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+                if (fmt == DSV4_ROW_FP8) ref.ops->fp8_sim(&ref, 1, D - R, D, kv, 64);
+                dsv4_row_encode((enum dsv4_row_fmt)fmt, D, R, kv, rows + (size_t)i * rb);
+                ptr[i] = rows + (size_t)(n_rows - 1 - i) * rb; /* any order of rows */
+            }
+            for (int i = 0; i < H * D; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed) * 3);
+            for (int h = 0; h < H; h++) sink[h] = test_rand_f32(&seed) * 2;
+            fast.ops->attention(&fast, H, D, R, q, ptr, n_rows, (enum dsv4_row_fmt)fmt, sink, 0.0883883f, o1);
+            ref.ops->attention(&ref, H, D, R, q, ptr, n_rows, (enum dsv4_row_fmt)fmt, sink, 0.0883883f, o2);
+            for (int i = 0; i < H * D; i++)
+                CHECKF(fabsf(o1[i] - o2[i]) <= 0.0079f * fabsf(o2[i]) + 1e-6f, "attention rows %d [%d]: %g vs %g", n_rows,
+                       i, o1[i], o2[i]);
+            free(rows);
+            free(ptr);
+        }
+
+    /* indexer scores */
+    {
+        int      nI = 4, dI = 128, nk = 37, kb = dsv4_idx_key_bytes(dI);
+        uint8_t *keys = malloc((size_t)kb * nk);
+        float    key[128], q[4 * 128], w[4], s1[37], s2[37];
+        for (int j = 0; j < nk; j++) {
+            for (int d = 0; d < dI; d++) key[d] = test_rand_f32(&seed);
+            dsv4_idx_key_encode(dI, key, keys + (size_t)j * kb);
+        }
+        for (int i = 0; i < nI * dI; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed));
+        for (int h = 0; h < nI; h++) w[h] = dsv4_round_bf16(test_rand_f32(&seed));
+        fast.ops->indexer_scores(&fast, nI, dI, q, w, keys, nk, s1);
+        ref.ops->indexer_scores(&ref, nI, dI, q, w, keys, nk, s2);
+        for (int j = 0; j < nk; j++) CHECKF(fabsf(s1[j] - s2[j]) <= 0.016f * fabsf(s2[j]) + 1e-6f, "indexer %d: %g vs %g", j, s1[j], s2[j]);
+        free(keys);
+    }
+
+    /* hyper-connection pre / post / head */
+    {
+        int    n = 3, hc = 4, d = 96, mix = (2 + hc) * hc;
+        float *X = malloc(sizeof(float) * n * hc * d), *fn = malloc(sizeof(float) * mix * hc * d);
+        float  scale[3] = { 0.8f, 1.1f, 0.9f }, base[24], u1[3 * 96], u2[3 * 96], p1[12], p2[12], c1[48], c2[48];
+        float *Y1 = malloc(sizeof(float) * n * hc * d), *Y2 = malloc(sizeof(float) * n * hc * d);
+        for (int i = 0; i < n * hc * d; i++) X[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+        for (int i = 0; i < mix * hc * d; i++) fn[i] = test_rand_f32(&seed) * 0.05f;
+        for (int i = 0; i < mix; i++) base[i] = test_rand_f32(&seed) * 0.5f;
+        fast.ops->hc_pre(&fast, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, u1, p1, c1);
+        ref.ops->hc_pre(&ref, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, u2, p2, c2);
+        for (int i = 0; i < n * d; i++) CHECKF(fabsf(u1[i] - u2[i]) <= 0.0079f * fabsf(u2[i]) + 1e-6f, "hc_pre u %d", i);
+        for (int i = 0; i < n * hc; i++) CHECKF(fabsf(p1[i] - p2[i]) <= 1e-5f, "hc_pre post %d", i);
+        for (int i = 0; i < n * hc * hc; i++) CHECKF(fabsf(c1[i] - c2[i]) <= 1e-5f, "hc_pre comb %d: %g %g", i, c1[i], c2[i]);
+        fast.ops->hc_post(&fast, n, hc, d, u2, X, p2, c2, Y1);
+        ref.ops->hc_post(&ref, n, hc, d, u2, X, p2, c2, Y2);
+        for (int i = 0; i < n * hc * d; i++) CHECKF(fabsf(Y1[i] - Y2[i]) <= 0.0079f * fabsf(Y2[i]) + 1e-6f, "hc_post %d", i);
+        fast.ops->hc_head(&fast, n, hc, d, X, fn, scale, base, 1e-6, 1e-6, u1);
+        ref.ops->hc_head(&ref, n, hc, d, X, fn, scale, base, 1e-6, 1e-6, u2);
+        for (int i = 0; i < n * d; i++) CHECKF(fabsf(u1[i] - u2[i]) <= 0.0079f * fabsf(u2[i]) + 1e-6f, "hc_head %d", i);
+        free(X);
+        free(fn);
+        free(Y1);
+        free(Y2);
+    }
+
+    /* linear with FP8 activations and bf16 output, several row counts */
+    {
+        struct rand_lin r;
+        make_lin(&r, DSV4_WFMT_FP8, 96, 256, false, 9);
+        float *x = malloc(sizeof(float) * 5 * 256), *y1 = malloc(sizeof(float) * 5 * 96), *y2 = malloc(sizeof(float) * 5 * 96);
+        for (int i = 0; i < 5 * 256; i++) x[i] = dsv4_round_bf16(test_rand_f32(&seed) * 3);
+        for (int nt = 1; nt <= 5; nt += 2) {
+            fast.ops->linear(&fast, &r.l, nt, x, 256, y1, 96, DSV4_ACT_FP8, DSV4_OUT_BF16);
+            ref.ops->linear(&ref, &r.l, nt, x, 256, y2, 96, DSV4_ACT_FP8, DSV4_OUT_BF16);
+            for (int i = 0; i < nt * 96; i++) CHECKF(fabsf(y1[i] - y2[i]) <= 0.0079f * fabsf(y2[i]) + 1e-6f, "linear %d", i);
+        }
+        free(x);
+        free(y1);
+        free(y2);
+        free_lin(&r);
+    }
+    free(scratch);
+    dsv4_cpu_free(cpu);
+}
+
+struct cover {
+    _Atomic int hits[1000];
+    _Atomic int bad;
+    int64_t     align;
+};
+
+static void cover_fn(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct cover *c = ctx;
+    if (tid < 0 || tid > 64 || (i0 % c->align) != 0) c->bad++;
+    for (int64_t i = i0; i < i1; i++) c->hits[i]++;
+}
+
+static void test_pool(struct test_ctx *t)
+{
+    struct dsv4_pool *p;
+    struct dsv4_err   err;
+    CHECK(dsv4_pool_create(&p, 3, &err) == DSV4_OK);
+    CHECK(dsv4_pool_threads(p) == 3);
+    int sizes[] = { 1, 2, 3, 7, 64, 999, 1000 };
+    for (int round = 0; round < 50; round++)
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            struct cover c;
+            memset(&c, 0, sizeof(c));
+            c.align = (round % 3) ? 4 : 1;
+            dsv4_pool_for(p, sizes[s], c.align, round % 2 ? 16 : 1, cover_fn, &c);
+            bool once = true;
+            for (int i = 0; i < 1000; i++) once &= c.hits[i] == (i < sizes[s] ? 1 : 0);
+            CHECKF(once && !c.bad, "pool n=%d align=%lld: ranges do not cover once", sizes[s], (long long)c.align);
+        }
+    dsv4_pool_free(p);
+}
+
+const struct test_case test_group_kernels[] = {
+    { "projection_kernels_all_levels", test_projection_kernels },
+    { "fp8_all_codes_all_levels", test_fp8_all_codes },
+    { "fast_ops_vs_reference", test_fast_ops_vs_ref },
+    { "pool_parallel_for", test_pool },
+    { NULL, NULL },
+};
