@@ -11,6 +11,7 @@ static const struct cli_command commands[] = {
     { "logits",  "teacher-forced logits of a token list, at any chunking (float32 [T, vocab])", cmd_logits },
     { "run",     "generate from a prompt", cmd_run },
     { "align",   "compare every stage with a reference dump; name the first divergence", cmd_align },
+    { "bench",   "prefill and decode speed, bytes per step and share of the memory bandwidth", cmd_bench },
     { "gen",     "write a random-weight checkpoint in the official layout (tests, benchmarks)", cmd_gen },
     { "tokenize",   "encode standard input with a tokenizer.json, one id per line", cmd_tokenize },
     { "detokenize", "decode ids from standard input to the exact bytes", cmd_detokenize },

@@ -89,7 +89,7 @@ static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int m
     size_t att = (size_t)c->n_head * (size_t)attn_rows + (size_t)c->d_head;
     if (att > sc) sc = att;
     if ((size_t)c->d_idx_head > sc) sc = (size_t)c->d_idx_head;
-    size_t fast = dsv4_cpu_scratch_floats(c, R, attn_rows, 1);
+    size_t fast = dsv4_cpu_scratch_floats(c, R, attn_rows, m->backend_impl ? ((const struct dsv4_cpu *)m->backend_impl)->n_threads : 1);
     if (fast > sc) sc = fast;
     F(s->be.scratch, sc);
     if (base) {

@@ -51,12 +51,11 @@ struct dsv4_kernels {
     /* f32 helpers for attention and small ops */
     float (*vdot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
-    /* Dequantises rows [o0, o1) of W (full K) into bf16 panel [o1-o0, n_in]; NULL if the
-     * level has no GEMM path. Then C[m, n] (ldc) = A[m, K] (bf16, lda) . B[n, K]^T (bf16, ldb),
-     * f32, with m, n multiples of 16 and K a multiple of 32. */
-    void (*dequant_bf16)(const struct dsv4_linear *w, int o0, int o1, uint16_t *panel);
-    void (*gemm_bf16)(int m, int n, int k, const uint16_t *a, int lda, const uint16_t *b, int ldb, float *c,
-                      int ldc);
+    /* Prefill (many tokens): rows [o0, o1) against nt bf16 token rows, weights dequantised
+     * panel by panel into `panel` (per-thread scratch, 16 * n_in uint16). Only for e8m0
+     * scales and n_in % 32 == 0; NULL when the level has none. */
+    void (*gemmb)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
+                  uint16_t *panel);
 };
 
 extern const struct dsv4_kernels dsv4_kernels_scalar;

@@ -35,11 +35,15 @@ static int max_in(const struct dsv4_config *c)
 
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
 {
-    (void)n_threads;
-    /* the MTP block projects hc streams per row (h_proj) */
+    /* the MTP block projects hc streams per row (h_proj); GEMM panels: 16 rows per thread */
     size_t rows = (size_t)max_rows * (size_t)c->hc;
-    return rows * (size_t)max_in(c) + (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
+    size_t x    = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * 8 * (size_t)max_in(c) + 64;
+    size_t attn = (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
+    return x + attn;
 }
+
+/* Token count from which projections take the panel GEMM path instead of the GEMV one. */
+enum { GEMM_MIN_TOKENS = 12 };
 
 static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)
 {
@@ -56,13 +60,17 @@ struct lin_job {
     const uint16_t            *xb; /* bf16 activations (bf16 kernels) or NULL */
     float                     *y;
     enum dsv4_out              out;
+    uint16_t                  *panels; /* per-thread GEMM panels, or NULL (GEMV kernels) */
+    size_t                     panel_len;
 };
 
 static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)
 {
     (void)tid;
     struct lin_job *j = ctx;
-    if (j->xb) {
+    if (j->panels) {
+        j->k->gemmb(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy, j->panels + (size_t)tid * j->panel_len);
+    } else if (j->xb) {
         switch (j->w->fmt) {
         case DSV4_WFMT_FP8: j->k->dotb_fp8(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
         case DSV4_WFMT_FP4: j->k->dotb_fp4(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
@@ -77,8 +85,30 @@ static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)
     if (j->out == DSV4_OUT_BF16)
         for (int t = 0; t < j->nt; t++) {
             float *yr = j->y + (size_t)t * (size_t)j->ldy;
-            for (int64_t o = o0; o < o1; o++) yr[o] = dsv4_round_bf16(yr[o]);
+            for (int64_t o = o0; o < o1; o++) {
+                /* round to nearest even bf16 (finite values: no NaN handling needed) */
+                uint32_t u;
+                memcpy(&u, &yr[o], 4);
+                u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                memcpy(&yr[o], &u, 4);
+            }
         }
+}
+
+/* v rounded to the nearest e4m3 value, ties to even, saturating at 448: the value the
+ * codec (dsv4_e4m3_from_f32, tested exhaustively) gives, computed on the float's bits. */
+static inline float e4m3_round(float v)
+{
+    float a = fabsf(v), r;
+    if (a < 0x1p-6f) {
+        r = rintf(a * 512.0f) * (1.0f / 512.0f); /* subnormals: multiples of 2^-9 */
+    } else {
+        uint32_t u;
+        memcpy(&u, &a, 4);
+        u = (u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u; /* 3 mantissa bits, ties to even */
+        memcpy(&r, &u, 4);
+    }
+    return copysignf(fminf(r, 448.0f), v);
 }
 
 /* Quantises x rows to e4m3 per 128 and writes the dequantised (exact) values. */
@@ -91,8 +121,8 @@ static void quantise_rows(const float *x, int ldx, int n_tok, int n_in, float *x
             int   e    = b + 128 < n_in ? b + 128 : n_in;
             float amax = 0;
             for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(xr[k]));
-            float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
-            for (int k = b; k < e; k++) qr[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(xr[k] / s)) * s;
+            float s = dsv4_act_scale(amax, 448.0f, 1e-4f), inv = 1.0f / s; /* s is a power of two */
+            for (int k = b; k < e; k++) qr[k] = e4m3_round(xr[k] * inv) * s;
         }
     }
 }
@@ -101,7 +131,7 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
                         float *y, int ldy, enum dsv4_act act, enum dsv4_out out)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
-    struct lin_job   j   = { cpu->k, w, n_tok, ldx, ldy, x, NULL, y, out };
+    struct lin_job   j   = { .k = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out };
     float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
     DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)w->n_in);
     if (act == DSV4_ACT_FP8) {
@@ -118,8 +148,15 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
         j.k   = cpu->kb;
         j.xb  = xb;
         j.ldx = w->n_in;
+        /* many tokens: dequantise weight panels once and sweep them with every token */
+        if (n_tok >= GEMM_MIN_TOKENS && cpu->kb->gemmb && !w->scale_f32 && w->n_in % 32 == 0) {
+            j.panel_len = (size_t)16 * (size_t)w->n_in;
+            size_t off  = ((size_t)n_tok * (size_t)w->n_in + 31) / 2 + 16; /* floats after the bf16 x */
+            DSV4_ASSERT(be->scratch_len >= off + (size_t)cpu->n_threads * j.panel_len / 2 + 16);
+            j.panels = (uint16_t *)(void *)(be->scratch + off);
+        }
     }
-    dsv4_pool_for(cpu->pool, w->n_out, 4, 16, lin_rows, &j);
+    dsv4_pool_for(cpu->pool, w->n_out, j.panels ? 16 : 4, 16, lin_rows, &j);
 }
 
 /* ------------------------------------------------------------------ attention */

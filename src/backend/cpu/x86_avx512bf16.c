@@ -188,6 +188,98 @@ static void dotb_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const
     dot(2, w, o0, o1, nt, x, ldx, y, ldy);
 }
 
+/* ------------------------------------------------------------------ prefill GEMM */
+
+/* Rows [ow, ow + n) of W as bf16 values with their block scales applied (exact: scales are
+ * powers of two, so only e8m0 scales take this path) into panel[n, n_in]. */
+static void dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *panel)
+{
+    int n_kb = (w->n_in + 127) / 128;
+    for (int r = 0; r < n; r++) {
+        uint16_t *dst = panel + (size_t)r * (size_t)w->n_in;
+        int       row = ow + r;
+        if (w->fmt == DSV4_WFMT_BF16) {
+            memcpy(dst, (const uint16_t *)w->w + (size_t)row * (size_t)w->n_in, 2 * (size_t)w->n_in);
+            continue;
+        }
+        int bk = w->fmt == DSV4_WFMT_FP8 ? 128 : 32;
+        for (int kb = 0; kb < w->n_in; kb += bk) {
+            /* a power-of-two scale multiplies a bf16 by adding to its exponent field */
+            uint8_t e  = ((const uint8_t *)w->scale)[w->fmt == DSV4_WFMT_FP8 ? (size_t)(row / 128) * (size_t)n_kb + (size_t)(kb / 128)
+                                                                              : (size_t)row * (size_t)(w->n_in / 32) + (size_t)(kb / 32)];
+            __m512i add = _mm512_set1_epi16((short)((e - 127) << 7));
+            for (int k = kb; k < kb + bk; k += 32) {
+                __m512i   v  = w->fmt == DSV4_WFMT_FP8 ? e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)w->n_in + (size_t)k)
+                                                       : e2m1_bf16((const uint8_t *)w->w + (size_t)row * (size_t)(w->n_in / 2) + (size_t)(k / 2));
+                __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
+                _mm512_storeu_si512(dst + k, _mm512_mask_add_epi16(v, nz, v, add));
+            }
+        }
+    }
+}
+
+/* C[t, o] for 4 panel rows x NT tokens over K (multiple of 32). */
+static inline __attribute__((always_inline)) void tile4(int NT, const uint16_t *wp, int K, const uint16_t *x, int ldx,
+                                                        float *y, int ldy, int o)
+{
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) a[r][t] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) wv[r] = _mm512_loadu_si512(wp + (size_t)r * (size_t)K + (size_t)k);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv[r]), as_bh(xv));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) y[(size_t)t * (size_t)ldy + (size_t)(o + r)] = _mm512_reduce_add_ps(a[r][t]);
+}
+
+/*
+ * Many tokens against rows [o0, o1): each panel of up to 16 rows is dequantised to bf16 once
+ * (panel: per-thread scratch of 16 * n_in uint16) and swept by every token, four rows by
+ * four tokens at a time. Needs n_in % 32 == 0 and e8m0 scales (dot_* otherwise).
+ */
+static void gemm_rows(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                      int ldy, uint16_t *panel)
+{
+    int K = w->n_in;
+    for (int p0 = o0; p0 < o1; p0 += 16) {
+        int np = o1 - p0 < 16 ? o1 - p0 : 16;
+        dequant_panel(w, p0 + w->row_off, np, panel);
+        int r = 0;
+        for (; r + 4 <= np; r += 4)
+            for (int t0 = 0; t0 < nt; t0 += 4) {
+                const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+                float          *yt = y + (size_t)t0 * (size_t)ldy;
+                const uint16_t *wp = panel + (size_t)r * (size_t)K;
+                switch (nt - t0 < 4 ? nt - t0 : 4) {
+                case 1: tile4(1, wp, K, xt, ldx, yt, ldy, p0 + r); break;
+                case 2: tile4(2, wp, K, xt, ldx, yt, ldy, p0 + r); break;
+                case 3: tile4(3, wp, K, xt, ldx, yt, ldy, p0 + r); break;
+                default: tile4(4, wp, K, xt, ldx, yt, ldy, p0 + r); break;
+                }
+            }
+        for (; r < np; r++)
+            for (int t = 0; t < nt; t++) {
+                __m512 a = _mm512_setzero_ps();
+                for (int k = 0; k < K; k += 32)
+                    a = _mm512_dpbf16_ps(a, as_bh(_mm512_loadu_si512(panel + (size_t)r * (size_t)K + (size_t)k)),
+                                         as_bh(_mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k)));
+                y[(size_t)t * (size_t)ldy + (size_t)(p0 + r)] = _mm512_reduce_add_ps(a);
+            }
+    }
+}
+
 /* f32 -> bf16 (inputs are bf16-exact: truncation is exact; NaN-free by construction) */
 static void to_bf16(const float *x, int n, uint16_t *out)
 {
@@ -205,4 +297,5 @@ const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
     .dotb_fp4  = dotb_fp4,
     .dotb_bf16 = dotb_bf16,
     .to_bf16   = to_bf16,
+    .gemmb     = gemm_rows,
 };

@@ -1,0 +1,312 @@
+/*
+ * cmd_bench.c - `dsv4 bench`: speed and bandwidth figures for one model on this machine.
+ *
+ * In one run: the machine's read bandwidth (sum over 1 GiB with every thread), then for each
+ * context length the prefill speed of a fresh sequence to that length, and for each batch
+ * size the decode speed of that many sequences stepping together at that frontier. Decode
+ * rows start from copies of the prefilled state and get different next tokens, so routing
+ * diverges from the first layer on. For each decode step the bytes that had to be read are
+ * counted: the trunk weights, each routed expert used by any row once (unique experts per
+ * layer, from the router's choices), the head, and the cached KV rows attended. Output: a
+ * table on stdout, optionally CSV (--csv FILE) with machine, backend, checkpoint and commit.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "backend/cpu/cpu.h"
+#include "cli.h"
+#include "model/runtime.h"
+
+#ifndef DSV4_GIT_REV
+#define DSV4_GIT_REV "unknown"
+#endif
+
+struct bw_job {
+    const uint64_t *buf;
+    uint64_t        sums[64];
+};
+
+static void bw_sum(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct bw_job *j = ctx;
+    uint64_t       a = 0, b = 0, c = 0, d = 0;
+    int64_t        i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        a += j->buf[i];
+        b += j->buf[i + 1];
+        c += j->buf[i + 2];
+        d += j->buf[i + 3];
+    }
+    for (; i < i1; i++) a += j->buf[i];
+    j->sums[tid & 63] += a + b + c + d;
+}
+
+static void bw_touch(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    (void)tid;
+    uint64_t *b = (uint64_t *)((struct bw_job *)ctx)->buf;
+    for (int64_t i = i0; i < i1; i++) b[i] = (uint64_t)i;
+}
+
+/* Best of 5 passes of a 1 GiB sum reduction over all threads, GB/s. */
+static double measure_bandwidth(struct dsv4_pool *pool)
+{
+    size_t    n   = ((size_t)1 << 30) / 8;
+    uint64_t *buf = aligned_alloc(64, n * 8);
+    if (!buf) return 0;
+    struct bw_job j = { buf, { 0 } };
+    dsv4_pool_for(pool, (int64_t)n, 8, 1, bw_touch, &j);
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = cli_now();
+        dsv4_pool_for(pool, (int64_t)n, 8, 1, bw_sum, &j);
+        double t = cli_now() - t0;
+        if (n * 8 / t / 1e9 > best) best = (double)n * 8 / t / 1e9;
+    }
+    free(buf);
+    return best;
+}
+
+/* Router choices of the last step, collected through the dump sink. */
+struct route_log {
+    int      n_layer, n_exp;
+    uint8_t *used; /* [n_layer + 1, n_exp] */
+};
+
+static void route_sink(void *ud, const char *stage, int il, int seq, int pos, int n, int width, const float *data)
+{
+    (void)seq;
+    (void)pos;
+    struct route_log *rl = ud;
+    if (strcmp(stage, "router_ids") != 0 || il < 0 || il > rl->n_layer) return;
+    for (int i = 0; i < n * width; i++) {
+        int e = (int)data[i];
+        if (e >= 0 && e < rl->n_exp) rl->used[(size_t)il * (size_t)rl->n_exp + (size_t)e] = 1;
+    }
+}
+
+/* Bytes of routed-expert weights per layer (one expert). */
+static double expert_bytes(const struct dsv4_model *m, int il)
+{
+    const struct dsv4_expert_w *e = &m->w.layers[il].experts[0];
+    const struct dsv4_linear   *ls[3] = { &e->w1, &e->w2, &e->w3 };
+    double                      b     = 0;
+    for (int i = 0; i < 3; i++) b += (double)(ls[i]->wt ? ls[i]->wt->nbytes : 0) + (double)(ls[i]->st ? ls[i]->st->nbytes : 0);
+    return b;
+}
+
+static int *parse_list(const char *s, int *n)
+{
+    int *v = malloc(sizeof(int) * 64);
+    *n     = 0;
+    while (*s && *n < 64) {
+        char *end;
+        long  x = strtol(s, &end, 10);
+        if (end == s || x < 1 || x > (1 << 24)) {
+            free(v);
+            return NULL;
+        }
+        v[(*n)++] = (int)x;
+        s         = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
+               "                  [--chunk N] [--csv FILE]\n");
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
+    long long   steps = 8, chunk = 512;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m")) {
+            if (!(dir = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--csv")) {
+            if (!(csv = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ctx-list")) {
+            if (!(ctx_s = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--batch-list")) {
+            if (!(batch_s = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--decode-steps")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
+        } else if (!strcmp(a, "--chunk")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
+        } else {
+            fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    int  n_ctx, n_batch;
+    int *ctxs = parse_list(ctx_s, &n_ctx), *batches = parse_list(batch_s, &n_batch);
+    if (!dir || !ctxs || !batches || !n_ctx || !n_batch) {
+        fprintf(stderr, "dsv4 bench: -m DIR is required; lists are positive integers separated by commas\n");
+        free(ctxs);
+        free(batches);
+        return 2;
+    }
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.log    = cli_log_stderr;
+    ep.log_ud = (void *)"bench";
+    struct dsv4_err err;
+    dsv4_engine    *e;
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
+        fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+        return 1;
+    }
+    const struct dsv4_model  *m   = dsv4_engine_model(e);
+    const struct dsv4_config *c   = &m->cfg;
+    struct dsv4_cpu          *cpu = m->backend_impl;
+    int                       max_b = 1, max_ctx = 1;
+    for (int i = 0; i < n_batch; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+    for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
+    int ctx_cap = max_ctx + (int)steps + 1;
+
+    printf("measuring read bandwidth (1 GiB, %d threads)...\n", cpu->n_threads);
+    double bw = measure_bandwidth(cpu->pool);
+    struct dsv4_model_stats st;
+    dsv4_model_stats(c, &m->ck, &st);
+    double trunk = (double)(st.bytes_per_token - st.bytes_experts_per_token);
+    struct utsname un;
+    uname(&un);
+    const char *backend = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
+    printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", un.machine, backend, cpu->n_threads, bw);
+    printf("model %s: %.2f GB weights read per token at batch 1 (trunk %.2f GB incl. head, experts %.2f GB)\n", dir,
+           (double)st.bytes_per_token / 1e9, trunk / 1e9, (double)st.bytes_experts_per_token / 1e9);
+
+    FILE *cf = csv ? fopen(csv, "w") : NULL;
+    if (csv && !cf) fprintf(stderr, "dsv4 bench: cannot create %s\n", csv);
+    if (cf)
+        fprintf(cf, "machine,backend,threads,checkpoint,commit,read_gbps,ctx,batch,prefill_tok_s,prefill_gflops,"
+                    "decode_tok_s,step_ms,bytes_per_step,achieved_gbps,bw_share\n");
+
+    struct dsv4_seq_state *sts = calloc((size_t)max_b, sizeof(*sts));
+    struct dsv4_fwd_seq   *fs  = calloc((size_t)max_b, sizeof(*fs));
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_ctx), *next = malloc(sizeof(int32_t) * (size_t)max_b);
+    float   *lg   = malloc(sizeof(float) * (size_t)max_b * (size_t)c->vocab_size);
+    struct route_log rl = { c->n_layer, c->n_exp, calloc((size_t)(c->n_layer + 1) * (size_t)c->n_exp, 1) };
+    struct dsv4_step S;
+    int              rc = 1;
+    if (dsv4_step_init(&S, m, (int)chunk > max_b ? (int)chunk : max_b, ctx_cap, &err)) {
+        fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+        goto done;
+    }
+    for (int b = 0; b < max_b; b++)
+        if (dsv4_seq_state_init(&sts[b], c, ctx_cap, m->row_fmt, false, &err)) {
+            fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+            goto done;
+        }
+    unsigned long long seed = 12345;
+    for (int i = 0; i < max_ctx; i++) {
+        seed    = seed * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((seed >> 33) % (unsigned long long)c->vocab_size);
+    }
+    printf("\n%8s %6s %12s %12s %12s %10s %14s %10s %8s\n", "ctx", "batch", "prefill t/s", "prefill GF/s",
+           "decode t/s", "step ms", "bytes/step", "GB/s", "of bw");
+    for (int ci = 0; ci < n_ctx; ci++) {
+        int ctx = ctxs[ci];
+        /* prefill one sequence to the frontier */
+        dsv4_seq_state_reset(&sts[0], c);
+        double t0 = cli_now();
+        for (int off = 0; off < ctx; off += (int)chunk) {
+            int n       = ctx - off < (int)chunk ? ctx - off : (int)chunk;
+            fs[0]       = (struct dsv4_fwd_seq){ .st = &sts[0], .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };
+            if (dsv4_forward(m, &S, fs, 1, &err)) {
+                fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+                goto done;
+            }
+        }
+        double tp = cli_now() - t0, prefill_tps = ctx / tp;
+        double prefill_gf = 2.0 * (double)st.active_params * ctx / tp / 1e9;
+        for (int bi = 0; bi < n_batch; bi++) {
+            int B = batches[bi];
+            for (int b = 1; b < B; b++) {
+                /* copy the frontier state (one allocation per sequence, same layout) */
+                void *mem = sts[b].mem;
+                memcpy(mem, sts[0].mem, sts[0].mem_bytes);
+                sts[b].pos = sts[0].pos;
+            }
+            double t_total = 0, bytes_total = 0;
+            for (int s = 0; s < (int)steps; s++) {
+                for (int b = 0; b < B; b++) {
+                    next[b] = (int32_t)((toks[(s * 131 + b * 977) % ctx] + b * 7919 + s) % c->vocab_size);
+                    fs[b]   = (struct dsv4_fwd_seq){ .st = &sts[b], .tokens = &next[b], .n = 1, .n_logits = 1,
+                                                     .logits = lg + (size_t)b * (size_t)c->vocab_size };
+                }
+                memset(rl.used, 0, (size_t)(c->n_layer + 1) * (size_t)c->n_exp);
+                S.dump = (struct dsv4_dump_sink){ route_sink, &rl };
+                double t1 = cli_now();
+                if (dsv4_forward(m, &S, fs, B, &err)) {
+                    fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+                    goto done;
+                }
+                t_total += cli_now() - t1;
+                S.dump = (struct dsv4_dump_sink){ NULL, NULL };
+                double bytes = trunk;
+                for (int il = 0; il < c->n_layer; il++) {
+                    int u = 0;
+                    for (int x = 0; x < c->n_exp; x++) u += rl.used[(size_t)il * (size_t)c->n_exp + (size_t)x];
+                    bytes += u * expert_bytes(m, il);
+                    /* cached rows attended: window + compressed */
+                    int r = c->ratio[il], rows = c->window;
+                    if (r == 4) rows += (ctx / 4 < c->idx_topk ? ctx / 4 : c->idx_topk);
+                    else if (r) rows += ctx / r;
+                    bytes += (double)B * rows * (double)sts[0].row_bytes;
+                    if (r == 4) bytes += (double)B * (ctx / 4) * (double)sts[0].idx_bytes;
+                }
+                bytes_total += bytes;
+            }
+            /* undo the decode steps so the next batch starts from the same frontier */
+            for (int b = 0; b < B; b++) sts[b].pos = ctx;
+            double step = t_total / (double)steps, bps = bytes_total / (double)steps;
+            /* the copies above restore KV contents; sequence 0's ring rows past ctx were
+             * overwritten by the decode steps, so re-prefill for the next batch size */
+            printf("%8d %6d %12.1f %12.1f %12.2f %10.2f %14.3e %10.2f %7.0f%%\n", ctx, B, prefill_tps, prefill_gf,
+                   B / step, step * 1e3, bps, bps / step / 1e9, 100.0 * bps / step / 1e9 / bw);
+            fflush(stdout);
+            if (cf)
+                fprintf(cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f\n", un.machine, backend,
+                        cpu->n_threads, dir, DSV4_GIT_REV, bw, ctx, B, prefill_tps, prefill_gf, B / step, step * 1e3,
+                        bps, bps / step / 1e9, bps / step / 1e9 / bw);
+            if (bi + 1 < n_batch) {
+                dsv4_seq_state_reset(&sts[0], c);
+                for (int off = 0; off < ctx; off += (int)chunk) {
+                    int n = ctx - off < (int)chunk ? ctx - off : (int)chunk;
+                    fs[0] = (struct dsv4_fwd_seq){ .st = &sts[0], .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };
+                    if (dsv4_forward(m, &S, fs, 1, &err)) goto done;
+                }
+            }
+        }
+    }
+    rc = 0;
+done:
+    if (cf) fclose(cf);
+    for (int b = 0; b < max_b; b++) dsv4_seq_state_free(&sts[b]);
+    dsv4_step_free(&S);
+    free(sts);
+    free(fs);
+    free(toks);
+    free(next);
+    free(lg);
+    free(rl.used);
+    free(ctxs);
+    free(batches);
+    dsv4_engine_close(e);
+    return rc;
+}
