@@ -20,11 +20,11 @@ endif
 
 BUILD ?= build
 ifneq ($(SANITIZE),)
-BUILD := $(BUILD)-san-$(subst $(comma),-,$(SANITIZE))
+override BUILD := $(BUILD)-san-$(subst $(comma),-,$(SANITIZE))
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 ifeq ($(DEBUG),1)
-BUILD := $(BUILD)-debug
+override BUILD := $(BUILD)-debug
 DEFS += -DDSV4_DEBUG
 endif
 

@@ -117,11 +117,29 @@ uint64_t dsv4_hash_bytes(const void *p, size_t n, uint64_t seed);
 
 /* ------------------------------------------------------------------ number formats */
 
-/* bf16: round-to-nearest-even; NaN stays NaN (quiet). */
-uint16_t dsv4_bf16_from_f32(float x);
-float    dsv4_f32_from_bf16(uint16_t h);
+/* bf16: round-to-nearest-even; NaN stays NaN (quiet). Inline: on every hot path. */
+static inline uint16_t dsv4_bf16_from_f32(float x)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float dsv4_f32_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float    x;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
+
 /* Round x to the nearest bf16 value and return it as float. */
-float    dsv4_round_bf16(float x);
+static inline float dsv4_round_bf16(float x)
+{
+    return dsv4_f32_from_bf16(dsv4_bf16_from_f32(x));
+}
 
 /* IEEE binary16: RNE, overflow to inf, subnormals. */
 uint16_t dsv4_f16_from_f32(float x);
@@ -130,7 +148,21 @@ float    dsv4_f32_from_f16(uint16_t h);
 /* FP8 e4m3fn: bias 7, no inf, NaN only at 0x7F/0xFF, max 448. Encoding saturates finite
  * values to +-448 (as torch's clamp-then-cast in the reference); NaN encodes as 0x7F. */
 uint8_t dsv4_e4m3_from_f32(float x);
-float   dsv4_f32_from_e4m3(uint8_t c);
+/* Decoding is bit construction (exact): normal codes map to an f32 with the exponent
+ * rebiased by 120, subnormals are m * 2^-9. */
+static inline float dsv4_f32_from_e4m3(uint8_t c)
+{
+    uint32_t e = (c >> 3) & 15u, m = c & 7u, u;
+    float    x;
+    if (e == 15 && m == 7) return __builtin_nanf("");
+    if (e == 0) {
+        x = (float)m * 0x1p-9f;
+        return (c & 0x80) ? -x : x;
+    }
+    u = ((uint32_t)(c & 0x80) << 24) | ((e + 120u) << 23) | (m << 20);
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
 
 /* FP8 e5m2: bias 15, inf and NaN as IEEE. Encoding is RNE with overflow to inf
  * (IEEE semantics, as torch's float8_e5m2 cast). */
@@ -141,12 +173,25 @@ float   dsv4_f32_from_e5m2(uint8_t c);
  * (other inputs round up to the next power of two, the "ue8m0" rule of the reference);
  * zero, negative and NaN inputs encode as 255. */
 uint8_t dsv4_e8m0_from_f32(float x);
-float   dsv4_f32_from_e8m0(uint8_t e);
+static inline float dsv4_f32_from_e8m0(uint8_t e)
+{
+    if (e == 255) return __builtin_nanf("");
+    if (e == 0) return 0x1p-127f;
+    uint32_t u = (uint32_t)e << 23;
+    float    x;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
 
 /* FP4 e2m1: bit 3 sign, magnitudes {0,.5,1,1.5,2,3,4,6}. Encoding RNE, saturating at 6;
  * NaN encodes as 0 (e2m1 has no NaN). Packed bytes: low nibble = even index. */
 uint8_t dsv4_e2m1_from_f32(float x);
-float   dsv4_f32_from_e2m1(uint8_t code);
+static inline float dsv4_f32_from_e2m1(uint8_t code)
+{
+    static const float mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
+    float              v      = mag[code & 7];
+    return (code & 8) ? -v : v;
+}
 
 /* Power-of-two scale 2^ceil(log2(x)) for x > 0, computed exactly on the float's bits. */
 float dsv4_pow2_ceil(float x);

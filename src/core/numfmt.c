@@ -19,32 +19,11 @@ static uint32_t f32_bits(float x)
     return u;
 }
 
-static float f32_from_bits(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 /* ------------------------------------------------------------------ bf16 */
 
-uint16_t dsv4_bf16_from_f32(float x)
-{
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
-float dsv4_f32_from_bf16(uint16_t h)
-{
-    return f32_from_bits((uint32_t)h << 16);
-}
 
-float dsv4_round_bf16(float x)
-{
-    return dsv4_f32_from_bf16(dsv4_bf16_from_f32(x));
-}
 
 /* ------------------------------------------------------------------ generic minifloat */
 
@@ -114,15 +93,6 @@ uint8_t dsv4_e4m3_from_f32(float x)
     return (uint8_t)(sign | ((e + 7) << 3) | (q - 8));
 }
 
-float dsv4_f32_from_e4m3(uint8_t c)
-{
-    int    sign = c >> 7, exp = (c >> 3) & 15, man = c & 7;
-    double v;
-    if (exp == 15 && man == 7) return NAN;
-    if (exp == 0) v = ldexp(man, -9);
-    else v = ldexp(8 + man, exp - 10);
-    return (float)(sign ? -v : v);
-}
 
 /* ------------------------------------------------------------------ e5m2 */
 
@@ -170,15 +140,9 @@ uint8_t dsv4_e8m0_from_f32(float x)
     return (uint8_t)(k + 127);
 }
 
-float dsv4_f32_from_e8m0(uint8_t e)
-{
-    if (e == 255) return NAN;
-    return ldexpf(1.0f, (int)e - 127);
-}
 
 /* ------------------------------------------------------------------ e2m1 */
 
-static const float e2m1_mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
 
 uint8_t dsv4_e2m1_from_f32(float x)
 {
@@ -193,8 +157,3 @@ uint8_t dsv4_e2m1_from_f32(float x)
     return (uint8_t)(sign | ((e + 1) << 1) | (q - 2));
 }
 
-float dsv4_f32_from_e2m1(uint8_t code)
-{
-    float v = e2m1_mag[code & 7];
-    return (code & 8) ? -v : v;
-}

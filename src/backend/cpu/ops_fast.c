@@ -43,7 +43,7 @@ size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int ma
 }
 
 /* Token count from which projections take the panel GEMM path instead of the GEMV one. */
-enum { GEMM_MIN_TOKENS = 12 };
+enum { GEMM_MIN_TOKENS = 6 };
 
 static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)
 {
