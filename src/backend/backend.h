@@ -100,9 +100,11 @@ struct dsv4_backend_ops {
                       float scale, float *o);
 
     /* Indexer scores of one query over n_keys compact FP4 key rows (model-v4.md §3.7, bf16 at
-     * the four points of §11.2): score[j] = sum_h bf16(w_h * relu(bf16(q_h . k_j))). */
+     * the four points of §11.2): score[j] = sum_h bf16(w_h * relu(bf16(q_h . k_j))). Keys sit
+     * in blocks of block_keys rows (the KV pages): key j at blocks[j / block_keys] +
+     * (j % block_keys) * dsv4_idx_key_bytes(d). */
     void (*indexer_scores)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                           const uint8_t *keys, int n_keys, float *score);
+                           const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
 
     /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
      * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);

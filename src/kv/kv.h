@@ -1,59 +1,143 @@
 /*
- * kv.h - the per-sequence state of DeepSeek-V4 attention (model-v4.md §4).
+ * kv.h - the per-sequence state of DeepSeek-V4 attention (model-v4.md §4), split by how it
+ * grows:
  *
- * Per layer (and for the MTP block, which is a sliding-window layer):
- *   ring   [window] rows      the last `window` raw KV rows, slot = position % window
- *   comp   [max_ctx/ratio]    compressed KV rows, row j covers positions j*ratio..(j+1)*ratio-1
- *   idx    [max_ctx/4]        indexer key rows (CSA layers only)
- *   ckv/csc, ikv/isc          compressor frontiers: values and gate logits (gate + ape) of the
- *                             tokens of the incomplete block; with overlap (ratio 4) slots
- *                             0..3 hold the previous complete block and 4..7 the current one
+ *   slot (fixed size, independent of the position) - per layer with state:
+ *     ring   [window, row_bytes]      the last `window` raw KV rows, slot = position % window
+ *     ckv/csc, ikv/isc                compressor frontiers: values and gate logits (gate + ape)
+ *                                     of the tokens of the incomplete block; with overlap
+ *                                     (ratio 4) rows 0..3 hold the previous complete block
+ *                                     and rows 4..7 the current one
+ *     mtp_x  [hc, d_model]            (MTP only) final streams of position pos-1
+ *   pages (what grows) - page k holds positions [k * page_tokens, (k+1) * page_tokens) of
+ *   every layer, laid out layer after layer:
+ *     comp   [page_tokens / ratio, row_bytes]   compressed rows; row j covers positions
+ *                                               j*ratio..(j+1)*ratio-1
+ *     idx    [page_tokens / 4, idx_bytes]       indexer key rows (CSA layers only)
+ *   page_tokens is a power of two that every compression ratio divides (256 by default), so a
+ *   compressed block never straddles two pages and a full page is final: nothing writes into
+ *   it once the sequence has moved past it (the prefix cache shares such pages read-only).
+ *
+ * The forward pass reaches compressed rows and indexer keys only through the accessors
+ * below (page table lookups); where the pages come from is the owner's business: a session
+ * (kv_state.c) owns one slot and every page its context needs in one allocation; the serving
+ * pool (kv_pool.h) maps pages from a shared free list as positions advance.
+ *
  * Rows are stored in the compact lossless form (backend.h dsv4_row_fmt: e4m3 codes + e8m0
  * scales for the nope dims, bf16 for the rope dims) or as bf16 for the initial demo revision,
- * whose cached KV is not FP8-rounded. Indexer keys are e2m1 codes + e8m0 scales (lossless after
- * the FP4 simulation). Frontier states are f32.
+ * whose cached KV is not FP8-rounded. Indexer keys are e2m1 codes + e8m0 scales (lossless
+ * after the FP4 simulation). Frontier states are f32.
  *
- * Memory: one allocation per sequence, sized once from max_ctx and zero-filled at creation on
- * purpose, so that page faults happen at session creation and not in the token loop.
+ * A snapshot is what a sequence needs, besides its full pages, to resume bit-exactly at a
+ * page boundary: the rings and, for overlapping compressors, the previous complete block.
+ * At a block boundary every other frontier row is overwritten before it is read again, so
+ * the snapshot leaves them out.
  */
 #ifndef DSV4_KV_H
 #define DSV4_KV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "model/model.h"
 
+enum { DSV4_KV_PAGE_TOKENS = 256 };
+
 struct dsv4_layer_state {
     int      ratio;
-    uint8_t *ring;     /* [window, row_bytes] */
-    uint8_t *comp;     /* [max_ctx / ratio, row_bytes] */
-    uint8_t *idx;      /* [max_ctx / 4, idx_key_bytes] */
+    uint8_t *ring;      /* [window, row_bytes] */
     float   *ckv, *csc; /* [coff*ratio, coff*d_head] */
-    float   *ikv, *isc; /* [coff*ratio, coff*d_idx_head] */
+    float   *ikv, *isc; /* [coff*ratio, coff*d_idx_head] (CSA only) */
+    size_t   comp_off;  /* byte offset in a page of [page_tokens / ratio, row_bytes] */
+    size_t   idx_off;   /* byte offset in a page of [page_tokens / 4, idx_bytes] (CSA only) */
 };
 
 struct dsv4_seq_state {
-    int                      pos;        /* tokens consumed so far */
+    int                      pos;         /* tokens consumed so far */
     int                      max_ctx;
     enum dsv4_row_fmt        fmt;
     int                      row_bytes;
     int                      idx_bytes;
-    int                      n_states;   /* n_layer, + 1 when the MTP block has state */
-    struct dsv4_layer_state *layers;     /* [n_states]; the MTP block's state is last */
+    int                      window;
+    int                      d_head, d_idx_head;
+    int                      n_states;    /* n_layer, + 1 when the MTP block has state */
+    struct dsv4_layer_state *layers;      /* [n_states]; the MTP block's state is last */
     bool                     has_mtp;
-    float                   *mtp_x;      /* [hc, d_model] final streams of position pos-1 */
-    void                    *mem;
+    float                   *mtp_x;       /* [hc, d_model] final streams of position pos-1 */
+    int                      page_tokens; /* positions per page */
+    int                      n_pages;     /* entries of pages: ceil(max_ctx / page_tokens) */
+    uint8_t                **pages;       /* [n_pages] page of positions k*page_tokens.., or NULL */
+    void                    *meta;        /* layers and page table (one allocation) */
+    void                    *mem;         /* sessions: slot then pages, one allocation */
     size_t                   mem_bytes;
 };
 
-/* Bytes one sequence needs (the figure behind the public memory estimate). */
+/* ------------------------------------------------------------------ sizes */
+
+/* Bytes of one slot, one page and one snapshot for this model (64-byte aligned parts). */
+size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp);
+size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, int page_tokens);
+size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt);
+/* True when page_tokens is a power of two that every compression ratio of cfg divides. */
+bool   dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens);
+
+/* ------------------------------------------------------------------ sessions (private pages) */
+
+/* Bytes one session sequence needs (the figure behind the public memory estimate). */
 size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp);
+/* One allocation holding the slot and every page of the context, zero-filled on purpose so
+ * that page faults happen here and not in the token loop; all pages mapped. */
 int    dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
                            enum dsv4_row_fmt fmt, bool mtp, struct dsv4_err *err);
 void   dsv4_seq_state_free(struct dsv4_seq_state *st);
-/* Back to position 0: compressor frontiers to (value 0, gate -inf). */
+/* Back to position 0: compressor frontiers to (value 0, gate -inf). Pages stay mapped. */
 void   dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg);
+/* Copies the whole state of src into dst (both from dsv4_seq_state_init, same parameters). */
+void   dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state *src);
+
+/* ------------------------------------------------------------------ pool slots */
+
+/* Points st at a slot of dsv4_kv_slot_bytes() bytes (caller-owned) with an empty page table
+ * of ceil(max_ctx / page_tokens) entries; allocates only the table (start-up). */
+int  dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
+                         enum dsv4_row_fmt fmt, bool mtp, void *slot, struct dsv4_err *err);
+void dsv4_seq_state_unbind(struct dsv4_seq_state *st);
+
+/* ------------------------------------------------------------------ snapshots */
+
+/* Saves the resumable part of the state (rings, previous-block frontiers) to dst
+ * [dsv4_kv_snap_bytes]; valid when st->pos is a page boundary. */
+void dsv4_kv_snapshot_save(const struct dsv4_seq_state *st, void *dst);
+/* Restores a snapshot taken at position pos (the pages below pos must be mapped by the
+ * caller). The frontier rows a snapshot leaves out keep whatever they held: they are
+ * written before they are next read. */
+void dsv4_kv_snapshot_restore(struct dsv4_seq_state *st, const void *src, int pos);
+
+/* ------------------------------------------------------------------ accessors */
+
+/* Compressed row j of a layer (ratio > 0). */
+static inline uint8_t *dsv4_kv_comp_row(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int j)
+{
+    int p = j * ls->ratio;
+    return st->pages[p / st->page_tokens] + ls->comp_off +
+           (size_t)((p % st->page_tokens) / ls->ratio) * (size_t)st->row_bytes;
+}
+
+/* Indexer key row j of a CSA layer. */
+static inline uint8_t *dsv4_kv_idx_row(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int j)
+{
+    int p = j * 4;
+    return st->pages[p / st->page_tokens] + ls->idx_off + (size_t)((p % st->page_tokens) / 4) * (size_t)st->idx_bytes;
+}
+
+/* True when every page holding positions [p0, p1) is mapped. */
+static inline bool dsv4_kv_mapped(const struct dsv4_seq_state *st, int p0, int p1)
+{
+    for (int k = p0 / st->page_tokens; p1 > p0 && k <= (p1 - 1) / st->page_tokens; k++)
+        if (k >= st->n_pages || !st->pages[k]) return false;
+    return true;
+}
 
 #endif

@@ -1,5 +1,10 @@
 /*
- * kv_state.c - layout, allocation and reset of one sequence's attention state (see kv.h).
+ * kv_state.c - layout of one sequence's attention state (see kv.h): where each layer's ring,
+ * frontiers, compressed rows and indexer keys sit inside a slot, a page and a snapshot;
+ * binding a state to a slot; the private all-pages-mapped state of a session; snapshots.
+ *
+ * One walker computes every offset, so the sizes reported for planning and the pointers
+ * handed to the forward pass cannot disagree. Every part starts on a 64-byte boundary.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,53 +17,150 @@ static size_t align64(size_t v)
     return (v + 63) & ~(size_t)63;
 }
 
-/* Walks the layout once: with base == NULL it only measures. */
-static size_t layout(struct dsv4_seq_state *st, const struct dsv4_config *c, int max_ctx, enum dsv4_row_fmt fmt,
-                     bool mtp, uint8_t *base)
+struct kv_sizes {
+    size_t slot, page, snap;
+};
+
+static int n_states_of(const struct dsv4_config *c, bool mtp)
 {
-    int    rb = dsv4_row_bytes(fmt, c->d_head, c->d_rope), ib = dsv4_idx_key_bytes(c->d_idx_head);
-    int    n  = c->n_layer + (mtp ? 1 : 0);
-    size_t off = 0;
-#define TAKE(ptr, bytes)                                                                                           \
-    do {                                                                                                           \
-        if (base) (ptr) = (void *)(base + off);                                                                    \
-        off += align64(bytes);                                                                                     \
-    } while (0)
-    struct dsv4_layer_state dummy;
-    if (base) {
-        st->layers = (struct dsv4_layer_state *)(void *)base;
-        memset(st->layers, 0, sizeof(*st->layers) * (size_t)n);
-    }
-    off += align64(sizeof(struct dsv4_layer_state) * (size_t)n);
+    return c->n_layer + (mtp ? 1 : 0);
+}
+
+/* Frontier rows x floats per row of one compressor. */
+static size_t frontier_floats(int ratio, int d)
+{
+    int coff = ratio == 4 ? 2 : 1;
+    return (size_t)(coff * ratio) * (size_t)(coff * d);
+}
+
+/*
+ * Walks the layout once. With st != NULL it also points st's layers into `slot` and records
+ * the page offsets; otherwise it only measures.
+ */
+static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, int page_tokens,
+                 struct dsv4_seq_state *st, uint8_t *slot, struct kv_sizes *sz)
+{
+    size_t rb = (size_t)dsv4_row_bytes(fmt, c->d_head, c->d_rope), ib = (size_t)dsv4_idx_key_bytes(c->d_idx_head);
+    int    n  = n_states_of(c, mtp);
+    memset(sz, 0, sizeof(*sz));
     for (int il = 0; il < n; il++) {
-        struct dsv4_layer_state *ls = base ? &st->layers[il] : &dummy;
-        int r                       = c->ratio[il];
-        ls->ratio                   = r;
-        TAKE(ls->ring, (size_t)c->window * (size_t)rb);
+        struct dsv4_layer_state *ls = st ? &st->layers[il] : NULL;
+        int                      r  = c->ratio[il];
+        size_t ring = sz->slot, ckv = 0, csc = 0, ikv = 0, isc = 0, comp = 0, idx = 0;
+        sz->slot += align64((size_t)c->window * rb);
+        sz->snap += align64((size_t)c->window * rb);
         if (r) {
-            int coff = r == 4 ? 2 : 1;
-            size_t sb = sizeof(float) * (size_t)(coff * r) * (size_t)(coff * c->d_head);
-            TAKE(ls->comp, (size_t)(max_ctx / r) * (size_t)rb);
-            TAKE(ls->ckv, sb);
-            TAKE(ls->csc, sb);
+            size_t fb = sizeof(float) * frontier_floats(r, c->d_head);
+            ckv = sz->slot, sz->slot += align64(fb);
+            csc = sz->slot, sz->slot += align64(fb);
+            comp = sz->page, sz->page += align64((size_t)(page_tokens / r) * rb);
             if (r == 4) {
-                size_t ib2 = sizeof(float) * (size_t)(coff * r) * (size_t)(coff * c->d_idx_head);
-                TAKE(ls->idx, (size_t)(max_ctx / r) * (size_t)ib);
-                TAKE(ls->ikv, ib2);
-                TAKE(ls->isc, ib2);
+                size_t ifb = sizeof(float) * frontier_floats(r, c->d_idx_head);
+                ikv = sz->slot, sz->slot += align64(ifb);
+                isc = sz->slot, sz->slot += align64(ifb);
+                idx = sz->page, sz->page += align64((size_t)(page_tokens / 4) * ib);
+                /* previous-block rows of both frontiers: half of each */
+                sz->snap += 2 * align64(fb / 2) + 2 * align64(ifb / 2);
             }
         }
+        if (!ls) continue;
+        ls->ratio    = r;
+        ls->ring     = slot + ring;
+        ls->ckv      = r ? (float *)(void *)(slot + ckv) : NULL;
+        ls->csc      = r ? (float *)(void *)(slot + csc) : NULL;
+        ls->ikv      = r == 4 ? (float *)(void *)(slot + ikv) : NULL;
+        ls->isc      = r == 4 ? (float *)(void *)(slot + isc) : NULL;
+        ls->comp_off = comp;
+        ls->idx_off  = idx;
     }
-    if (mtp) TAKE(st->mtp_x, sizeof(float) * (size_t)c->hc * (size_t)c->d_model);
-#undef TAKE
-    return off;
+    size_t mtp_off = sz->slot;
+    if (mtp) sz->slot += align64(sizeof(float) * (size_t)c->hc * (size_t)c->d_model);
+    if (st) st->mtp_x = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
+}
+
+size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp)
+{
+    struct kv_sizes sz;
+    walk(cfg, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
+    return sz.slot;
+}
+
+size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, int page_tokens)
+{
+    struct kv_sizes sz;
+    walk(cfg, fmt, false, page_tokens, NULL, NULL, &sz);
+    return sz.page;
+}
+
+size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt)
+{
+    struct kv_sizes sz;
+    walk(cfg, fmt, false, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
+    return sz.snap;
+}
+
+bool dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens)
+{
+    if (page_tokens < 4 || page_tokens > (1 << 20) || (page_tokens & (page_tokens - 1))) return false;
+    for (int il = 0; il < cfg->n_layer + cfg->n_mtp; il++)
+        if (cfg->ratio[il] && page_tokens % cfg->ratio[il]) return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------ binding */
+
+int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
+                        enum dsv4_row_fmt fmt, bool mtp, void *slot, struct dsv4_err *err)
+{
+    memset(st, 0, sizeof(*st));
+    if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
+    if (!dsv4_kv_page_tokens_ok(cfg, page_tokens))
+        return dsv4_err_set(err, DSV4_EINVAL,
+                            "page size %d is not a power of two that every compression ratio divides", page_tokens);
+    int    n       = n_states_of(cfg, mtp);
+    int    n_pages = (max_ctx + page_tokens - 1) / page_tokens;
+    size_t lb      = align64(sizeof(struct dsv4_layer_state) * (size_t)n);
+    uint8_t *meta  = calloc(1, lb + sizeof(uint8_t *) * (size_t)n_pages);
+    if (!meta) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a %d-page table", n_pages);
+    st->meta        = meta;
+    st->layers      = (struct dsv4_layer_state *)(void *)meta;
+    st->pages       = (uint8_t **)(void *)(meta + lb);
+    st->n_pages     = n_pages;
+    st->page_tokens = page_tokens;
+    st->max_ctx     = max_ctx;
+    st->fmt         = fmt;
+    st->row_bytes   = dsv4_row_bytes(fmt, cfg->d_head, cfg->d_rope);
+    st->idx_bytes   = dsv4_idx_key_bytes(cfg->d_idx_head);
+    st->window      = cfg->window;
+    st->d_head      = cfg->d_head;
+    st->d_idx_head  = cfg->d_idx_head;
+    st->n_states    = n;
+    st->has_mtp     = mtp;
+    struct kv_sizes sz;
+    walk(cfg, fmt, mtp, page_tokens, st, slot, &sz);
+    dsv4_seq_state_reset(st, cfg);
+    return DSV4_OK;
+}
+
+void dsv4_seq_state_unbind(struct dsv4_seq_state *st)
+{
+    free(st->meta);
+    memset(st, 0, sizeof(*st));
+}
+
+/* ------------------------------------------------------------------ sessions */
+
+static size_t session_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
+{
+    size_t n_pages = (size_t)(max_ctx + DSV4_KV_PAGE_TOKENS - 1) / DSV4_KV_PAGE_TOKENS;
+    return dsv4_kv_slot_bytes(cfg, fmt, mtp) + n_pages * dsv4_kv_page_bytes(cfg, fmt, DSV4_KV_PAGE_TOKENS);
 }
 
 size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
 {
-    struct dsv4_seq_state tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    return layout(&tmp, cfg, max_ctx, fmt, mtp, NULL);
+    size_t n_pages = (size_t)(max_ctx + DSV4_KV_PAGE_TOKENS - 1) / DSV4_KV_PAGE_TOKENS;
+    return session_bytes(cfg, max_ctx, fmt, mtp) + sizeof(uint8_t *) * n_pages +
+           sizeof(struct dsv4_layer_state) * (size_t)n_states_of(cfg, mtp);
 }
 
 int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
@@ -66,35 +168,40 @@ int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg
 {
     memset(st, 0, sizeof(*st));
     if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
-    size_t bytes = layout(st, cfg, max_ctx, fmt, mtp, NULL);
+    size_t bytes = session_bytes(cfg, max_ctx, fmt, mtp);
     void  *mem   = NULL;
     if (posix_memalign(&mem, 64, bytes) != 0 || !mem)
         return dsv4_err_set(err, DSV4_ENOMEM, "cannot allocate %.1f MiB of KV state for a %d-token context",
                             (double)bytes / 1048576.0, max_ctx);
     memset(mem, 0, bytes); /* touch every page now, not while decoding */
-    layout(st, cfg, max_ctx, fmt, mtp, mem);
+    int rc = dsv4_seq_state_bind(st, cfg, max_ctx, DSV4_KV_PAGE_TOKENS, fmt, mtp, mem, err);
+    if (rc) {
+        free(mem);
+        return rc;
+    }
+    size_t slot = dsv4_kv_slot_bytes(cfg, fmt, mtp), page = dsv4_kv_page_bytes(cfg, fmt, DSV4_KV_PAGE_TOKENS);
+    for (int k = 0; k < st->n_pages; k++) st->pages[k] = (uint8_t *)mem + slot + (size_t)k * page;
     st->mem       = mem;
     st->mem_bytes = bytes;
-    st->max_ctx   = max_ctx;
-    st->fmt       = fmt;
-    st->row_bytes = dsv4_row_bytes(fmt, cfg->d_head, cfg->d_rope);
-    st->idx_bytes = dsv4_idx_key_bytes(cfg->d_idx_head);
-    st->n_states  = cfg->n_layer + (mtp ? 1 : 0);
-    st->has_mtp   = mtp;
-    dsv4_seq_state_reset(st, cfg);
     return DSV4_OK;
 }
 
 void dsv4_seq_state_free(struct dsv4_seq_state *st)
 {
     free(st->mem);
-    memset(st, 0, sizeof(*st));
+    dsv4_seq_state_unbind(st);
+}
+
+void dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state *src)
+{
+    DSV4_ASSERT(dst->mem && src->mem && dst->mem_bytes == src->mem_bytes);
+    memcpy(dst->mem, src->mem, src->mem_bytes);
+    dst->pos = src->pos;
 }
 
 static void reset_frontier(float *kv, float *sc, int ratio, int d)
 {
-    int    coff = ratio == 4 ? 2 : 1;
-    size_t n    = (size_t)(coff * ratio) * (size_t)(coff * d);
+    size_t n = frontier_floats(ratio, d);
     memset(kv, 0, n * sizeof(float));
     for (size_t i = 0; i < n; i++) sc[i] = -INFINITY;
 }
@@ -108,4 +215,46 @@ void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *c
         reset_frontier(ls->ckv, ls->csc, ls->ratio, cfg->d_head);
         if (ls->ratio == 4) reset_frontier(ls->ikv, ls->isc, ls->ratio, cfg->d_idx_head);
     }
+}
+
+/* ------------------------------------------------------------------ snapshots */
+
+/* Copies between a state and a snapshot buffer, in the walker's snapshot order. */
+static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
+{
+    size_t off = 0;
+    int    n   = st->n_states;
+    DSV4_ASSERT(!st->has_mtp); /* the MTP block's state is not part of a snapshot */
+#define PART(ptr, bytes)                                                                                           \
+    do {                                                                                                           \
+        if (save) memcpy(snap + off, (ptr), (bytes));                                                              \
+        else memcpy((ptr), snap + off, (bytes));                                                                   \
+        off += align64(bytes);                                                                                     \
+    } while (0)
+    for (int il = 0; il < n; il++) {
+        const struct dsv4_layer_state *ls = &st->layers[il];
+        PART(ls->ring, (size_t)st->window * (size_t)st->row_bytes);
+        if (ls->ratio == 4) {
+            size_t fb = sizeof(float) * frontier_floats(4, st->d_head) / 2;
+            size_t ib = sizeof(float) * frontier_floats(4, st->d_idx_head) / 2;
+            PART(ls->ckv, fb);
+            PART(ls->csc, fb);
+            PART(ls->ikv, ib);
+            PART(ls->isc, ib);
+        }
+    }
+#undef PART
+}
+
+void dsv4_kv_snapshot_save(const struct dsv4_seq_state *st, void *dst)
+{
+    DSV4_ASSERT(st->pos % st->page_tokens == 0);
+    snap_copy(st, dst, true);
+}
+
+void dsv4_kv_snapshot_restore(struct dsv4_seq_state *st, const void *src, int pos)
+{
+    DSV4_ASSERT(pos % st->page_tokens == 0 && pos <= st->max_ctx);
+    snap_copy(st, (uint8_t *)src, false);
+    st->pos = pos;
 }

@@ -4,7 +4,8 @@
  * compressed rows, inverse RoPE of the output and the grouped low-rank output projection.
  *
  * Rows of several sequences are projected together; the state-dependent parts (compressor,
- * indexer, attention) run per sequence. Within a chunk the window of a query at position p
+ * indexer, attention) run per sequence, reaching compressed rows and indexer keys through
+ * the sequence's page table (kv.h). Within a chunk the window of a query at position p
  * is read from the ring for positions before the chunk and from the chunk's own rows
  * (staging) after it; the ring is updated only after the whole chunk, so any chunking of a
  * prompt reads exactly the same rows.
@@ -27,12 +28,7 @@ static void run_compressor(const struct dsv4_model *m, struct dsv4_step *S, cons
         struct dsv4_seq_state   *st = S->seqs[s].st;
         struct dsv4_layer_state *ls = &st->layers[state];
         size_t off = (size_t)S->seq_row0[s] * (size_t)width;
-        if (is_indexer)
-            dsv4_compress_chunk(m, S, cw, true, ls->ikv, ls->isc, S->ca + off, S->cg + off, S->seq_n[s],
-                                S->seq_pos0[s], ls->idx, st->idx_bytes, il, s);
-        else
-            dsv4_compress_chunk(m, S, cw, false, ls->ckv, ls->csc, S->ca + off, S->cg + off, S->seq_n[s],
-                                S->seq_pos0[s], ls->comp, st->row_bytes, il, s);
+        dsv4_compress_chunk(m, S, cw, is_indexer, st, ls, S->ca + off, S->cg + off, S->seq_n[s], S->seq_pos0[s], il, s);
     }
 }
 
@@ -75,10 +71,10 @@ static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const st
         if (ratio == 4) {
             int *sel = S->isel;
             int  k   = dsv4_indexer_select(m, S, S->qi + (size_t)(r0 + t) * (size_t)(c->n_idx_head * c->d_idx_head),
-                                           S->wi + (size_t)(r0 + t) * (size_t)c->n_idx_head, ls->idx, n_done, sel);
+                                           S->wi + (size_t)(r0 + t) * (size_t)c->n_idx_head, st, ls, n_done, sel);
             float fsel[4096];
             int   nd = k < 4096 ? k : 4096;
-            for (int i = 0; i < k; i++) S->rowptr[nr++] = ls->comp + (size_t)sel[i] * (size_t)rb;
+            for (int i = 0; i < k; i++) S->rowptr[nr++] = dsv4_kv_comp_row(st, ls, sel[i]);
             if (S->dump.fn) {
                 /* the selected set, -1 padded to index_topk, as floats */
                 int w = c->idx_topk < 4096 ? c->idx_topk : 4096;
@@ -86,7 +82,7 @@ static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "idx_topk", il, s, p, 1, w, fsel);
             }
         } else if (ratio) {
-            for (int j = 0; j < n_done; j++) S->rowptr[nr++] = ls->comp + (size_t)j * (size_t)rb;
+            for (int j = 0; j < n_done; j++) S->rowptr[nr++] = dsv4_kv_comp_row(st, ls, j);
         }
         DSV4_ASSERT(nr <= S->max_attn_rows);
         be->ops->attention(be, c->n_head, c->d_head, c->d_rope, S->q + (size_t)(r0 + t) * (size_t)HD, S->rowptr, nr,

@@ -5,8 +5,13 @@
  * are wanted, then the MTP block (§3.11) for the positions whose next token is known.
  *
  * A step holds chunks of one or more sequences. Every sequence's state advances by its
- * chunk; checks that could fail (token ids, context room, batch size) happen before any
- * state changes, so an error leaves every sequence as it was.
+ * chunk; checks that could fail (token ids, context room, mapped KV pages, batch size)
+ * happen before any state changes, so an error leaves every sequence as it was.
+ *
+ * Every op computes a row independently of the other rows of the step, so a sequence's
+ * results do not depend on what else is in the batch (docs/SERVING.md, determinism). The
+ * head, the largest projection, runs once over the logits rows of all sequences whose
+ * logits buffers follow each other in memory (the scheduler lays them out that way).
  */
 #include <string.h>
 
@@ -60,6 +65,47 @@ static void head(const struct dsv4_model *m, struct dsv4_step *S, const float *X
     dsv4_dump(S, "final_hidden", il, seq, pos, n, c->d_model, S->hid);
     be->ops->linear(be, &m->w.head, n, S->hid, c->d_model, logits, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
     dsv4_dump(S, "logits", il, seq, pos, n, c->vocab_size, logits);
+}
+
+/* Main-head logits of every sequence that asks for them, one head pass per run of
+ * sequences whose logits buffers are contiguous (their rows gathered into S->Xm). */
+static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const float *X)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model, V = (size_t)c->vocab_size, d = (size_t)c->d_model;
+    int    s = 0;
+    while (s < S->n_seqs) {
+        if (!S->seqs[s].n_logits) {
+            s++;
+            continue;
+        }
+        float *out = S->seqs[s].logits, *next = out;
+        int    e = s, rows = 0;
+        for (; e < S->n_seqs; e++) {
+            const struct dsv4_fwd_seq *q = &S->seqs[e];
+            if (!q->n_logits) continue;
+            if (q->logits != next) break;
+            memcpy(S->Xm + (size_t)rows * sd, X + (size_t)(S->seq_row0[e] + q->n - q->n_logits) * sd,
+                   sizeof(float) * sd * (size_t)q->n_logits);
+            rows += q->n_logits;
+            next += (size_t)q->n_logits * V;
+        }
+        be->ops->hc_head(be, rows, c->hc, c->d_model, S->Xm, m->w.hc_head_fn, m->w.hc_head_scale, m->w.hc_head_base,
+                         c->norm_eps, c->hc_eps, S->hid);
+        be->ops->rmsnorm(be, rows, c->d_model, S->hid, c->d_model, m->w.norm, c->norm_eps, S->hid, c->d_model);
+        be->ops->linear(be, &m->w.head, rows, S->hid, c->d_model, out, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+        if (S->dump.fn)
+            for (int i = s, r = 0; i < e; i++) {
+                const struct dsv4_fwd_seq *q = &S->seqs[i];
+                if (!q->n_logits) continue;
+                int pos = S->seq_pos0[i] + q->n - q->n_logits;
+                dsv4_dump(S, "final_hidden", -1, i, pos, q->n_logits, c->d_model, S->hid + (size_t)r * d);
+                dsv4_dump(S, "logits", -1, i, pos, q->n_logits, c->vocab_size, q->logits);
+                r += q->n_logits;
+            }
+        s = e;
+    }
 }
 
 /* The MTP block for every sequence that carries MTP state. Xf: main final streams. */
@@ -135,6 +181,14 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
         if (q->st->pos + q->n > q->st->max_ctx)
             return dsv4_err_set(err, DSV4_ERANGE, "%d tokens at position %d exceed the context of %d tokens", q->n,
                                 q->st->pos, q->st->max_ctx);
+        if (q->st->max_ctx > S->max_ctx)
+            return dsv4_err_set(err, DSV4_EINVAL, "sequence context %d exceeds the step's planned %d", q->st->max_ctx,
+                                S->max_ctx);
+        if (!dsv4_kv_mapped(q->st, q->st->pos, q->st->pos + q->n))
+            return dsv4_err_set(err, DSV4_EINVAL, "no KV page mapped for positions %d..%d", q->st->pos,
+                                q->st->pos + q->n - 1);
+        for (int o = 0; o < s; o++)
+            if (seqs[o].st == q->st) return dsv4_err_set(err, DSV4_EINVAL, "one sequence twice in a step");
         for (int t = 0; t < q->n; t++)
             if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
                 return dsv4_err_set(err, DSV4_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)",
@@ -143,9 +197,6 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     }
     if (R > S->max_rows || n_seqs > S->max_rows)
         return dsv4_err_set(err, DSV4_EINVAL, "step of %d rows exceeds the planned %d", R, S->max_rows);
-    if (R > 0 && seqs[0].st->max_ctx > S->max_ctx)
-        return dsv4_err_set(err, DSV4_EINVAL, "sequence context %d exceeds the step's planned %d",
-                            seqs[0].st->max_ctx, S->max_ctx);
 
     S->seqs   = seqs;
     S->n_seqs = n_seqs;
@@ -167,13 +218,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     }
     float *X = S->X, *Xn = S->Xn;
     for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
-    for (int s = 0; s < n_seqs; s++) {
-        struct dsv4_fwd_seq *q = &seqs[s];
-        if (!q->n_logits) continue;
-        int r0 = S->seq_row0[s] + q->n - q->n_logits;
-        head(m, S, X + (size_t)r0 * sd, q->n_logits, m->w.hc_head_fn, m->w.hc_head_scale, m->w.hc_head_base,
-             m->w.norm, q->logits, -1, s, S->seq_pos0[s] + q->n - q->n_logits);
-    }
+    main_heads(m, S, X);
     if (m->w.has_mtp) mtp_step(m, S, X, Xn);
     for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
     return DSV4_OK;

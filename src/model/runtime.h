@@ -71,6 +71,7 @@ struct dsv4_step {
     float *wi;                 /* [max_rows, n_idx_head] */
     float *iscore;             /* [max_ctx / 4] */
     int   *isel;               /* [max_ctx / 4] */
+    const uint8_t **kblk;      /* [max_ctx / 4] indexer key blocks (one per KV page) */
     double *moe_y;             /* [max_rows, d_model] accumulator (bf16 terms: exact) */
     float *xe, *ye;            /* [max_rows, d_model] gathered expert rows */
     float *row_w;              /* [max_rows] */
@@ -112,10 +113,10 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
                              int state, int R);
 /* compress.c: one compressor over a sequence's rows; the indexer's top-k for one query. */
 void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
-                         bool is_indexer, float *skv, float *ssc, const float *a, const float *g, int n, int p0,
-                         uint8_t *rows, int row_bytes, int il, int seq);
+                         bool is_indexer, const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls,
+                         const float *a, const float *g, int n, int p0, int il, int seq);
 int  dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const float *q, const float *w,
-                         const uint8_t *keys, int n_done, int *sel);
+                         const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int n_done, int *sel);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 
 /* engine.c internals for tools that look inside (dsv4 align, tests). */

@@ -66,6 +66,7 @@ static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int m
     F(s->wi, r * (size_t)c->n_idx_head);
     F(s->iscore, (size_t)(max_ctx / 4 + 1));
     F(s->isel, (size_t)(max_ctx / 4 + 1));
+    B(s->kblk, sizeof(void *) * (size_t)(max_ctx / 4 + 1));
     F(s->moe_y, 2 * r * d);
     F(s->xe, r * d);
     F(s->ye, r * d);

@@ -273,19 +273,21 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
             free(ptr);
         }
 
-    /* indexer scores */
+    /* indexer scores; keys in blocks of 8 rows (as in KV pages), blocks in reverse memory order */
     {
-        int      nI = 4, dI = 128, nk = 37, kb = dsv4_idx_key_bytes(dI);
-        uint8_t *keys = malloc((size_t)kb * nk);
+        int      nI = 4, dI = 128, nk = 37, kb = dsv4_idx_key_bytes(dI), bk = 8, nb = (nk + bk - 1) / bk;
+        uint8_t *keys = malloc((size_t)kb * (size_t)(nb * bk));
+        const uint8_t *blocks[5];
         float    key[128], q[4 * 128], w[4], s1[37], s2[37];
+        for (int b = 0; b < nb; b++) blocks[b] = keys + (size_t)(nb - 1 - b) * (size_t)(bk * kb);
         for (int j = 0; j < nk; j++) {
             for (int d = 0; d < dI; d++) key[d] = test_rand_f32(&seed);
-            dsv4_idx_key_encode(dI, key, keys + (size_t)j * kb);
+            dsv4_idx_key_encode(dI, key, (uint8_t *)blocks[j / bk] + (size_t)(j % bk) * kb);
         }
         for (int i = 0; i < nI * dI; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed));
         for (int h = 0; h < nI; h++) w[h] = dsv4_round_bf16(test_rand_f32(&seed));
-        fast.ops->indexer_scores(&fast, nI, dI, q, w, keys, nk, s1);
-        ref.ops->indexer_scores(&ref, nI, dI, q, w, keys, nk, s2);
+        fast.ops->indexer_scores(&fast, nI, dI, q, w, blocks, bk, nk, s1);
+        ref.ops->indexer_scores(&ref, nI, dI, q, w, blocks, bk, nk, s2);
         for (int j = 0; j < nk; j++) CHECKF(fabsf(s1[j] - s2[j]) <= 0.016f * fabsf(s2[j]) + 1e-6f, "indexer %d: %g vs %g", j, s1[j], s2[j]);
         free(keys);
     }

@@ -229,7 +229,8 @@ struct idx_job {
     const struct dsv4_kernels *k;
     int                        n_head, d;
     const float               *q, *w;
-    const uint8_t             *keys;
+    const uint8_t *const      *blocks;
+    int                        block_keys;
     float                     *score;
 };
 
@@ -240,7 +241,7 @@ static void idx_keys(void *ctx, int64_t j0, int64_t j1, int tid)
     int             kb = dsv4_idx_key_bytes(J->d);
     float           key[4096];
     for (int64_t j = j0; j < j1; j++) {
-        dsv4_idx_key_decode(J->d, J->keys + (size_t)j * (size_t)kb, key);
+        dsv4_idx_key_decode(J->d, J->blocks[j / J->block_keys] + (size_t)(j % J->block_keys) * (size_t)kb, key);
         float sum = 0;
         for (int h = 0; h < J->n_head; h++) {
             float dot = dsv4_round_bf16(J->k->vdot(J->q + (size_t)h * (size_t)J->d, key, J->d));
@@ -252,10 +253,10 @@ static void idx_keys(void *ctx, int64_t j0, int64_t j1, int tid)
 }
 
 static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                                const uint8_t *keys, int n_keys, float *score)
+                                const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
 {
     DSV4_ASSERT(d <= 4096);
-    struct idx_job J = { cpu_of(be)->k, n_head, d, q, w, keys, score };
+    struct idx_job J = { cpu_of(be)->k, n_head, d, q, w, blocks, block_keys, score };
     dsv4_pool_for(cpu_of(be)->pool, n_keys, 1, 64, idx_keys, &J);
 }
 

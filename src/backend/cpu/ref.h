@@ -29,7 +29,7 @@ void dsv4_ref_attention(struct dsv4_backend *be, int n_head, int d_head, int d_r
                         const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
                         float scale, float *o);
 void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                             const uint8_t *keys, int n_keys, float *score);
+                             const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
                      double route_scale, int *ids, float *weights, float *scratch);

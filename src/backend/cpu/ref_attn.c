@@ -62,13 +62,13 @@ void dsv4_ref_attention(struct dsv4_backend *be, int n_head, int d_head, int d_r
 }
 
 void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                             const uint8_t *keys, int n_keys, float *score)
+                             const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
 {
     DSV4_ASSERT(be->scratch_len >= (size_t)d);
     float *k  = be->scratch;
     int    kb = dsv4_idx_key_bytes(d);
     for (int j = 0; j < n_keys; j++) {
-        dsv4_idx_key_decode(d, keys + (size_t)j * (size_t)kb, k);
+        dsv4_idx_key_decode(d, blocks[j / block_keys] + (size_t)(j % block_keys) * (size_t)kb, k);
         double sum = 0;
         for (int h = 0; h < n_head; h++) {
             const float *qh  = q + (size_t)h * (size_t)d;
