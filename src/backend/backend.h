@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model/model.h"
 
@@ -125,15 +126,32 @@ struct dsv4_backend_ops {
  * scratch owned by this context alone. One context per session (or per worker), never
  * shared between threads, so ops can use the scratch without locks and without allocating.
  */
+struct dsv4_prof;
+
 struct dsv4_backend {
     const struct dsv4_backend_ops *ops;
     void                          *impl;        /* backend state shared by contexts */
     float                         *scratch;     /* [scratch_len] */
-    size_t                         scratch_len; /* >= dsv4_backend_scratch_floats() */
+    size_t                         scratch_len;
+    struct dsv4_prof              *prof;        /* op profiler (prof.c) when ops is its table */
 };
 
-/* Floats of per-context scratch the ops need for this model. */
-size_t dsv4_backend_scratch_floats(const struct dsv4_config *cfg);
+/* ------------------------------------------------------------------ profiler (prof.c) */
+
+/*
+ * DSV4_PROFILE=FILE: every op call is timed into a buffer allocated up front; at the end a
+ * Chrome/Perfetto trace (FILE, JSON "X" events) is written and a table of time share per op
+ * is printed. The profiled op table wraps the real one; nested op calls (the router and the
+ * experts call linear) appear nested in the trace.
+ */
+extern const struct dsv4_backend_ops dsv4_prof_ops;
+
+struct dsv4_prof *dsv4_prof_create(const char *path, const struct dsv4_backend_ops *inner, size_t max_events);
+/* Writes the trace and prints the table to f (stderr); frees the profiler. */
+void              dsv4_prof_finish(struct dsv4_prof *p, FILE *f);
+/* A named span that is not an op (a forward step). */
+void              dsv4_prof_begin(struct dsv4_prof *p, const char *name);
+void              dsv4_prof_end(struct dsv4_prof *p);
 
 /* The CPU backend with the scalar reference ops. */
 extern const struct dsv4_backend_ops dsv4_cpu_ref_ops;

@@ -200,6 +200,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
 
     S->seqs   = seqs;
     S->n_seqs = n_seqs;
+    dsv4_prof_begin(S->be.prof, "step");
     size_t sd = (size_t)c->hc * (size_t)c->d_model;
     int    r  = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -221,5 +222,6 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     main_heads(m, S, X);
     if (m->w.has_mtp) mtp_step(m, S, X, Xn);
     for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
+    dsv4_prof_end(S->be.prof);
     return DSV4_OK;
 }

@@ -75,6 +75,12 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision re
     if (rc) goto fail_ck;
     m->backend_impl = cpu;
     m->ops          = cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
+    const char *prof = getenv("DSV4_PROFILE");
+    if (prof && *prof) {
+        m->prof = dsv4_prof_create(prof, m->ops, (size_t)1 << 22);
+        if (m->prof) m->ops = &dsv4_prof_ops;
+        else dsv4_log(lg, DSV4_LOG_WARN, "DSV4_PROFILE: out of memory, profiling off");
+    }
     dsv4_log(lg, DSV4_LOG_INFO, "cpu backend: %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
              cpu->n_threads);
     return DSV4_OK;
@@ -87,6 +93,7 @@ fail_cfg:
 
 void dsv4_model_free(struct dsv4_model *m)
 {
+    dsv4_prof_finish(m->prof, stderr);
     dsv4_cpu_free(m->backend_impl);
     dsv4_checkpoint_close(&m->ck);
     dsv4_arena_free(&m->arena);

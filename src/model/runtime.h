@@ -23,6 +23,7 @@ struct dsv4_model {
     struct dsv4_rope_table         rope_swa, rope_comp;
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
+    struct dsv4_prof              *prof;        /* DSV4_PROFILE: ops is then dsv4_prof_ops */
 };
 
 int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,

@@ -125,6 +125,7 @@ int dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows
     s->max_ctx   = max_ctx;
     s->be.ops    = m->ops;
     s->be.impl   = m->backend_impl;
+    s->be.prof   = m->prof;
     return DSV4_OK;
 }
 

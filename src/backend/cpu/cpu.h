@@ -83,6 +83,15 @@ void dsv4_cpu_free(struct dsv4_cpu *cpu);
 /* The optimised op table (ops_fast.c): every op on the kernels of cpu->k and the pool. */
 extern const struct dsv4_backend_ops dsv4_cpu_fast_ops;
 
+/* What runs each op at this backend's level: fills up to max (op, implementation, scalar?)
+ * entries and returns the count (`dsv4 ops`). */
+struct dsv4_op_impl {
+    const char *op;
+    const char *impl;
+    bool        scalar; /* runs plain C on this machine */
+};
+int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int max);
+
 /* Extra scratch floats the fast ops need per context beyond the reference's, for batches
  * of up to max_rows rows (activation buffers, per-thread attention and GEMM panels). */
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *cfg, int max_rows, int max_attn_rows, int n_threads);

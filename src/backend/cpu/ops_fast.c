@@ -403,3 +403,37 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .router         = dsv4_ref_router,
     .expert         = dsv4_ref_expert,
 };
+
+/* ------------------------------------------------------------------ description */
+
+int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int max)
+{
+    const char *k   = cpu->k->name;
+    bool        ksc = cpu->level == DSV4_CPU_SCALAR;
+    const char *kb  = cpu->kb ? cpu->kb->name : k;
+    bool        ref = cpu->ref;
+    struct dsv4_op_impl all[] = {
+        { "linear_fp8 (decode)", ref ? "ref" : cpu->kb ? "avx512bf16 vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
+        { "linear_fp8 (prefill)", ref ? "ref" : cpu->kb ? "avx512bf16 bf16 panels + vdpbf16ps tiles" : k,
+          ref || (ksc && !cpu->kb) },
+        { "linear_fp4 (decode)", ref ? "ref" : cpu->kb ? "avx512bf16 vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
+        { "linear_fp4 (prefill)", ref ? "ref" : cpu->kb ? "avx512bf16 bf16 panels + vdpbf16ps tiles" : k,
+          ref || (ksc && !cpu->kb) },
+        { "linear_bf16", ref ? "ref" : kb, ref || (ksc && !cpu->kb) },
+        { "linear_f32", ref ? "ref" : k, ref || ksc },
+        { "activation_quant_e4m3", ref ? "ref" : "scalar bit rounding", true },
+        { "attention (all layer kinds)", ref ? "ref" : k, ref || ksc },
+        { "indexer_scores", ref ? "ref" : k, ref || ksc },
+        { "hc_pre / hc_head (mix)", ref ? "ref" : k, ref || ksc },
+        { "hc_post", ref ? "ref" : k, ref || ksc },
+        { "compressor pooling", "scalar", true },
+        { "router (glue; gate via linear_bf16)", "scalar", true },
+        { "expert (glue; projections via linear)", "scalar", true },
+        { "rmsnorm / head_rms / rope", "scalar", true },
+        { "fp8_sim / fp4_sim / hadamard", "scalar", true },
+    };
+    int n = (int)(sizeof(all) / sizeof(all[0]));
+    if (n > max) n = max;
+    memcpy(out, all, sizeof(all[0]) * (size_t)n);
+    return n;
+}

@@ -207,7 +207,7 @@ static void dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *
             /* a power-of-two scale multiplies a bf16 by adding to its exponent field */
             uint8_t e  = ((const uint8_t *)w->scale)[w->fmt == DSV4_WFMT_FP8 ? (size_t)(row / 128) * (size_t)n_kb + (size_t)(kb / 128)
                                                                               : (size_t)row * (size_t)(w->n_in / 32) + (size_t)(kb / 32)];
-            __m512i add = _mm512_set1_epi16((short)((e - 127) << 7));
+            __m512i add = _mm512_set1_epi16((short)(((int)e - 127) * 128));
             for (int k = kb; k < kb + bk; k += 32) {
                 __m512i   v  = w->fmt == DSV4_WFMT_FP8 ? e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)w->n_in + (size_t)k)
                                                        : e2m1_bf16((const uint8_t *)w->w + (size_t)row * (size_t)(w->n_in / 2) + (size_t)(k / 2));
