@@ -24,14 +24,28 @@ F64 = torch.float64
 # ----------------------------------------------------------------------------- rounding
 
 
+# When set to a torch.Generator, every rounding point first perturbs its input by a random
+# relative amount below one float32 ulp: a model of an engine whose f32 arithmetic differs
+# from the reference's exact sums in the last bit. Used by test_ref.py / golden.py to
+# measure the noise floor that engines will show against the fixtures; None = exact.
+PERTURB = None
+
+
+def _perturb(x):
+    if PERTURB is None or not x.is_floating_point():
+        return x
+    u = torch.rand(x.shape, generator=PERTURB, dtype=F64) * 2 - 1
+    return x * (1 + u * 2.0 ** -24)
+
+
 def f32(x):
     """Round a float64 tensor to the nearest float32 value (kept as float64)."""
-    return x.to(torch.float32).to(F64)
+    return _perturb(x).to(torch.float32).to(F64)
 
 
 def bf16(x):
     """Round to bfloat16, nearest-even, via float32 (kept as float64)."""
-    return x.to(torch.float32).to(torch.bfloat16).to(F64)
+    return _perturb(x).to(torch.float32).to(torch.bfloat16).to(F64)
 
 
 def bf16_bits_to_f64(u16):
