@@ -10,7 +10,8 @@
  * occasional row where a router or indexer decision flipped on rounding noise), with the
  * whole-tensor relative L2, cosine similarity and max abs error reported beside it. Router
  * stages use the fraction of rows whose expert set matches and the weight error on those
- * rows; indexer top-k uses the mean overlap of the selected sets. Thresholds: docs/ALIGN.md.
+ * rows; indexer top-k uses the mean overlap of the selected sets. Thresholds depend on depth
+ * (stage_limit, docs/ALIGN.md).
  */
 #include <jansson.h>
 #include <math.h>
@@ -45,20 +46,41 @@ struct align {
     int                n_layer;
 };
 
-/* Block stages in forward order; thresholds on the median row relative L2 (float stages),
- * the fraction of matching expert sets (router_ids) or the mean top-k overlap (idx_topk). */
+/* Block stages in forward order. */
 static const struct {
     const char     *suffix;
     enum stage_kind kind;
-    double          limit;
+    double          fp4; /* threshold multiplier (FP4 values: one flipped code is a big step) */
 } stage_table[] = {
-    { "embed", KIND_FLOAT, 0.01 },    { "x_in", KIND_FLOAT, 0.02 },     { "attn_in", KIND_FLOAT, 0.02 },  { "qr", KIND_FLOAT, 0.03 },       { "q", KIND_FLOAT, 0.04 },
-    { "kv", KIND_FLOAT, 0.04 },       { "idx_keys", KIND_FLOAT, 0.30 }, { "comp", KIND_FLOAT, 0.05 },
-    { "idx_topk", KIND_TOPK, 0.90 },  { "o", KIND_FLOAT, 0.05 },        { "attn_out", KIND_FLOAT, 0.08 },
-    { "x_attn", KIND_FLOAT, 0.02 },   { "ffn_in", KIND_FLOAT, 0.02 },   { "router_ids", KIND_ROUTER_IDS, 0.95 },
-    { "router_w", KIND_ROUTER_W, 0.01 }, { "moe_out", KIND_FLOAT, 0.08 }, { "x_out", KIND_FLOAT, 0.02 },
-    { "final_hidden", KIND_FLOAT, 0.02 }, { "logits", KIND_FLOAT, 0.05 },
+    { "embed", KIND_FLOAT, 1 },      { "x_in", KIND_FLOAT, 1 },       { "attn_in", KIND_FLOAT, 1 },
+    { "qr", KIND_FLOAT, 1 },         { "q", KIND_FLOAT, 1 },          { "kv", KIND_FLOAT, 1 },
+    { "idx_keys", KIND_FLOAT, 2.5 }, { "comp", KIND_FLOAT, 1 },       { "idx_topk", KIND_TOPK, 1 },
+    { "o", KIND_FLOAT, 1 },          { "attn_out", KIND_FLOAT, 1 },   { "x_attn", KIND_FLOAT, 1 },
+    { "ffn_in", KIND_FLOAT, 1 },     { "router_ids", KIND_ROUTER_IDS, 1 }, { "router_w", KIND_ROUTER_W, 1 },
+    { "moe_out", KIND_FLOAT, 1 },    { "x_out", KIND_FLOAT, 1 },      { "final_hidden", KIND_FLOAT, 1 },
+    { "logits", KIND_FLOAT, 1 },
 };
+
+/*
+ * Thresholds by depth (docs/ALIGN.md). An engine that sums in f32 drifts from the reference by
+ * rounding noise that FP8/FP4 activation quantisation amplifies layer after layer: on the tiny
+ * random models (tests/golden/README.md) the median row error stays below 1e-3 through layer 0,
+ * reaches 0.002-0.05 in layer 1, 0.02-0.10 later and 0.13 in the MTP block. Bugs show at their
+ * own stage at 0.03 and up in layer 0 and near 1 for a wrong weight, so layer 0 is judged
+ * tightly and later blocks loosely. block: main layer index, n_layer + 1 model level, n_layer + 2 MTP.
+ */
+static double stage_limit(enum stage_kind kind, int block, int n_layer, double fp4)
+{
+    bool mtp = block == n_layer + 2, top = block == n_layer + 1;
+    switch (kind) {
+    case KIND_FLOAT: return fp4 * (block == 0 ? 0.01 : block == 1 ? 0.1 : mtp ? 0.3 : top ? 0.2 : 0.2);
+    case KIND_ROUTER_IDS: return block == 0 ? 0.99 : block == 1 ? 0.9 : mtp ? 0.6 : 0.7;
+    case KIND_ROUTER_W: return block == 0 ? 0.01 : 0.1;
+    case KIND_TOPK: return block <= 1 ? 0.85 : 0.75;
+    }
+    return 0;
+}
+
 enum { N_SUFFIX = sizeof(stage_table) / sizeof(stage_table[0]) };
 
 /* Splits "L3.kv" / "mtp.kv" / "logits" into a block index (layers, then MTP = n_layer, then
@@ -286,7 +308,7 @@ int cmd_align(int argc, char **argv)
         struct stage *st = &A.st[A.n++];
         st->ref          = t;
         st->kind         = stage_table[k].kind;
-        st->limit        = stage_table[k].limit;
+        st->limit        = stage_limit(stage_table[k].kind, block, A.n_layer, stage_table[k].fp4);
         st->order        = block * 100 + k;
         st->rows         = t->shape[0];
         st->width        = 1;

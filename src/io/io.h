@@ -120,6 +120,13 @@ int dsv4_st_writer_open(struct dsv4_st_writer **w, const char *path, struct dsv4
 int dsv4_st_writer_add(struct dsv4_st_writer *w, const char *name, enum dsv4_dtype dtype, int ndim,
                        const int64_t *shape, struct dsv4_err *err);
 int dsv4_st_writer_set_metadata(struct dsv4_st_writer *w, const char *key, const char *value);
+/* Page-aligns the data: the header is padded so the data area starts at a multiple of
+ * `align` (a power of two) in the file, and tensors added afterwards start at multiples of it,
+ * the gaps being filled by U8 tensors named "__pad.N" (the file stays valid safetensors,
+ * which allows no holes; readers skip __pad tensors). */
+int dsv4_st_writer_set_alignment(struct dsv4_st_writer *w, size_t align);
+/* Names of padding tensors start with this. */
+#define DSV4_ST_PAD_PREFIX "__pad."
 int dsv4_st_writer_write(struct dsv4_st_writer *w, const void *data, size_t n, struct dsv4_err *err);
 /* Flushes, checks every declared byte was written, frees w (also on error). */
 int dsv4_st_writer_close(struct dsv4_st_writer *w, struct dsv4_err *err);

@@ -38,6 +38,33 @@ void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float facto
     }
 }
 
+/*
+ * wo_a with F32 weight scales (base checkpoints): the demo stores wo_a as a bf16 parameter
+ * (convert.py dequantises it) and runs a bf16 einsum, so the dequantised weight is rounded to
+ * bf16. With e8m0 scales code * scale is already a bf16 value and nothing changes; with F32
+ * scales it is not, so those wo_a are converted here, once, into bf16 copies.
+ */
+static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_err *err)
+{
+    struct dsv4_linear *w = &L->wo_a;
+    if (w->fmt != DSV4_WFMT_FP8 || !w->scale_f32) return DSV4_OK;
+    uint16_t *copy = dsv4_arena_alloc(&m->arena, sizeof(uint16_t) * (size_t)w->n_out * (size_t)w->n_in, 64);
+    if (!copy) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a bf16 copy of layer %d's wo_a", L->il);
+    int n_kb = (w->n_in + 127) / 128;
+    for (int o = 0; o < w->n_out; o++)
+        for (int k = 0; k < w->n_in; k++) {
+            float s;
+            memcpy(&s, (const uint8_t *)w->scale + ((size_t)(o / 128) * (size_t)n_kb + (size_t)(k / 128)) * 4, 4);
+            float v = dsv4_f32_from_e4m3(((const uint8_t *)w->w)[(size_t)o * (size_t)w->n_in + (size_t)k]) * s;
+            copy[(size_t)o * (size_t)w->n_in + (size_t)k] = dsv4_bf16_from_f32(v);
+        }
+    w->fmt       = DSV4_WFMT_BF16;
+    w->w         = copy;
+    w->scale     = NULL;
+    w->scale_f32 = false;
+    return DSV4_OK;
+}
+
 int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
 {
@@ -55,6 +82,9 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision re
     dsv4_bind_report_free(&rep);
     if (rc) goto fail_ck;
     const struct dsv4_config *c = &m->cfg;
+    for (int il = 0; il < c->n_layer && rc == DSV4_OK; il++) rc = round_wo_a(m, &m->w.layers[il], err);
+    if (rc == DSV4_OK && m->w.has_mtp) rc = round_wo_a(m, &m->w.mtp, err);
+    if (rc) goto fail_ck;
     int half     = c->d_rope / 2;
     m->freq_swa  = dsv4_arena_alloc(&m->arena, sizeof(float) * (size_t)half, 64);
     m->freq_comp = dsv4_arena_alloc(&m->arena, sizeof(float) * (size_t)half, 64);

@@ -44,6 +44,7 @@ void dsv4_model_stats(const struct dsv4_config *c, const struct dsv4_checkpoint 
     for (size_t i = 0; i < ck->n_tensors; i++) {
         const struct dsv4_tensor *t     = &ck->tensors[i];
         uint64_t                  numel = dsv4_tensor_numel(t);
+        if (strncmp(t->name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) == 0) continue; /* alignment padding */
         /* packed FP4 experts hold two parameters per I8 element */
         uint64_t params = (is_expert_tensor(t->name) && (t->dtype == DSV4_DTYPE_I8 || t->dtype == DSV4_DTYPE_U8) &&
                            c->expert_wfmt == DSV4_WFMT_FP4) ? numel * 2 : numel;

@@ -287,7 +287,7 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
         w->has_mtp = rep->n_problems == before;
     }
     for (size_t i = 0; i < ck->n_tensors; i++) {
-        if (b.used[i]) continue;
+        if (b.used[i] || strncmp(ck->tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) == 0) continue;
         const struct dsv4_tensor *t = &ck->tensors[i];
         char                      s[64];
         problem(&b, "tensor %s: unexpected (%s %s in %s) - not part of this config's model", t->name,

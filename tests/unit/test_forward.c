@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "gen.h"
+#include "io/io.h"
 #include "test_cases.h"
 
 static bool make_model(struct test_ctx *t, const char *preset, unsigned long long seed, const char *name, char *dir,
@@ -210,10 +211,51 @@ static void test_no_alloc_while_decoding(struct test_ctx *t)
     dsv4_engine_close(e);
 }
 
+/* dsv4 convert: the native checkpoint is page-aligned and gives the same logits. */
+static void test_convert_roundtrip(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    char dir[256], out[300], cmd[1200], *txt = NULL;
+    snprintf(dir, sizeof(dir), "%s/tiny-b", t->tmpdir);
+    snprintf(out, sizeof(out), "%s/tiny-b-native", t->tmpdir);
+    snprintf(cmd, sizeof(cmd), "%s convert -q -m %s -o %s", bin, dir, out);
+    CHECKF(test_run(cmd, &txt) == 0, "convert: %s", txt);
+    free(txt);
+    struct dsv4_checkpoint ck;
+    struct dsv4_err        err;
+    char                   path[400];
+    snprintf(path, sizeof(path), "%s/model.safetensors", out);
+    CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);
+    int aligned = 0, real = 0;
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        if (!strncmp(ck.tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX))) continue;
+        real++;
+        aligned += ck.tensors[i].offset % 4096 == 0;
+    }
+    CHECK(real > 400 && aligned == real);
+    char fmt[64] = "";
+    CHECK(dsv4_st_metadata(ck.files[0].data, ck.files[0].size, "format", fmt, sizeof(fmt)) && !strcmp(fmt, "dsv4-native"));
+    dsv4_checkpoint_close(&ck);
+    dsv4_engine *a, *b;
+    CHECK(dsv4_engine_open(&a, dir, NULL, &err) == DSV4_OK);
+    CHECK(dsv4_engine_open(&b, out, NULL, &err) == DSV4_OK);
+    int32_t *toks = random_tokens(40, 2048, 8);
+    float   *la = run_chunked(t, a, toks, 40, 40, NULL), *lb = run_chunked(t, b, toks, 40, 40, NULL);
+    CHECK(la && lb && memcmp(la, lb, sizeof(float) * 40 * 2048) == 0);
+    free(la);
+    free(lb);
+    free(toks);
+    dsv4_engine_close(a);
+    dsv4_engine_close(b);
+}
+
 const struct test_case test_group_forward[] = {
     { "chunk_invariance_tiny_a", test_chunk_invariance_tiny_a },
     { "chunk_invariance_tiny_b", test_chunk_invariance_tiny_b },
     { "errors_change_nothing", test_errors_change_nothing },
+    { "convert_roundtrip", test_convert_roundtrip },
     { "no_alloc_while_decoding", test_no_alloc_while_decoding },
     { NULL, NULL },
 };
