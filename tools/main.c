@@ -13,6 +13,7 @@ static const struct cli_command commands[] = {
     { "align",   "compare every stage with a reference dump; name the first divergence", cmd_align },
     { "bench",   "prefill and decode speed, bytes per step and share of the memory bandwidth", cmd_bench },
     { "ops",     "which kernel runs each backend op on this machine", cmd_ops },
+    { "convert", "write the dsv4-native checkpoint (page-aligned, one mmap, loads without work)", cmd_convert },
     { "gen",     "write a random-weight checkpoint in the official layout (tests, benchmarks)", cmd_gen },
     { "tokenize",   "encode standard input with a tokenizer.json, one id per line", cmd_tokenize },
     { "detokenize", "decode ids from standard input to the exact bytes", cmd_detokenize },
