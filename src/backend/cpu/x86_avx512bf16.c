@@ -153,6 +153,65 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
     }
 }
 
+/*
+ * FP4 with e8m0 scales, four rows: the block scale is applied to the decoded bf16 weights by
+ * adding to their exponent field (exact for power-of-two scales), so every 32-weight block is
+ * one VDPBF16PS straight into the totals, with no per-block partial sum. Exponents outside
+ * [10, 240] (never in real checkpoints) would leave the bf16 normal range: such a block takes
+ * the partial-sum path.
+ */
+static inline __attribute__((always_inline)) void rows4_fp4(const struct dsv4_linear *w, int NT, int ow,
+                                                            const uint16_t *x, int ldx, float *y, int ldy, int o)
+{
+    int    K = w->n_in, nb = K / 32;
+    __m512 tot[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) tot[r][t] = _mm512_setzero_ps();
+    const uint8_t *sc[4], *wr[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        sc[r] = (const uint8_t *)w->scale + (size_t)(ow + r) * (size_t)nb;
+        wr[r] = (const uint8_t *)w->w + (size_t)(ow + r) * (size_t)(K / 2);
+    }
+    for (int b = 0; b < nb; b++) {
+        __m512i wv[4];
+        bool    odd = false;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            unsigned  e  = sc[r][b];
+            __m512i   v  = e2m1_bf16(wr[r] + (size_t)b * 16);
+            __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
+            wv[r]        = _mm512_mask_add_epi16(v, nz, v, _mm512_set1_epi16((short)(((int)e - 127) * 128)));
+            odd |= e - 10u > 230u;
+        }
+        if (__builtin_expect(odd, 0)) {
+            /* scale outside the safe exponent range: unscaled products times the scale */
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512i v = e2m1_bf16(wr[r] + (size_t)b * 16);
+                __m512  s = _mm512_set1_ps(scale_at(w, (size_t)(ow + r) * (size_t)nb + (size_t)b));
+                for (int t = 0; t < NT; t++) {
+                    __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)b * 32);
+                    tot[r][t]  = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(v), as_bh(xv)), s, tot[r][t]);
+                }
+            }
+            continue;
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)b * 32);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) tot[r][t] = _mm512_dpbf16_ps(tot[r][t], as_bh(wv[r]), as_bh(xv));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) y[(size_t)t * (size_t)ldy + (size_t)(o + r)] = _mm512_reduce_add_ps(tot[r][t]);
+}
+
 static inline __attribute__((always_inline)) void dot(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
                                                       const uint16_t *x, int ldx, float *y, int ldy)
 {
@@ -162,6 +221,15 @@ static inline __attribute__((always_inline)) void dot(int kind, const struct dsv
         for (int t0 = 0; t0 < nt; t0 += 4) {
             const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
             float          *yt = y + (size_t)t0 * (size_t)ldy;
+            if (kind == 1 && !w->scale_f32) {
+                switch (nt - t0 < 4 ? nt - t0 : 4) {
+                case 1: rows4_fp4(w, 1, ow, xt, ldx, yt, ldy, o); break;
+                case 2: rows4_fp4(w, 2, ow, xt, ldx, yt, ldy, o); break;
+                case 3: rows4_fp4(w, 3, ow, xt, ldx, yt, ldy, o); break;
+                default: rows4_fp4(w, 4, ow, xt, ldx, yt, ldy, o); break;
+                }
+                continue;
+            }
             switch (nt - t0 < 4 ? nt - t0 : 4) {
             case 1: rows4(w, kind, 1, ow, xt, ldx, yt, ldy, o); break;
             case 2: rows4(w, kind, 2, ow, xt, ldx, yt, ldy, o); break;
