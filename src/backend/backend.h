@@ -119,6 +119,14 @@ struct dsv4_backend_ops {
      * row_w[r] when row_w is given, then y[n, d_model] = bf16(W2 . bf16(h)). */
     void (*expert)(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                    const float *row_w, double limit, float *y, float *scratch);
+
+    /* The routed experts of one MoE layer over a whole step, as `expert` for each group:
+     * group g runs experts[ids[g]] on rows x[off[g] .. off[g+1]) of the gathered rows
+     * x[n_pairs, d_model] with weights row_w[off[g] ..], writing y[off[g] ..]. Lets the
+     * backend read each expert once and spread all experts over its threads in one go.
+     * scratch: [2 * n_pairs * d_ff_exp] floats. */
+    void (*experts)(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
+                    const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch);
 };
 
 /*

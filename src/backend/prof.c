@@ -14,11 +14,11 @@
 #include "backend/backend.h"
 
 enum { OP_LINEAR, OP_RMSNORM, OP_HEAD_RMS, OP_ROPE, OP_FP8_SIM, OP_FP4_SIM, OP_HADAMARD, OP_HC_PRE, OP_HC_POST,
-       OP_HC_HEAD, OP_ATTENTION, OP_INDEXER, OP_ROUTER, OP_EXPERT, OP_STEP, OP_COUNT };
+       OP_HC_HEAD, OP_ATTENTION, OP_INDEXER, OP_ROUTER, OP_EXPERT, OP_EXPERTS, OP_STEP, OP_COUNT };
 
 static const char *const op_names[OP_COUNT] = { "linear", "rmsnorm", "head_rms", "rope", "fp8_sim", "fp4_sim",
                                                 "hadamard", "hc_pre", "hc_post", "hc_head", "attention",
-                                                "indexer_scores", "router", "expert", "step" };
+                                                "indexer_scores", "router", "expert", "experts", "step" };
 
 struct event {
     uint64_t t0, dur; /* ns */
@@ -266,9 +266,17 @@ static void p_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int
     end(P(be));
 }
 
+static void p_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
+                      const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
+{
+    begin(P(be), OP_EXPERTS, (uint32_t)n_groups);
+    P(be)->inner->experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch);
+    end(P(be));
+}
+
 const struct dsv4_backend_ops dsv4_prof_ops = {
     .name = "profiled", .linear = p_linear, .rmsnorm = p_rmsnorm, .head_rms = p_head_rms, .rope = p_rope,
     .fp8_sim = p_fp8_sim, .fp4_sim = p_fp4_sim, .hadamard = p_hadamard, .hc_pre = p_hc_pre, .hc_post = p_hc_post,
     .hc_head = p_hc_head, .attention = p_attention, .indexer_scores = p_indexer, .router = p_router,
-    .expert = p_expert,
+    .expert = p_expert, .experts = p_experts,
 };

@@ -15,7 +15,7 @@
 #include "core/core.h"
 #include "io/io.h"
 
-enum { DSV4_MAX_LAYERS = 256, DSV4_MAX_HC = 8 };
+enum { DSV4_MAX_LAYERS = 256, DSV4_MAX_HC = 8, DSV4_MAX_EXPERTS = 4096 };
 
 /* Storage format of a projection's weight, decided by the config and checked at bind. */
 enum dsv4_wfmt {

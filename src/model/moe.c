@@ -28,24 +28,32 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, k, fid);
                 dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, k, S->rw + (size_t)r * (size_t)k);
             }
-    memset(S->moe_y, 0, sizeof(double) * (size_t)R * (size_t)d);
+    /* gather (row, weight) pairs expert by expert, ascending expert id */
+    int n_groups = 0, np = 0;
     for (int e = 0; e < c->n_exp; e++) {
-        int ne = 0;
+        int start = np;
         for (int r = 0; r < R; r++)
             for (int i = 0; i < k; i++)
                 if (S->ids[r * k + i] == e) {
-                    S->rows_e[ne] = r;
-                    S->row_w[ne]  = S->rw[r * k + i];
-                    memcpy(S->xe + (size_t)ne * (size_t)d, S->u + (size_t)r * (size_t)d, sizeof(float) * (size_t)d);
-                    ne++;
+                    S->rows_e[np] = r;
+                    S->row_w[np]  = S->rw[r * k + i];
+                    memcpy(S->xe + (size_t)np * (size_t)d, S->u + (size_t)r * (size_t)d, sizeof(float) * (size_t)d);
+                    np++;
                 }
-        if (!ne) continue;
-        be->ops->expert(be, &L->experts[e], ne, S->xe, d, S->row_w, c->swiglu_limit, S->ye, S->exp_scratch);
-        for (int i = 0; i < ne; i++) {
-            double      *y  = S->moe_y + (size_t)S->rows_e[i] * (size_t)d;
-            const float *ye = S->ye + (size_t)i * (size_t)d;
-            for (int j = 0; j < d; j++) y[j] += ye[j];
-        }
+        if (np == start) continue;
+        S->grp_ids[n_groups] = e;
+        S->grp_off[n_groups] = start;
+        n_groups++;
+    }
+    S->grp_off[n_groups] = np;
+    memset(S->moe_y, 0, sizeof(double) * (size_t)R * (size_t)d);
+    if (n_groups)
+        be->ops->experts(be, L->experts, n_groups, S->grp_ids, S->grp_off, S->xe, S->row_w, c->swiglu_limit, S->ye,
+                         S->exp_scratch);
+    for (int i = 0; i < np; i++) {
+        double      *y  = S->moe_y + (size_t)S->rows_e[i] * (size_t)d;
+        const float *ye = S->ye + (size_t)i * (size_t)d;
+        for (int j = 0; j < d; j++) y[j] += ye[j];
     }
     be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->ye, S->exp_scratch);
     for (size_t i = 0; i < (size_t)R * (size_t)d; i++) S->f[i] = dsv4_round_bf16((float)(S->moe_y[i] + S->ye[i]));

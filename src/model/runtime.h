@@ -74,10 +74,11 @@ struct dsv4_step {
     int   *isel;               /* [max_ctx / 4] */
     const uint8_t **kblk;      /* [max_ctx / 4] indexer key blocks (one per KV page) */
     double *moe_y;             /* [max_rows, d_model] accumulator (bf16 terms: exact) */
-    float *xe, *ye;            /* [max_rows, d_model] gathered expert rows */
-    float *row_w;              /* [max_rows] */
-    int   *rows_e;             /* [max_rows] */
-    float *exp_scratch;        /* [2 * max_rows * d_ff_exp] */
+    float *xe, *ye;            /* [max_rows * n_exp_used, d_model] rows gathered per expert */
+    float *row_w;              /* [max_rows * n_exp_used] */
+    int   *rows_e;             /* [max_rows * n_exp_used] */
+    int   *grp_ids, *grp_off;  /* [n_exp + 1] experts used in the step, their first pair */
+    float *exp_scratch;        /* [2 * max(max_rows * n_exp_used, max_rows) * d_ff_exp] */
     float *router_scratch;     /* [2 * n_exp] */
     int   *ids;                /* [max_rows, n_exp_used] */
     float *rw;                 /* [max_rows, n_exp_used] */

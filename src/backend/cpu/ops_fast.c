@@ -35,9 +35,12 @@ static int max_in(const struct dsv4_config *c)
 
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
 {
-    /* the MTP block projects hc streams per row (h_proj); GEMM panels: 16 rows per thread */
-    size_t rows = (size_t)max_rows * (size_t)c->hc;
-    size_t x    = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * 8 * (size_t)max_in(c) + 64;
+    /* the MTP block projects hc streams per row (h_proj); the grouped experts hold every
+     * (token, expert) pair; GEMM panels: 16 rows of bf16 per thread */
+    size_t rows  = (size_t)max_rows * (size_t)c->hc;
+    size_t pairs = (size_t)max_rows * (size_t)c->n_exp_used;
+    if (pairs > rows) rows = pairs;
+    size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * 8 * (size_t)max_in(c) + 64;
     size_t attn = (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
     return x + attn;
 }
@@ -157,6 +160,145 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
         }
     }
     dsv4_pool_for(cpu->pool, w->n_out, j.panels ? 16 : 4, 16, lin_rows, &j);
+}
+
+/* ------------------------------------------------------------------ grouped experts */
+
+/*
+ * All routed experts of a layer in three parallel phases (fewer, bigger jobs than one
+ * projection at a time, so two threads share every expert's rows):
+ *   1. gate and up projections of every (expert, token) pair: 16-row tiles of w1 and w3 of
+ *      every used expert, spread over the threads;
+ *   2. SwiGLU with the clamp and the routing weight, rounded to bf16 and quantised (per pair);
+ *   3. the down projections, 16-row tiles of every used expert's w2.
+ * Numerics are those of `expert` (same kernels, same rounding points).
+ */
+struct exp_job {
+    struct dsv4_cpu            *cpu;
+    const struct dsv4_expert_w *experts;
+    const int                  *ids, *off, *tile_off; /* tile_off: [n_groups + 1] first tile of each group */
+    int                         n_groups, phase, d, f, tiles_per_mat;
+    const float                *xq;   /* f32 kernels: dequantised activations [n_pairs, K] */
+    const uint16_t             *xb;   /* bf16 kernels: the same as bf16 */
+    float                      *out;  /* phase 1: g then v ([2][n_pairs, f]); phase 3: y [n_pairs, d] */
+    size_t                      n_pairs;
+    uint16_t                   *panels;
+    size_t                      panel_len;
+};
+
+static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    struct exp_job *J = ctx;
+    int             g = 0;
+    for (int64_t tile = t0; tile < t1; tile++) {
+        while (tile >= J->tile_off[g + 1]) g++;
+        int                       local = (int)(tile - J->tile_off[g]);
+        const struct dsv4_expert_w *e   = &J->experts[J->ids[g]];
+        const struct dsv4_linear   *w;
+        int                        mat = 0, ldy, K;
+        if (J->phase == 1) {
+            mat = local / J->tiles_per_mat;
+            w   = mat ? &e->w3 : &e->w1;
+            ldy = J->f;
+            K   = J->d;
+        } else {
+            w   = &e->w2;
+            ldy = J->d;
+            K   = J->f;
+        }
+        int   row0 = (local % J->tiles_per_mat) * 16, row1 = row0 + 16 < w->n_out ? row0 + 16 : w->n_out;
+        int   nt   = J->off[g + 1] - J->off[g];
+        float *y   = J->out + (size_t)mat * J->n_pairs * (size_t)ldy + (size_t)J->off[g] * (size_t)ldy;
+        const struct dsv4_kernels *k = J->cpu->k;
+        if (J->xb) {
+            const uint16_t *x = J->xb + (size_t)J->off[g] * (size_t)K;
+            if (nt >= GEMM_MIN_TOKENS && J->cpu->kb->gemmb && !w->scale_f32 && K % 32 == 0)
+                J->cpu->kb->gemmb(w, row0, row1, nt, x, K, y, ldy, J->panels + (size_t)tid * J->panel_len);
+            else if (w->fmt == DSV4_WFMT_FP8) J->cpu->kb->dotb_fp8(w, row0, row1, nt, x, K, y, ldy);
+            else if (w->fmt == DSV4_WFMT_FP4) J->cpu->kb->dotb_fp4(w, row0, row1, nt, x, K, y, ldy);
+            else J->cpu->kb->dotb_bf16(w, row0, row1, nt, x, K, y, ldy);
+        } else {
+            const float *x = J->xq + (size_t)J->off[g] * (size_t)K;
+            if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, K, y, ldy);
+            else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, K, y, ldy);
+            else if (w->fmt == DSV4_WFMT_BF16) k->dot_bf16(w, row0, row1, nt, x, K, y, ldy);
+            else k->dot_f32(w, row0, row1, nt, x, K, y, ldy);
+        }
+        for (int t = 0; t < nt; t++)
+            for (int o = row0; o < row1; o++) {
+                float   *p = &y[(size_t)t * (size_t)ldy + (size_t)o];
+                uint32_t u;
+                memcpy(&u, p, 4);
+                u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; /* bf16 output */
+                memcpy(p, &u, 4);
+            }
+    }
+}
+
+/* Activations of K-wide rows for the kernels: quantised (FP8/FP4 weights) or as they are,
+ * as f32 into xq or as bf16 into xb (in place over xq when converting). */
+static void prepare_rows(struct dsv4_cpu *cpu, const float *x, int n, int K, bool quant, float *xq, uint16_t **xb)
+{
+    if (quant) quantise_rows(x, K, n, K, xq);
+    else memcpy(xq, x, sizeof(float) * (size_t)n * (size_t)K);
+    *xb = NULL;
+    if (cpu->kb) {
+        uint16_t *b = (uint16_t *)(void *)xq;
+        for (int t = 0; t < n; t++) cpu->kb->to_bf16(xq + (size_t)t * (size_t)K, K, b + (size_t)t * (size_t)K);
+        *xb = b;
+    }
+}
+
+static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
+                         const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    const struct dsv4_expert_w *e0 = &experts[ids[0]];
+    if (e0->w1.fmt == DSV4_WFMT_F32) { /* no such checkpoints: keep the simple path */
+        dsv4_ref_experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch);
+        return;
+    }
+    int    d = e0->w1.n_in, f = e0->w1.n_out, n_pairs = off[n_groups];
+    bool   quant = e0->w1.fmt == DSV4_WFMT_FP8 || e0->w1.fmt == DSV4_WFMT_FP4;
+    int    tile_off[DSV4_MAX_EXPERTS + 1];
+    DSV4_ASSERT(n_groups <= DSV4_MAX_EXPERTS);
+    /* scratch: activations [n_pairs, max(d, f)] floats at the start, GEMM panels after */
+    size_t xlen = (size_t)n_pairs * (size_t)(d > f ? d : f);
+    size_t plen = (size_t)16 * (size_t)(d > f ? d : f);
+    DSV4_ASSERT(be->scratch_len >= xlen + (size_t)cpu->n_threads * plen / 2 + 32);
+    float *xq = be->scratch;
+    struct exp_job J = { .cpu = cpu, .experts = experts, .ids = ids, .off = off, .tile_off = tile_off,
+                         .n_groups = n_groups, .d = d, .f = f, .n_pairs = (size_t)n_pairs,
+                         .panels = (uint16_t *)(void *)(be->scratch + xlen + 16), .panel_len = plen };
+    uint16_t *xb;
+    /* phase 1: gate and up */
+    prepare_rows(cpu, x, n_pairs, d, quant, xq, &xb);
+    J.phase = 1;
+    J.tiles_per_mat = (f + 15) / 16;
+    J.xq = xq, J.xb = xb, J.out = scratch;
+    for (int g = 0; g <= n_groups; g++) tile_off[g] = g * 2 * J.tiles_per_mat;
+    dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
+    /* phase 2: h = silu(min(g, limit)) * clamp(v) * w, bf16 (as the reference expert) */
+    float *gbuf = scratch, *vbuf = scratch + (size_t)n_pairs * (size_t)f;
+    for (int p = 0; p < n_pairs; p++)
+        for (int i = 0; i < f; i++) {
+            size_t k  = (size_t)p * (size_t)f + (size_t)i;
+            double gg = gbuf[k], vv = vbuf[k];
+            if (limit > 0) {
+                vv = fmin(fmax(vv, -limit), limit);
+                gg = fmin(gg, limit);
+            }
+            double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
+            h        = rf32((double)row_w[p] * h);
+            gbuf[k]  = rbf16(h);
+        }
+    /* phase 3: down */
+    prepare_rows(cpu, gbuf, n_pairs, f, quant, xq, &xb);
+    J.phase = 3;
+    J.tiles_per_mat = (d + 15) / 16;
+    J.xq = xq, J.xb = xb, J.out = y;
+    for (int g = 0; g <= n_groups; g++) tile_off[g] = g * J.tiles_per_mat;
+    dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
 }
 
 /* ------------------------------------------------------------------ attention */
@@ -402,6 +544,7 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .indexer_scores = fast_indexer_scores,
     .router         = dsv4_ref_router,
     .expert         = dsv4_ref_expert,
+    .experts        = fast_experts,
 };
 
 /* ------------------------------------------------------------------ description */

@@ -17,4 +17,5 @@ const struct dsv4_backend_ops dsv4_cpu_ref_ops = {
     .indexer_scores = dsv4_ref_indexer_scores,
     .router         = dsv4_ref_router,
     .expert         = dsv4_ref_expert,
+    .experts        = dsv4_ref_experts,
 };
