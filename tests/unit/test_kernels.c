@@ -244,8 +244,8 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
     }
     size_t              sc = 1 << 22;
     float              *scratch = malloc(sizeof(float) * sc);
-    struct dsv4_backend fast = { &dsv4_cpu_fast_ops, cpu, scratch, sc };
-    struct dsv4_backend ref  = { &dsv4_cpu_ref_ops, cpu, scratch, sc };
+    struct dsv4_backend fast = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
+    struct dsv4_backend ref  = { .ops = &dsv4_cpu_ref_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
     unsigned long long  seed = 5;
 
     /* attention over cached rows, both row formats, 1 to 300 rows */
@@ -389,7 +389,8 @@ static void test_fast_quantiser(struct test_ctx *t)
     r.s[0] = 127;
     size_t             sc = 1 << 16;
     float             *scratch = malloc(sizeof(float) * sc), x[128], y1[128], y2[128];
-    struct dsv4_backend fast = { &dsv4_cpu_fast_ops, cpu, scratch, sc }, ref = { &dsv4_cpu_ref_ops, cpu, scratch, sc };
+    struct dsv4_backend fast = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
+    struct dsv4_backend ref  = { .ops = &dsv4_cpu_ref_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
     unsigned long long seed = 31;
     for (int it = 0; it < 2000; it++) {
         float mag = ldexpf(1.0f, (int)(test_rand_u64(&seed) % 40) - 25);
