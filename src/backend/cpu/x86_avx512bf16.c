@@ -154,62 +154,108 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
 }
 
 /*
- * FP4 with e8m0 scales, four rows: the block scale is applied to the decoded bf16 weights by
- * adding to their exponent field (exact for power-of-two scales), so every 32-weight block is
- * one VDPBF16PS straight into the totals, with no per-block partial sum. Exponents outside
- * [10, 240] (never in real checkpoints) would leave the bf16 normal range: such a block takes
- * the partial-sum path.
+ * FP8 and FP4 with e8m0 scales: the block scale (128x128 for FP8, 1x32 for FP4) is applied to
+ * the decoded bf16 weights by adding to their exponent field (exact for power-of-two scales),
+ * so every 32 weights are one VDPBF16PS straight into the totals, with no per-block partial
+ * sum. This is also exactly what the GEMM path computes from its dequantised panels (same
+ * bf16 weights, same order of VDPBF16PS per output lane, same final reduction), so a row's
+ * result does not depend on how many tokens share the call: the forward pass stays chunk-
+ * and batch-invariant (docs/SERVING.md). Exponents outside [10, 240] (never in real
+ * checkpoints) would leave the bf16 normal range: such a block takes the partial-sum path.
  */
-static inline __attribute__((always_inline)) void rows4_fp4(const struct dsv4_linear *w, int NT, int ow,
-                                                            const uint16_t *x, int ldx, float *y, int ldy, int o)
+static inline __attribute__((always_inline)) unsigned fold_exp(const struct dsv4_linear *w, int kind, int row, int kb)
 {
-    int    K = w->n_in, nb = K / 32;
+    int K = w->n_in;
+    if (kind == 0) return ((const uint8_t *)w->scale)[(size_t)(row / 128) * (size_t)(K / 128) + (size_t)(kb / 128)];
+    return ((const uint8_t *)w->scale)[(size_t)row * (size_t)(K / 32) + (size_t)(kb / 32)];
+}
+
+static inline __attribute__((always_inline)) __m512i fold_w(const struct dsv4_linear *w, int kind, int row, int k,
+                                                            unsigned e)
+{
+    __m512i   v  = load_w(w, kind, row, k);
+    __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
+    return _mm512_mask_add_epi16(v, nz, v, _mm512_set1_epi16((short)(((int)e - 127) * 128)));
+}
+
+/* True when a projection takes the folded path: e8m0 scales, K a multiple of the block. */
+static inline bool foldable(const struct dsv4_linear *w, int kind)
+{
+    return kind <= 1 && !w->scale_f32 && w->n_in % (kind == 0 ? 128 : 32) == 0;
+}
+
+static inline __attribute__((always_inline)) void rows4_fold(const struct dsv4_linear *w, int kind, int NT, int ow,
+                                                             const uint16_t *x, int ldx, float *y, int ldy, int o)
+{
+    int    K = w->n_in, bk = kind == 0 ? 128 : 32;
     __m512 tot[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) tot[r][t] = _mm512_setzero_ps();
-    const uint8_t *sc[4], *wr[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        sc[r] = (const uint8_t *)w->scale + (size_t)(ow + r) * (size_t)nb;
-        wr[r] = (const uint8_t *)w->w + (size_t)(ow + r) * (size_t)(K / 2);
-    }
-    for (int b = 0; b < nb; b++) {
-        __m512i wv[4];
-        bool    odd = false;
+    for (int kb = 0; kb < K; kb += bk) {
+        unsigned e[4];
+        bool     odd = false;
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            unsigned  e  = sc[r][b];
-            __m512i   v  = e2m1_bf16(wr[r] + (size_t)b * 16);
-            __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
-            wv[r]        = _mm512_mask_add_epi16(v, nz, v, _mm512_set1_epi16((short)(((int)e - 127) * 128)));
-            odd |= e - 10u > 230u;
+            e[r] = fold_exp(w, kind, ow + r, kb);
+            odd |= e[r] - 10u > 230u;
         }
         if (__builtin_expect(odd, 0)) {
-            /* scale outside the safe exponent range: unscaled products times the scale */
+            /* scale outside the safe exponent range: unscaled block sums times the scale */
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                __m512i v = e2m1_bf16(wr[r] + (size_t)b * 16);
-                __m512  s = _mm512_set1_ps(scale_at(w, (size_t)(ow + r) * (size_t)nb + (size_t)b));
+                __m512 s = _mm512_set1_ps(bscale(w, kind, ow + r, kb, (K + 127) / 128));
                 for (int t = 0; t < NT; t++) {
-                    __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)b * 32);
-                    tot[r][t]  = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(v), as_bh(xv)), s, tot[r][t]);
+                    __m512 blk = _mm512_setzero_ps();
+                    for (int k = kb; k < kb + bk; k += 32)
+                        blk = _mm512_dpbf16_ps(blk, as_bh(load_w(w, kind, ow + r, k)),
+                                               as_bh(_mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k)));
+                    tot[r][t] = _mm512_fmadd_ps(blk, s, tot[r][t]);
                 }
             }
             continue;
         }
+        for (int k = kb; k < kb + bk; k += 32) {
+            __m512i wv[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)b * 32);
+            for (int r = 0; r < 4; r++) wv[r] = fold_w(w, kind, ow + r, k, e[r]);
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) tot[r][t] = _mm512_dpbf16_ps(tot[r][t], as_bh(wv[r]), as_bh(xv));
+            for (int t = 0; t < NT; t++) {
+                __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) tot[r][t] = _mm512_dpbf16_ps(tot[r][t], as_bh(wv[r]), as_bh(xv));
+            }
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) y[(size_t)t * (size_t)ldy + (size_t)(o + r)] = _mm512_reduce_add_ps(tot[r][t]);
+}
+
+/* One row of the folded path (leftover rows). */
+static void row1_fold(const struct dsv4_linear *w, int kind, int ow, int nt, const uint16_t *x, int ldx, float *y,
+                      int ldy, int o)
+{
+    int K = w->n_in, bk = kind == 0 ? 128 : 32;
+    for (int t = 0; t < nt; t++) {
+        const uint16_t *xt  = x + (size_t)t * (size_t)ldx;
+        __m512          tot = _mm512_setzero_ps();
+        for (int kb = 0; kb < K; kb += bk) {
+            unsigned e = fold_exp(w, kind, ow, kb);
+            if (__builtin_expect(e - 10u > 230u, 0)) {
+                __m512 blk = _mm512_setzero_ps();
+                for (int k = kb; k < kb + bk; k += 32)
+                    blk = _mm512_dpbf16_ps(blk, as_bh(load_w(w, kind, ow, k)), as_bh(_mm512_loadu_si512(xt + k)));
+                tot = _mm512_fmadd_ps(blk, _mm512_set1_ps(bscale(w, kind, ow, kb, (K + 127) / 128)), tot);
+                continue;
+            }
+            for (int k = kb; k < kb + bk; k += 32)
+                tot = _mm512_dpbf16_ps(tot, as_bh(fold_w(w, kind, ow, k, e)), as_bh(_mm512_loadu_si512(xt + k)));
+        }
+        y[(size_t)t * (size_t)ldy + (size_t)o] = _mm512_reduce_add_ps(tot);
+    }
 }
 
 static inline __attribute__((always_inline)) void dot(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
@@ -221,12 +267,12 @@ static inline __attribute__((always_inline)) void dot(int kind, const struct dsv
         for (int t0 = 0; t0 < nt; t0 += 4) {
             const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
             float          *yt = y + (size_t)t0 * (size_t)ldy;
-            if (kind == 1 && !w->scale_f32) {
+            if (foldable(w, kind)) {
                 switch (nt - t0 < 4 ? nt - t0 : 4) {
-                case 1: rows4_fp4(w, 1, ow, xt, ldx, yt, ldy, o); break;
-                case 2: rows4_fp4(w, 2, ow, xt, ldx, yt, ldy, o); break;
-                case 3: rows4_fp4(w, 3, ow, xt, ldx, yt, ldy, o); break;
-                default: rows4_fp4(w, 4, ow, xt, ldx, yt, ldy, o); break;
+                case 1: rows4_fold(w, kind, 1, ow, xt, ldx, yt, ldy, o); break;
+                case 2: rows4_fold(w, kind, 2, ow, xt, ldx, yt, ldy, o); break;
+                case 3: rows4_fold(w, kind, 3, ow, xt, ldx, yt, ldy, o); break;
+                default: rows4_fold(w, kind, 4, ow, xt, ldx, yt, ldy, o); break;
                 }
                 continue;
             }
@@ -238,7 +284,10 @@ static inline __attribute__((always_inline)) void dot(int kind, const struct dsv
             }
         }
     }
-    for (; o < o1; o++) row1(w, kind, o + w->row_off, nt, x, ldx, y, ldy, o);
+    for (; o < o1; o++) {
+        if (foldable(w, kind)) row1_fold(w, kind, o + w->row_off, nt, x, ldx, y, ldy, o);
+        else row1(w, kind, o + w->row_off, nt, x, ldx, y, ldy, o);
+    }
 }
 
 static void dotb_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
