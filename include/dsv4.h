@@ -169,6 +169,170 @@ void dsv4_sampler_free(dsv4_sampler *s);
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
 
 /* ==================================================================================== */
+/* Serving: continuous batching over a paged KV pool (src/sched/scheduler.c, src/kv/;   */
+/* docs/SERVING.md)                                                                     */
+/* ==================================================================================== */
+
+/*
+ * A scheduler owns every sequence's model state. Requests are submitted (from any thread)
+ * as token ids; each dsv4_sched_step() (from one thread at a time) runs one forward pass over
+ * a batch made of one decode row per running sequence plus prefill chunks under a token
+ * budget, samples, and reports through each request's callback. Memory is planned and
+ * allocated at creation; stepping allocates nothing. A request's greedy output does not
+ * depend on what else runs with it, how its prompt is chunked, whether it was preempted or
+ * whether its prefix came from the prefix cache.
+ */
+typedef struct dsv4_sched dsv4_sched;
+
+enum dsv4_tier {
+    DSV4_TIER_SHORT  = 0,
+    DSV4_TIER_MEDIUM = 1,
+    DSV4_TIER_LONG   = 2,
+    DSV4_TIER_COUNT  = 3,
+};
+
+struct dsv4_sched_params {
+    int    max_ctx;            /* most tokens per sequence, prompt + output (KV is planned from it);
+                                  0 = 4096 or the model's limit if smaller */
+    int    max_seqs;           /* sequences running at once (KV slots) */
+    int    max_batch_tokens;   /* token rows per step (decode rows + prefill chunks), >= max_seqs */
+    int    max_prefill_tokens; /* prefill rows per step while some sequence decodes (bounds the
+                                  latency a long prompt adds to running streams); 0 = no bound */
+    int    kv_pages;           /* KV pages in the pool; 0 = max_seqs * ceil(max_ctx / page) */
+    int    page_tokens;        /* positions per page; 0 = 256 */
+    int    prefix_entries;     /* prefix-cache entries (a page and a snapshot each); 0 = no
+                                  cache, -1 = 4 per sequence */
+    int    max_queue;          /* waiting requests; beyond, submissions get DSV4_EFULL */
+    int    tier_tokens[2];     /* prompt tokens up to which a request is short, medium */
+    int    tier_max_running[DSV4_TIER_COUNT]; /* running sequences per tier */
+    size_t mem_limit;          /* bytes the plan may take; 0 = available RAM minus the weights
+                                  and a margin */
+};
+
+/* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step, 128 prefill rows
+ * per step while decoding, prefix cache on, queue of 256, tiers short <= 512 < medium <=
+ * 4096 < long with long limited to a quarter of the sequences (at least one). */
+void dsv4_sched_params_default(struct dsv4_sched_params *p);
+
+/* The start-up memory plan, by kind. */
+struct dsv4_sched_plan {
+    int    page_tokens, n_slots, n_pages, n_prefix_entries;
+    size_t slot_bytes;     /* one sequence's window rings and compressor frontiers */
+    size_t page_bytes;     /* one page: compressed rows and indexer keys of page_tokens positions */
+    size_t snapshot_bytes; /* one prefix-cache snapshot (rings, previous compressor blocks) */
+    size_t slots, pages, snapshots, tables, step, logits; /* totals per kind */
+    size_t total;
+    size_t mem_limit;      /* the limit the plan was checked against */
+    size_t mem_available, weights_bytes, margin; /* how a default limit was derived (else 0) */
+};
+
+/* Computes the plan without allocating; DSV4_ENOMEM (err says by how much) when it exceeds
+ * the memory limit, DSV4_EINVAL for bad parameters. */
+int dsv4_sched_plan(const dsv4_engine *engine, const struct dsv4_sched_params *params,
+                    struct dsv4_sched_plan *plan, struct dsv4_err *err);
+
+int  dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *params, dsv4_sched **out,
+                       struct dsv4_err *err);
+/* Requests still pending get a DONE event with DSV4_FINISH_CANCELLED first. */
+void dsv4_sched_free(dsv4_sched *s);
+void dsv4_sched_get_plan(const dsv4_sched *s, struct dsv4_sched_plan *plan);
+
+enum dsv4_finish {
+    DSV4_FINISH_NONE      = 0,
+    DSV4_FINISH_STOP      = 1, /* a stop id was sampled (reported in the DONE event) */
+    DSV4_FINISH_LENGTH    = 2, /* max_tokens generated, or the context is full */
+    DSV4_FINISH_CANCELLED = 3, /* dsv4_sched_cancel, or the scheduler was freed */
+    DSV4_FINISH_DEADLINE  = 4, /* the request's deadline passed */
+    DSV4_FINISH_ERROR     = 5, /* the step failed; the event's status says why */
+};
+
+/* "stop", "length", "cancelled", "deadline", "error" ("" for NONE). */
+const char *dsv4_finish_str(enum dsv4_finish f);
+
+enum dsv4_sched_event_kind {
+    DSV4_SCHED_TOKEN = 0, /* one generated token */
+    DSV4_SCHED_DONE  = 1, /* the request ended; the last event it gets */
+};
+
+struct dsv4_sched_usage {
+    int    prompt_tokens;
+    int    completion_tokens; /* sampled tokens, a final stop id included */
+    int    cached_tokens;     /* prompt positions resumed from the prefix cache (first admission) */
+    int    preemptions;
+    double queue_s;           /* submission to first admission */
+    double ttft_s;            /* submission to first token (0 when none) */
+    double total_s;           /* submission to the end */
+};
+
+struct dsv4_sched_event {
+    enum dsv4_sched_event_kind kind;
+    uint64_t                   id;
+    int32_t                    token;  /* TOKEN: the token; DONE: the stop id for FINISH_STOP, else -1 */
+    float                      prob;   /* TOKEN: its probability under the sampling filters */
+    const float               *logits; /* TOKEN: the [vocab] logits it was sampled from, valid
+                                          during the callback only */
+    int                        index;  /* TOKEN: 0-based position in the output */
+    enum dsv4_finish           finish; /* DONE */
+    int                        status; /* DONE with DSV4_FINISH_ERROR: a dsv4_status */
+    struct dsv4_sched_usage    usage;  /* DONE */
+};
+
+/* Called on the stepping thread, outside the step's no-allocation region; it may call
+ * dsv4_sched_submit and dsv4_sched_cancel but not dsv4_sched_step. */
+typedef void (*dsv4_sched_event_fn)(void *ud, const struct dsv4_sched_event *ev);
+
+struct dsv4_request {
+    const int32_t             *prompt;     /* [n_prompt] token ids, copied */
+    int                        n_prompt;   /* >= 1, <= max_ctx */
+    int                        max_tokens; /* >= 1 */
+    struct dsv4_sampler_params sampling;
+    const int32_t             *stop_ids;   /* [n_stop] ids that end the output (EOS ...), copied */
+    int                        n_stop;
+    double                     deadline_s; /* seconds after submission; 0 = none */
+    dsv4_sched_event_fn        on_event;
+    void                      *ud;
+};
+
+/*
+ * Queues a request (any thread). DSV4_EFULL: the waiting queue is full, retry later
+ * (nothing was queued). DSV4_ERANGE: the prompt does not fit the context or the KV pool;
+ * DSV4_EINVAL: a bad token id or parameter. *id identifies it in events and cancel.
+ */
+int dsv4_sched_submit(dsv4_sched *s, const struct dsv4_request *req, uint64_t *id, struct dsv4_err *err);
+/* Cancels a request (any thread): it ends with DSV4_FINISH_CANCELLED at the next step
+ * boundary, its slot and pages freed. DSV4_EINVAL when the id is not pending. */
+int dsv4_sched_cancel(dsv4_sched *s, uint64_t id);
+/* Runs one step (one thread at a time). An internal failure ends the requests of the batch
+ * with DSV4_FINISH_ERROR and is returned. */
+int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err);
+/* True when no request is queued or running. */
+bool dsv4_sched_is_idle(dsv4_sched *s);
+/* Blocks until a request is pending or timeout_s passes (for a worker loop). */
+void dsv4_sched_wait(dsv4_sched *s, double timeout_s);
+
+struct dsv4_sched_metrics {
+    int      waiting, running;
+    int      running_by_tier[DSV4_TIER_COUNT];
+    int      slots_total, slots_used;
+    int      pages_total, pages_free;
+    int      pages_cached;      /* held by the prefix cache */
+    int      pages_evictable;   /* held by the prefix cache alone */
+    int64_t  fragmentation;     /* positions of mapped pages that hold no token yet */
+    int      prefix_entries;
+    uint64_t submitted, refused, finished, cancelled, deadline_expired, errors, preemptions;
+    uint64_t steps, prefill_tokens, decode_tokens, generated_tokens;
+    uint64_t prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_inserts, prefix_evictions;
+    double   busy_s;            /* time spent stepping */
+};
+
+/* A consistent snapshot of the counters as of the last step (any thread). */
+void dsv4_sched_metrics(dsv4_sched *s, struct dsv4_sched_metrics *m);
+
+/* ==================================================================================== */
+/* End of serving                                                                       */
+/* ==================================================================================== */
+
+/* ==================================================================================== */
 /* Tokenizer and chat format (src/tok/; reference: docs/TOKENIZER.md)                   */
 /* ==================================================================================== */
 

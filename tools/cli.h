@@ -21,6 +21,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 int cmd_align(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ops(int argc, char **argv);

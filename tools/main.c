@@ -10,6 +10,7 @@ static const struct cli_command commands[] = {
     { "inspect", "check a checkpoint and print its architecture and memory figures", cmd_inspect },
     { "logits",  "teacher-forced logits of a token list, at any chunking (float32 [T, vocab])", cmd_logits },
     { "run",     "generate from a prompt", cmd_run },
+    { "batch",   "many prompts through the serving scheduler (JSON lines in and out, latency figures)", cmd_batch },
     { "align",   "compare every stage with a reference dump; name the first divergence", cmd_align },
     { "bench",   "prefill and decode speed, bytes per step and share of the memory bandwidth", cmd_bench },
     { "ops",     "which kernel runs each backend op on this machine", cmd_ops },

@@ -6,7 +6,9 @@
  * temperature -> top-k -> softmax -> top-p -> min-p, then one draw from the renormalised
  * distribution. Tokens more than 40 nats below the best (probability ratio < 4e-18) are
  * dropped before sorting: they cannot change a draw in double precision but would make
- * every step sort the whole vocabulary.
+ * every step sort the whole vocabulary. Sorting is a heap selection of the top-k followed by
+ * a heapsort, in place: sampling runs inside the scheduler's no-allocation region, and
+ * glibc's qsort allocates a merge buffer for arrays over 1 KiB.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -73,11 +75,40 @@ static uint64_t next_u64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static int cmp_cand(const void *a, const void *b)
+/* x ranks before y: larger logit, ties to the lower id. */
+static bool ranks_before(const struct cand *x, const struct cand *y)
 {
-    const struct cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+    return x->logit != y->logit ? x->logit > y->logit : x->id < y->id;
+}
+
+/* Sift-down in a heap rooted at the candidate that ranks last. */
+static void sift(struct cand *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && ranks_before(&h[w], &h[l])) w = l;
+        if (r < n && ranks_before(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        struct cand t = h[i];
+        h[i] = h[w], h[w] = t;
+        i = w;
+    }
+}
+
+/* Leaves the k best of c[0, n) at the front, best first (k <= n). */
+static void sort_best(struct cand *c, size_t n, size_t k)
+{
+    for (size_t i = k / 2; i-- > 0;) sift(c, k, i);
+    for (size_t j = k; j < n; j++)
+        if (ranks_before(&c[j], &c[0])) {
+            c[0] = c[j];
+            sift(c, k, 0);
+        }
+    for (size_t m = k; m-- > 1;) {
+        struct cand t = c[0];
+        c[0] = c[m], c[m] = t;
+        sift(c, m, 0);
+    }
 }
 
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
@@ -93,8 +124,9 @@ int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
     size_t n   = 0;
     for (int32_t i = 0; i < s->vocab; i++)
         if ((logits[i] - mx) / t > -40.0f) s->c[n++] = (struct cand){ logits[i], i };
-    qsort(s->c, n, sizeof(*s->c), cmp_cand);
-    if (s->p.top_k > 0 && (size_t)s->p.top_k < n) n = (size_t)s->p.top_k;
+    size_t keep = s->p.top_k > 0 && (size_t)s->p.top_k < n ? (size_t)s->p.top_k : n;
+    sort_best(s->c, n, keep);
+    n = keep;
     double sum = 0;
     for (size_t i = 0; i < n; i++) sum += (s->prob[i] = exp(((double)s->c[i].logit - mx) / t));
     for (size_t i = 0; i < n; i++) s->prob[i] /= sum;

@@ -1,0 +1,810 @@
+/*
+ * scheduler.c - continuous batching (include/dsv4.h "Serving"; docs/SERVING.md): a bounded
+ * waiting queue, a running set of at most max_seqs sequences, and steps that each run one
+ * forward pass over one decode row per decoding sequence plus prefill chunks.
+ *
+ * Policy, in the order a step applies it:
+ *   1. requests submitted since the last step join the waiting queue (FIFO);
+ *   2. cancelled requests and those past their deadline end (slot and pages freed);
+ *   3. admission, oldest first: a request is admitted when a slot is free, its length tier
+ *      is below its concurrency limit (a request of a full tier is skipped, so long prompts
+ *      do not hold back short ones) and the pool can hold its known tokens plus one; the
+ *      prefix cache is consulted first (a hit resumes at a page boundary, bit-exactly). When
+ *      memory is short admission stops, so a large request is not overtaken forever;
+ *   4. the batch: every decoding sequence gets its row (decode is never starved), then
+ *      prefilling sequences, oldest first, get chunks from what is left of max_batch_tokens,
+ *      at most max_prefill_tokens in all while anything decodes (the bound on the latency a
+ *      long prompt adds to running streams). With the prefix cache on, a chunk ends at the
+ *      next page boundary, where the state is snapshotted;
+ *   5. pages for the batch: when the pool runs dry (after evicting cache entries), the newest
+ *      running sequence is preempted - its slot and pages freed, the request put back at the
+ *      head of the queue with its tokens so far, to be recomputed - until the rest fits;
+ *   6. the forward pass and sampling, inside the allocation guard;
+ *   7. results: full pages enter the prefix cache, tokens are reported, sequences that
+ *      sampled a stop id, reached max_tokens or filled the context end, as do requests
+ *      cancelled during the step.
+ *
+ * Determinism: a request's output is a function of its tokens and sampler alone. The
+ * forward pass is batch- and chunk-invariant, a prefix-cache hit restores the exact state,
+ * and a preempted request recomputes its own tokens and keeps its sampler's state.
+ *
+ * Threads: submit, cancel, metrics, is_idle and wait may be called from any thread; they
+ * touch only the fields marked "mu" below. Everything else, including the KV pool and the
+ * waiting and running sets, belongs to the thread that steps.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kv/kv_pool.h"
+#include "model/runtime.h"
+
+enum rq_state { RQ_QUEUED, RQ_WAITING, RQ_RUNNING };
+
+struct rq {
+    uint64_t            id;
+    struct rq          *prev, *next; /* inbox (mu) or waiting queue (stepper) */
+    enum rq_state       state;
+    int                 live_idx;    /* index in live[] (mu) */
+    atomic_bool         cancel;
+    int32_t            *tok;         /* [cap] prompt, then generated tokens */
+    int                 n_prompt, n_tok, cap, n_gen, max_tokens;
+    int32_t            *stop;        /* [n_stop] */
+    int                 n_stop;
+    dsv4_sampler       *sampler;
+    enum dsv4_tier      tier;
+    double              t_submit, t_admit, t_first, deadline;
+    dsv4_sched_event_fn fn;
+    void               *ud;
+    int                 slot;        /* KV slot while running */
+    int                 cached;      /* positions resumed from the prefix cache, first admission */
+    int                 n_preempt;
+    bool                admitted;    /* admitted at least once */
+    /* this step */
+    int                 chunk;       /* rows in the batch (0: none) */
+    bool                logits;      /* samples after this step */
+    int32_t             sampled;
+    float               prob;
+};
+
+struct dsv4_sched {
+    dsv4_engine              *engine;
+    const struct dsv4_model  *m;
+    struct dsv4_sched_params  p;      /* resolved */
+    struct dsv4_sched_plan    plan;
+    int                       tier_limit[DSV4_TIER_COUNT];
+    struct dsv4_kv_pool       kv;
+    struct dsv4_step          step;
+    float                    *logits;  /* [max_seqs, vocab] one row per sampling sequence */
+    struct dsv4_fwd_seq      *fs;      /* [max_seqs] */
+    struct rq               **cand;    /* [max_seqs] candidates of the batch being built */
+    struct rq               **running; /* [max_seqs] in admission order */
+    int                       n_running;
+    int                       running_by_tier[DSV4_TIER_COUNT];
+    struct rq                *wait_head, *wait_tail;
+    int                       n_waiting;
+    struct dsv4_sched_metrics acc;     /* stepper's counters */
+
+    pthread_mutex_t           mu;
+    pthread_cond_t            cv;      /* signalled on submission (mu) */
+    struct rq                *in_head, *in_tail; /* submitted, not yet seen by a step (mu) */
+    int                       n_queued;          /* inbox + waiting: the queue bound (mu) */
+    int                       n_active;          /* queued + running (mu) */
+    struct rq               **live;              /* [live_cap] every pending request (mu) */
+    int                       n_live, live_cap;
+    uint64_t                  next_id;           /* (mu) */
+    uint64_t                  submitted, refused; /* (mu) */
+    struct dsv4_sched_metrics pub;               /* as of the last step (mu) */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *dsv4_finish_str(enum dsv4_finish f)
+{
+    switch (f) {
+    case DSV4_FINISH_STOP: return "stop";
+    case DSV4_FINISH_LENGTH: return "length";
+    case DSV4_FINISH_CANCELLED: return "cancelled";
+    case DSV4_FINISH_DEADLINE: return "deadline";
+    case DSV4_FINISH_ERROR: return "error";
+    default: return "";
+    }
+}
+
+/* ------------------------------------------------------------------ parameters and plan */
+
+void dsv4_sched_params_default(struct dsv4_sched_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->max_ctx            = 0;
+    p->max_seqs           = 8;
+    p->max_batch_tokens   = 512;
+    p->max_prefill_tokens = 128;
+    p->prefix_entries     = -1;
+    p->max_queue          = 256;
+    p->tier_tokens[0]     = 512;
+    p->tier_tokens[1]     = 4096;
+}
+
+/* Fills the defaults that depend on other parameters or the model, and checks ranges. */
+static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *in, struct dsv4_sched_params *p,
+                   int tier_limit[DSV4_TIER_COUNT], struct dsv4_err *err)
+{
+    *p = *in;
+    if (p->max_ctx == 0) p->max_ctx = m->cfg.max_ctx < 4096 ? m->cfg.max_ctx : 4096;
+    if (p->max_ctx < 1 || p->max_ctx > m->cfg.max_ctx)
+        return dsv4_err_set(err, DSV4_EINVAL, "context length %d outside [1, %d] (max_position_embeddings)", p->max_ctx,
+                            m->cfg.max_ctx);
+    if (p->max_seqs < 1 || p->max_seqs > 4096)
+        return dsv4_err_set(err, DSV4_EINVAL, "max_seqs %d outside [1, 4096]", p->max_seqs);
+    if (p->max_batch_tokens < p->max_seqs || p->max_batch_tokens > 65536)
+        return dsv4_err_set(err, DSV4_EINVAL, "max_batch_tokens %d outside [max_seqs = %d, 65536]", p->max_batch_tokens,
+                            p->max_seqs);
+    if (p->max_prefill_tokens < 0)
+        return dsv4_err_set(err, DSV4_EINVAL, "max_prefill_tokens %d is negative", p->max_prefill_tokens);
+    if (p->page_tokens == 0) p->page_tokens = DSV4_KV_PAGE_TOKENS;
+    if (!dsv4_kv_page_tokens_ok(&m->cfg, p->page_tokens))
+        return dsv4_err_set(err, DSV4_EINVAL, "page size %d is not a power of two that every compression ratio divides",
+                            p->page_tokens);
+    int pps = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
+    if (p->kv_pages == 0) p->kv_pages = p->max_seqs * pps;
+    if (p->kv_pages < 1) return dsv4_err_set(err, DSV4_EINVAL, "kv_pages %d must be positive", p->kv_pages);
+    if (p->prefix_entries < 0) p->prefix_entries = 4 * p->max_seqs;
+    if (p->max_queue < 1) return dsv4_err_set(err, DSV4_EINVAL, "max_queue %d must be positive", p->max_queue);
+    if (p->tier_tokens[0] < 1 || p->tier_tokens[1] < p->tier_tokens[0])
+        return dsv4_err_set(err, DSV4_EINVAL, "tier limits %d and %d must be positive and increasing", p->tier_tokens[0],
+                            p->tier_tokens[1]);
+    for (int t = 0; t < DSV4_TIER_COUNT; t++) {
+        int def = t == DSV4_TIER_LONG ? (p->max_seqs / 4 > 1 ? p->max_seqs / 4 : 1) : p->max_seqs;
+        tier_limit[t] = p->tier_max_running[t] > 0 ? p->tier_max_running[t] : def;
+        if (p->tier_max_running[t] < 0)
+            return dsv4_err_set(err, DSV4_EINVAL, "tier %d concurrency %d is negative", t, p->tier_max_running[t]);
+    }
+    return DSV4_OK;
+}
+
+/* MemAvailable and MemTotal from /proc/meminfo, bytes; false when unreadable. */
+static bool meminfo(size_t *avail, size_t *total)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return false;
+    char               line[256];
+    unsigned long long a = 0, t = 0;
+    while (fgets(line, sizeof(line), f)) {
+        sscanf(line, "MemAvailable: %llu kB", &a);
+        sscanf(line, "MemTotal: %llu kB", &t);
+    }
+    fclose(f);
+    *avail = (size_t)a * 1024;
+    *total = (size_t)t * 1024;
+    return a > 0 && t > 0;
+}
+
+static double gib(size_t b)
+{
+    return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params *p, struct dsv4_sched_plan *plan,
+                     struct dsv4_err *err)
+{
+    memset(plan, 0, sizeof(*plan));
+    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries };
+    struct dsv4_kv_plan        kv;
+    int                        rc = dsv4_kv_pool_plan(&m->cfg, m->row_fmt, &kp, &kv, err);
+    if (rc) return rc;
+    plan->page_tokens      = p->page_tokens;
+    plan->n_slots          = p->max_seqs;
+    plan->n_pages          = p->kv_pages;
+    plan->n_prefix_entries = p->prefix_entries;
+    plan->slot_bytes       = kv.slot_bytes;
+    plan->page_bytes       = kv.page_bytes;
+    plan->snapshot_bytes   = kv.snap_bytes;
+    plan->slots            = kv.slots;
+    plan->pages            = kv.pages;
+    plan->snapshots        = kv.snapshots;
+    plan->tables           = kv.tables + (sizeof(struct dsv4_fwd_seq) + 2 * sizeof(void *)) * (size_t)p->max_seqs;
+    plan->step             = dsv4_step_bytes(m, p->max_batch_tokens, p->max_ctx);
+    plan->logits           = sizeof(float) * (size_t)m->cfg.vocab_size * (size_t)p->max_seqs;
+    plan->total = plan->slots + plan->pages + plan->snapshots + plan->tables + plan->step + plan->logits;
+    if (p->mem_limit) {
+        plan->mem_limit = p->mem_limit;
+    } else {
+        size_t avail, total;
+        if (!meminfo(&avail, &total)) {
+            plan->mem_limit = (size_t)-1; /* no way to tell: no limit */
+            return DSV4_OK;
+        }
+        struct dsv4_model_stats ms;
+        dsv4_model_stats(&m->cfg, &m->ck, &ms);
+        plan->mem_available = avail;
+        plan->weights_bytes = (size_t)ms.bytes_total;
+        plan->margin        = total / 20 > ((size_t)512 << 20) ? total / 20 : ((size_t)512 << 20);
+        size_t used         = plan->weights_bytes + plan->margin;
+        plan->mem_limit     = avail > used ? avail - used : 0;
+    }
+    if (plan->total > plan->mem_limit) {
+        if (p->mem_limit)
+            return dsv4_err_set(err, DSV4_ENOMEM,
+                                "the serving plan needs %.2f GiB (KV pages %.2f, slots %.2f, prefix snapshots %.2f, "
+                                "step scratch %.2f) but the memory limit is %.2f GiB; lower the context, the sequence "
+                                "count or the page count",
+                                gib(plan->total), gib(plan->pages), gib(plan->slots), gib(plan->snapshots),
+                                gib(plan->step), gib(plan->mem_limit));
+        return dsv4_err_set(err, DSV4_ENOMEM,
+                            "the serving plan needs %.2f GiB (KV pages %.2f, slots %.2f, prefix snapshots %.2f, step "
+                            "scratch %.2f) but only %.2f GiB may be used (available %.2f GiB - weights %.2f GiB - "
+                            "margin %.2f GiB); lower the context, the sequence count or the page count",
+                            gib(plan->total), gib(plan->pages), gib(plan->slots), gib(plan->snapshots), gib(plan->step),
+                            gib(plan->mem_limit), gib(plan->mem_available), gib(plan->weights_bytes),
+                            gib(plan->margin));
+    }
+    return DSV4_OK;
+}
+
+int dsv4_sched_plan(const dsv4_engine *engine, const struct dsv4_sched_params *params, struct dsv4_sched_plan *plan,
+                    struct dsv4_err *err)
+{
+    const struct dsv4_model *m = dsv4_engine_model(engine);
+    struct dsv4_sched_params p;
+    int                      tl[DSV4_TIER_COUNT];
+    int                      rc = resolve(m, params, &p, tl, err);
+    if (rc) {
+        memset(plan, 0, sizeof(*plan));
+        return rc;
+    }
+    return make_plan(m, &p, plan, err);
+}
+
+/* ------------------------------------------------------------------ create and free */
+
+int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *params, dsv4_sched **out,
+                      struct dsv4_err *err)
+{
+    *out = NULL;
+    struct dsv4_sched_params def;
+    if (!params) {
+        dsv4_sched_params_default(&def);
+        def.max_ctx = 0;
+        params      = &def;
+    }
+    dsv4_sched *s = calloc(1, sizeof(*s));
+    if (!s) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    s->engine = engine;
+    s->m      = dsv4_engine_model(engine);
+    int rc    = resolve(s->m, params, &s->p, s->tier_limit, err);
+    if (!rc) rc = make_plan(s->m, &s->p, &s->plan, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    const struct dsv4_sched_params *p = &s->p;
+    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries };
+    rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg, s->m->row_fmt, &kp, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    rc = dsv4_step_init(&s->step, s->m, p->max_batch_tokens, p->max_ctx, err);
+    if (rc) {
+        dsv4_kv_pool_free(&s->kv);
+        free(s);
+        return rc;
+    }
+    size_t ns   = (size_t)p->max_seqs;
+    s->live_cap = p->max_queue + 2 * p->max_seqs;
+    s->logits   = calloc(ns * (size_t)s->m->cfg.vocab_size, sizeof(float));
+    s->fs       = calloc(ns, sizeof(*s->fs));
+    s->cand     = calloc(ns, sizeof(*s->cand));
+    s->running  = calloc(ns, sizeof(*s->running));
+    s->live     = calloc((size_t)s->live_cap, sizeof(*s->live));
+    if (!s->logits || !s->fs || !s->cand || !s->running || !s->live) {
+        dsv4_sched_free(s);
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->pub.slots_total = p->max_seqs;
+    s->pub.pages_total = s->pub.pages_free = p->kv_pages;
+    *out = s;
+    return DSV4_OK;
+}
+
+void dsv4_sched_get_plan(const dsv4_sched *s, struct dsv4_sched_plan *plan)
+{
+    *plan = s->plan;
+}
+
+/* ------------------------------------------------------------------ submission (any thread) */
+
+static enum dsv4_tier tier_of(const struct dsv4_sched_params *p, int n_prompt)
+{
+    return n_prompt <= p->tier_tokens[0] ? DSV4_TIER_SHORT : n_prompt <= p->tier_tokens[1] ? DSV4_TIER_MEDIUM
+                                                                                            : DSV4_TIER_LONG;
+}
+
+static void rq_free(struct rq *r)
+{
+    if (!r) return;
+    dsv4_sampler_free(r->sampler);
+    free(r->tok);
+    free(r->stop);
+    free(r);
+}
+
+int dsv4_sched_submit(dsv4_sched *s, const struct dsv4_request *req, uint64_t *id, struct dsv4_err *err)
+{
+    const struct dsv4_sched_params *p = &s->p;
+    int V = s->m->cfg.vocab_size, pt = p->page_tokens;
+    if (id) *id = 0;
+    if (!req || !req->prompt || req->n_prompt < 1) return dsv4_err_set(err, DSV4_EINVAL, "empty prompt");
+    if (req->n_prompt > p->max_ctx)
+        return dsv4_err_set(err, DSV4_ERANGE, "a prompt of %d tokens exceeds the context of %d", req->n_prompt,
+                            p->max_ctx);
+    if (req->max_tokens < 1) return dsv4_err_set(err, DSV4_EINVAL, "max_tokens %d must be at least 1", req->max_tokens);
+    if (req->n_stop < 0 || (req->n_stop > 0 && !req->stop_ids))
+        return dsv4_err_set(err, DSV4_EINVAL, "bad stop id list");
+    if (!(req->deadline_s >= 0)) return dsv4_err_set(err, DSV4_EINVAL, "deadline %g is negative", req->deadline_s);
+    for (int i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0 || req->prompt[i] >= V)
+            return dsv4_err_set(err, DSV4_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)",
+                                req->prompt[i], i, V);
+    for (int i = 0; i < req->n_stop; i++)
+        if (req->stop_ids[i] < 0 || req->stop_ids[i] >= V)
+            return dsv4_err_set(err, DSV4_ERANGE, "stop id %d is outside the vocabulary [0, %d)", req->stop_ids[i], V);
+    long long longest = (long long)req->n_prompt + req->max_tokens;
+    if (longest > p->max_ctx) longest = p->max_ctx;
+    if ((longest + pt - 1) / pt > p->kv_pages)
+        return dsv4_err_set(err, DSV4_ERANGE, "a request of up to %lld tokens needs more than the %d KV pages of the pool",
+                            longest, p->kv_pages);
+
+    struct rq *r = calloc(1, sizeof(*r));
+    if (!r) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    long long cap = (long long)req->n_prompt + req->max_tokens;
+    if (cap > (long long)p->max_ctx + 1) cap = (long long)p->max_ctx + 1;
+    r->cap  = (int)cap;
+    r->tok  = malloc(sizeof(int32_t) * (size_t)r->cap);
+    r->stop = malloc(sizeof(int32_t) * (size_t)(req->n_stop + 1));
+    int rc  = r->tok && r->stop ? dsv4_sampler_create(&r->sampler, V, &req->sampling, err)
+                                : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (rc) {
+        rq_free(r);
+        return rc;
+    }
+    memcpy(r->tok, req->prompt, sizeof(int32_t) * (size_t)req->n_prompt);
+    if (req->n_stop) memcpy(r->stop, req->stop_ids, sizeof(int32_t) * (size_t)req->n_stop);
+    r->n_prompt   = r->n_tok = req->n_prompt;
+    r->n_stop     = req->n_stop;
+    r->max_tokens = req->max_tokens;
+    r->tier       = tier_of(p, req->n_prompt);
+    r->fn         = req->on_event;
+    r->ud         = req->ud;
+    r->slot       = -1;
+    r->t_submit   = now_s();
+    r->deadline   = req->deadline_s > 0 ? r->t_submit + req->deadline_s : 0;
+    atomic_init(&r->cancel, false);
+
+    pthread_mutex_lock(&s->mu);
+    if (s->n_queued >= p->max_queue || s->n_live >= s->live_cap) {
+        s->refused++;
+        int n = s->n_queued;
+        pthread_mutex_unlock(&s->mu);
+        rq_free(r);
+        return dsv4_err_set(err, DSV4_EFULL, "the waiting queue is full (%d requests); retry later", n);
+    }
+    r->id       = ++s->next_id;
+    r->state    = RQ_QUEUED;
+    r->live_idx = s->n_live;
+    s->live[s->n_live++] = r;
+    r->prev = s->in_tail;
+    r->next = NULL;
+    if (s->in_tail) s->in_tail->next = r;
+    else s->in_head = r;
+    s->in_tail = r;
+    s->n_queued++;
+    s->n_active++;
+    s->submitted++;
+    if (id) *id = r->id;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return DSV4_OK;
+}
+
+int dsv4_sched_cancel(dsv4_sched *s, uint64_t id)
+{
+    int rc = DSV4_EINVAL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i]->id == id) {
+            atomic_store(&s->live[i]->cancel, true);
+            rc = DSV4_OK;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+bool dsv4_sched_is_idle(dsv4_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool idle = s->n_active == 0;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+void dsv4_sched_wait(dsv4_sched *s, double timeout_s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t     = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    ts.tv_sec    = (time_t)t;
+    ts.tv_nsec   = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active == 0) {
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) != 0) break;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dsv4_sched_metrics(dsv4_sched *s, struct dsv4_sched_metrics *m)
+{
+    pthread_mutex_lock(&s->mu);
+    *m           = s->pub;
+    m->submitted = s->submitted;
+    m->refused   = s->refused;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------------ request lifecycle (stepper) */
+
+static void emit(struct rq *r, const struct dsv4_sched_event *ev)
+{
+    if (r->fn) r->fn(r->ud, ev);
+}
+
+static void waiting_unlink(dsv4_sched *s, struct rq *r)
+{
+    if (r->prev) r->prev->next = r->next;
+    else s->wait_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else s->wait_tail = r->prev;
+    r->prev = r->next = NULL;
+    s->n_waiting--;
+}
+
+static void running_remove(dsv4_sched *s, struct rq *r)
+{
+    int i = 0;
+    while (s->running[i] != r) i++;
+    memmove(s->running + i, s->running + i + 1, sizeof(*s->running) * (size_t)(s->n_running - i - 1));
+    s->n_running--;
+    s->running_by_tier[r->tier]--;
+}
+
+/* Drops a request from the shared bookkeeping (after this, cancel cannot find it). */
+static void forget(dsv4_sched *s, struct rq *r, bool queued)
+{
+    pthread_mutex_lock(&s->mu);
+    if (queued) s->n_queued--;
+    s->n_active--;
+    struct rq *last = s->live[--s->n_live];
+    s->live[r->live_idx] = last;
+    last->live_idx       = r->live_idx;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Ends a request wherever it is: frees its slot and pages, reports DONE, frees it. */
+static void finish(dsv4_sched *s, struct rq *r, enum dsv4_finish why, int32_t stop_id, int status)
+{
+    bool queued = r->state == RQ_WAITING;
+    if (r->state == RQ_RUNNING) {
+        dsv4_kv_slot_release(&s->kv, r->slot);
+        running_remove(s, r);
+    } else if (queued) {
+        waiting_unlink(s, r);
+    }
+    double t = now_s();
+    struct dsv4_sched_event ev = { .kind = DSV4_SCHED_DONE, .id = r->id, .token = stop_id, .finish = why,
+                                   .status = status };
+    ev.usage = (struct dsv4_sched_usage){ .prompt_tokens = r->n_prompt, .completion_tokens = r->n_gen,
+                                          .cached_tokens = r->cached, .preemptions = r->n_preempt,
+                                          .queue_s = r->admitted ? r->t_admit - r->t_submit : t - r->t_submit,
+                                          .ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0,
+                                          .total_s = t - r->t_submit };
+    s->acc.finished++;
+    if (why == DSV4_FINISH_CANCELLED) s->acc.cancelled++;
+    if (why == DSV4_FINISH_DEADLINE) s->acc.deadline_expired++;
+    if (why == DSV4_FINISH_ERROR) s->acc.errors++;
+    forget(s, r, queued);
+    emit(r, &ev);
+    rq_free(r);
+}
+
+/* Frees a running sequence's slot and pages and puts the request back at the queue's head. */
+static void preempt(dsv4_sched *s, struct rq *r)
+{
+    dsv4_kv_slot_release(&s->kv, r->slot);
+    running_remove(s, r);
+    r->slot  = -1;
+    r->state = RQ_WAITING;
+    r->chunk = 0;
+    r->n_preempt++;
+    r->prev = NULL;
+    r->next = s->wait_head;
+    if (s->wait_head) s->wait_head->prev = r;
+    else s->wait_tail = r;
+    s->wait_head = r;
+    s->n_waiting++;
+    s->acc.preemptions++;
+    pthread_mutex_lock(&s->mu);
+    s->n_queued++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dsv4_sched_free(dsv4_sched *s)
+{
+    if (!s) return;
+    if (s->running) {
+        while (s->n_running) finish(s, s->running[0], DSV4_FINISH_CANCELLED, -1, 0);
+        while (s->wait_head) finish(s, s->wait_head, DSV4_FINISH_CANCELLED, -1, 0);
+        pthread_mutex_lock(&s->mu);
+        struct rq *in = s->in_head;
+        s->in_head = s->in_tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        while (in) {
+            struct rq *next = in->next;
+            forget(s, in, true);
+            struct dsv4_sched_event ev = { .kind = DSV4_SCHED_DONE, .id = in->id, .token = -1,
+                                           .finish = DSV4_FINISH_CANCELLED };
+            ev.usage.prompt_tokens = in->n_prompt;
+            emit(in, &ev);
+            rq_free(in);
+            in = next;
+        }
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    dsv4_step_free(&s->step);
+    dsv4_kv_pool_free(&s->kv);
+    free(s->logits);
+    free(s->fs);
+    free(s->cand);
+    free(s->running);
+    free(s->live);
+    free(s);
+}
+
+/* ------------------------------------------------------------------ one step */
+
+/* Moves submitted requests to the waiting queue. */
+static void drain_inbox(dsv4_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct rq *in = s->in_head;
+    s->in_head = s->in_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (in) {
+        struct rq *next = in->next;
+        in->state       = RQ_WAITING;
+        in->next        = NULL;
+        in->prev        = s->wait_tail;
+        if (s->wait_tail) s->wait_tail->next = in;
+        else s->wait_head = in;
+        s->wait_tail = in;
+        s->n_waiting++;
+        in = next;
+    }
+}
+
+/* Ends cancelled requests (and, with check_deadline, those past their deadline). */
+static void expire(dsv4_sched *s, double t, bool check_deadline)
+{
+    for (struct rq *r = s->wait_head, *next; r; r = next) {
+        next = r->next;
+        if (atomic_load(&r->cancel)) finish(s, r, DSV4_FINISH_CANCELLED, -1, 0);
+        else if (check_deadline && r->deadline > 0 && t > r->deadline) finish(s, r, DSV4_FINISH_DEADLINE, -1, 0);
+    }
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        struct rq *r = s->running[i];
+        if (atomic_load(&r->cancel)) finish(s, r, DSV4_FINISH_CANCELLED, -1, 0);
+        else if (check_deadline && r->deadline > 0 && t > r->deadline) finish(s, r, DSV4_FINISH_DEADLINE, -1, 0);
+    }
+}
+
+static int min_i(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static void admit(dsv4_sched *s, double t)
+{
+    int admitted = 0;
+    for (struct rq *r = s->wait_head, *next; r && s->n_running < s->p.max_seqs; r = next) {
+        next = r->next;
+        if (s->running_by_tier[r->tier] >= s->tier_limit[r->tier]) continue;
+        int slot = dsv4_kv_slot_acquire(&s->kv);
+        DSV4_ASSERT(slot >= 0);
+        int hit  = dsv4_kv_prefix_attach(&s->kv, slot, r->tok, r->n_tok);
+        int need = dsv4_kv_pages_needed(&s->kv, slot, min_i(r->n_tok + 1, s->p.max_ctx));
+        if (need > dsv4_kv_pages_available(&s->kv)) {
+            dsv4_kv_slot_release(&s->kv, slot);
+            break; /* memory: wait for running sequences to end, keeping the order */
+        }
+        waiting_unlink(s, r);
+        admitted++;
+        r->state = RQ_RUNNING;
+        r->slot  = slot;
+        s->running[s->n_running++] = r;
+        s->running_by_tier[r->tier]++;
+        if (!r->admitted) {
+            r->admitted = true;
+            r->t_admit  = t;
+            r->cached   = hit;
+        }
+    }
+    if (admitted) {
+        pthread_mutex_lock(&s->mu);
+        s->n_queued -= admitted;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* A sequence is decoding when exactly one known token remains to feed after it has sampled. */
+static bool is_decoding(const dsv4_sched *s, const struct rq *r)
+{
+    return r->n_gen > 0 && r->n_tok - s->kv.seq[r->slot].pos == 1;
+}
+
+/* Chooses every running sequence's rows for this step and maps their pages, preempting the
+ * newest sequences when the pool runs dry. Returns the number of sequences in the batch. */
+static int plan_batch(dsv4_sched *s)
+{
+    int n_cand = 0, n_decode = 0, pt = s->p.page_tokens;
+    for (int i = 0; i < s->n_running; i++) {
+        struct rq *r = s->running[i];
+        r->chunk     = 0;
+        if (is_decoding(s, r)) {
+            r->chunk = 1;
+            s->cand[n_cand++] = r;
+            n_decode++;
+        }
+    }
+    int budget = s->p.max_batch_tokens - n_decode;
+    if (n_decode && s->p.max_prefill_tokens > 0) budget = min_i(budget, s->p.max_prefill_tokens);
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        struct rq *r = s->running[i];
+        if (r->chunk) continue;
+        int pos = s->kv.seq[r->slot].pos, n = min_i(r->n_tok - pos, budget);
+        if (n <= 0) continue;
+        if (s->p.prefix_entries > 0) n = min_i(n, (pos / pt + 1) * pt - pos); /* stop at the page boundary */
+        r->chunk = n;
+        budget -= n;
+        s->cand[n_cand++] = r;
+    }
+    /* pages, oldest first; the newest running sequence gives way */
+    for (int i = 0; i < n_cand; i++) {
+        struct rq *r = s->cand[i];
+        if (r->state != RQ_RUNNING) continue;
+        int end = s->kv.seq[r->slot].pos + r->chunk;
+        while (dsv4_kv_reserve(&s->kv, r->slot, end) != DSV4_OK) {
+            struct rq *victim = s->running[s->n_running - 1];
+            preempt(s, victim);
+            if (victim == r) break;
+        }
+    }
+    int n = 0;
+    for (int i = 0; i < n_cand; i++)
+        if (s->cand[i]->state == RQ_RUNNING) s->cand[n++] = s->cand[i];
+    return n;
+}
+
+static void publish_metrics(dsv4_sched *s)
+{
+    struct dsv4_kv_counters kc;
+    dsv4_kv_pool_counters(&s->kv, &kc);
+    struct dsv4_sched_metrics *a = &s->acc;
+    a->waiting          = s->n_waiting;
+    a->running          = s->n_running;
+    for (int t = 0; t < DSV4_TIER_COUNT; t++) a->running_by_tier[t] = s->running_by_tier[t];
+    a->slots_total       = kc.slots_total;
+    a->slots_used        = kc.slots_used;
+    a->pages_total       = kc.pages_total;
+    a->pages_free        = kc.pages_free;
+    a->pages_cached      = kc.pages_cached;
+    a->pages_evictable   = kc.pages_evictable;
+    a->fragmentation     = kc.fragmentation;
+    a->prefix_entries    = kc.prefix_entries;
+    a->prefix_lookups    = kc.prefix_lookups;
+    a->prefix_hits       = kc.prefix_hits;
+    a->prefix_hit_tokens = kc.prefix_hit_tokens;
+    a->prefix_inserts    = kc.prefix_inserts;
+    a->prefix_evictions  = kc.prefix_evictions;
+    pthread_mutex_lock(&s->mu);
+    s->pub = *a;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool is_stop(const struct rq *r, int32_t tok)
+{
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop[i] == tok) return true;
+    return false;
+}
+
+/* Reports the token a sequence sampled and ends it when it is done. */
+static void take_token(dsv4_sched *s, struct rq *r, const float *logits, double t)
+{
+    int32_t tok = r->sampled;
+    r->n_gen++;
+    if (r->t_first == 0) r->t_first = t;
+    s->acc.generated_tokens++;
+    if (is_stop(r, tok)) {
+        finish(s, r, DSV4_FINISH_STOP, tok, 0);
+        return;
+    }
+    DSV4_ASSERT(r->n_tok < r->cap);
+    r->tok[r->n_tok++] = tok;
+    struct dsv4_sched_event ev = { .kind = DSV4_SCHED_TOKEN, .id = r->id, .token = tok, .prob = r->prob,
+                                   .logits = logits, .index = r->n_gen - 1 };
+    emit(r, &ev);
+    /* feeding the new token needs position n_tok - 1 < max_ctx */
+    if (r->n_gen >= r->max_tokens || r->n_tok > s->p.max_ctx) finish(s, r, DSV4_FINISH_LENGTH, -1, 0);
+}
+
+int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
+{
+    double t0 = now_s();
+    drain_inbox(s);
+    expire(s, t0, true);
+    admit(s, t0);
+    int n = plan_batch(s);
+    if (n == 0) {
+        publish_metrics(s);
+        return DSV4_OK;
+    }
+    size_t V = (size_t)s->m->cfg.vocab_size;
+    int    n_logits = 0;
+    for (int i = 0; i < n; i++) {
+        struct rq             *r  = s->cand[i];
+        struct dsv4_seq_state *st = &s->kv.seq[r->slot];
+        r->logits                 = st->pos + r->chunk == r->n_tok;
+        s->fs[i] = (struct dsv4_fwd_seq){ .st = st, .tokens = r->tok + st->pos, .n = r->chunk,
+                                          .n_logits = r->logits ? 1 : 0,
+                                          .logits = r->logits ? s->logits + (size_t)n_logits * V : NULL };
+        n_logits += r->logits;
+        if (is_decoding(s, r)) s->acc.decode_tokens++;
+        else s->acc.prefill_tokens += (uint64_t)r->chunk;
+    }
+    dsv4_alloc_guard_enter();
+    int rc = dsv4_forward(s->m, &s->step, s->fs, n, err);
+    if (rc == DSV4_OK)
+        for (int i = 0; i < n; i++)
+            if (s->cand[i]->logits)
+                s->cand[i]->sampled = dsv4_sampler_sample(s->cand[i]->sampler, s->fs[i].logits, &s->cand[i]->prob);
+    dsv4_alloc_guard_leave();
+    if (rc) {
+        for (int i = 0; i < n; i++) finish(s, s->cand[i], DSV4_FINISH_ERROR, -1, rc);
+        publish_metrics(s);
+        return rc;
+    }
+    double t1 = now_s();
+    for (int i = 0; i < n; i++) {
+        struct rq *r = s->cand[i];
+        dsv4_kv_prefix_publish(&s->kv, r->slot, r->tok);
+        if (r->logits) take_token(s, r, s->fs[i].logits, t1);
+    }
+    expire(s, t1, false); /* cancellations that arrived during the step */
+    s->acc.steps++;
+    s->acc.busy_s += now_s() - t0;
+    publish_metrics(s);
+    return DSV4_OK;
+}
