@@ -1,0 +1,546 @@
+/*
+ * api_openai.c - OpenAI-compatible requests: POST /v1/chat/completions and /v1/completions
+ * bodies parsed with jansson, validated field by field, and turned into a generation
+ * request (prompt ids, sampling, limits); plus the error shape and GET /v1/models.
+ *
+ * Validation rules: a field that is absent or null takes its default; a field of the
+ * wrong type or out of range is a 400 whose message names it (and "param" says which);
+ * features dsv4 does not implement (n > 1, penalties, logit_bias, forced tool choice,
+ * echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
+ * never gets output it did not ask for. Unknown fields are ignored, as most OpenAI-
+ * compatible servers do, because SDKs send fields this server has no use for.
+ *
+ * Chat prompts: the messages go through dsv4_chat_render_json (the DeepSeek-V4 encoding);
+ * tools, and a response_format hint, are attached to a system message (an empty one is put
+ * first when the conversation has none, since the encoding renders tools only there).
+ * Thinking mode comes from reasoning_effort or chat_template_kwargs.thinking.
+ *
+ * Everything here runs on connection threads and touches only the request and immutable
+ * objects (the tokenizer).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "server/server.h"
+
+/* ------------------------------------------------------------------ errors */
+
+int srv_api_fail(struct srv_api_error *e, int status, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->param  = param;
+    e->code   = NULL;
+    switch (status) {
+    case 401:
+        e->type = "invalid_request_error";
+        e->code = "invalid_api_key";
+        break;
+    case 404: e->type = "invalid_request_error"; e->code = "not_found"; break;
+    case 413: e->type = "invalid_request_error"; e->code = "request_too_large"; break;
+    case 429: e->type = "rate_limit_error"; e->code = "queue_full"; break;
+    case 503: e->type = "service_unavailable"; break;
+    default: e->type = status >= 500 ? "server_error" : "invalid_request_error"; break;
+    }
+    return -1;
+}
+
+char *srv_api_error_json(const struct srv_api_error *e, size_t *len)
+{
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->msg, "type", e->type, "param",
+                          e->param ? json_string(e->param) : json_null(), "code",
+                          e->code ? json_string(e->code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) { /* the message was not UTF-8 (it quotes client input): say less */
+        o = json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", "invalid request (the detail is not UTF-8)",
+                      "type", e->type, "param", "code");
+        s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+    }
+    if (s && len) *len = strlen(s);
+    return s;
+}
+
+/* ------------------------------------------------------------------ small helpers */
+
+int srv_json_depth(const char *s, size_t n)
+{
+    int  depth = 0, max = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max) max = depth;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return max;
+}
+
+/* Random 64-bit values for ids and default seeds: splitmix64 over a shared counter seeded
+ * once from the clock, so concurrent requests never draw the same value. */
+static _Atomic uint64_t rand_ctr;
+static pthread_once_t   rand_once = PTHREAD_ONCE_INIT;
+
+static void rand_seed(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_store(&rand_ctr, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30));
+}
+
+static uint64_t random_u64(void)
+{
+    pthread_once(&rand_once, rand_seed);
+    uint64_t z = atomic_fetch_add(&rand_ctr, 0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
+    z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void srv_api_make_id(char *out, size_t cap, const char *prefix)
+{
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)random_u64(),
+             (unsigned long long)(random_u64() & 0xffffffffu));
+}
+
+/* The field, or NULL when absent or null. */
+static json_t *field(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e)
+{
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return srv_api_fail(e, 400, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
+                   struct srv_api_error *e)
+{
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return srv_api_fail(e, 400, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi) || (lo_open && x == lo))
+        return srv_api_fail(e, 400, key, "'%s' is %g; it must be in %s%g, %g]", key, x, lo_open ? "(" : "[", lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e)
+{
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_integer(v)) return srv_api_fail(e, 400, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return srv_api_fail(e, 400, key, "'%s' is %lld; it must be in [%lld, %lld]", key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* Fields dsv4 does not implement: accepted only at their neutral values. */
+static int refuse_unsupported(json_t *o, struct srv_api_error *e)
+{
+    long long n = 1;
+    if (get_int(o, "n", 1, 1000000, &n, e)) return -1;
+    if (n != 1) return srv_api_fail(e, 400, "n", "'n' is %lld: dsv4 returns one choice per request (n = 1)", n);
+    static const char *const penalties[] = { "presence_penalty", "frequency_penalty", "repetition_penalty" };
+    for (size_t i = 0; i < sizeof(penalties) / sizeof(penalties[0]); i++) {
+        double x = i == 2 ? 1.0 : 0.0;
+        if (get_num(o, penalties[i], -2, 2, false, &x, e)) return -1;
+        if (x != (i == 2 ? 1.0 : 0.0))
+            return srv_api_fail(e, 400, penalties[i], "'%s' is not supported by dsv4 (only its neutral value)",
+                                penalties[i]);
+    }
+    json_t *lb = field(o, "logit_bias");
+    if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
+        return srv_api_fail(e, 400, "logit_bias", "'logit_bias' is not supported by dsv4");
+    long long best_of = 1;
+    if (get_int(o, "best_of", 1, 1000000, &best_of, e)) return -1;
+    if (best_of != 1) return srv_api_fail(e, 400, "best_of", "'best_of' must be 1");
+    bool echo = false;
+    if (get_bool(o, "echo", &echo, e)) return -1;
+    if (echo) return srv_api_fail(e, 400, "echo", "'echo' is not supported by dsv4");
+    if (field(o, "suffix")) return srv_api_fail(e, 400, "suffix", "'suffix' is not supported by dsv4");
+    return 0;
+}
+
+static int parse_stop(json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    json_t *v = field(o, "stop");
+    if (!v) return 0;
+    json_t *one[1] = { v };
+    json_t **items = one;
+    size_t   n     = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > SRV_MAX_STOP)
+            return srv_api_fail(e, 400, "stop", "'stop' has %zu strings; at most %d are supported", n, SRV_MAX_STOP);
+        items = NULL;
+    } else if (!json_is_string(v)) {
+        return srv_api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = items ? items[i] : json_array_get(v, i);
+        if (!json_is_string(s)) return srv_api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
+        size_t len = json_string_length(s);
+        if (len == 0 || len > SRV_MAX_STOP_LEN || strlen(json_string_value(s)) != len)
+            return srv_api_fail(e, 400, "stop", "each stop string must have 1 to %d bytes and no NUL", SRV_MAX_STOP_LEN);
+        memcpy(g->stop[g->n_stop], json_string_value(s), len + 1);
+        g->n_stop++;
+    }
+    return 0;
+}
+
+/* Fields common to both endpoints: model, sampling, limits, streaming, stop. */
+static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    json_t *model = field(o, "model");
+    if (model && !json_is_string(model)) return srv_api_fail(e, 400, "model", "'model' must be a string");
+    if (model && strcmp(json_string_value(model), c->model_name) != 0) {
+        srv_api_fail(e, 400, "model", "The model '%s' does not exist; this server serves '%s'",
+                     json_string_value(model), c->model_name);
+        e->code = "model_not_found";
+        return -1;
+    }
+    if (refuse_unsupported(o, e)) return -1;
+    double    temp = 1.0, top_p = 1.0, min_p = 0.0;
+    long long top_k = 0, seed = 0;
+    if (get_num(o, "temperature", 0, 2, false, &temp, e) || get_num(o, "top_p", 0, 1, true, &top_p, e) ||
+        get_num(o, "min_p", 0, 1, false, &min_p, e) || get_int(o, "top_k", -1, 1 << 30, &top_k, e))
+        return -1;
+    g->sp.temperature = (float)temp;
+    g->sp.top_p       = (float)top_p;
+    g->sp.min_p       = (float)min_p;
+    g->sp.top_k       = top_k < 0 ? 0 : (int)top_k;
+    if (field(o, "seed")) {
+        if (get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e)) return -1;
+        g->sp.seed = (uint64_t)seed;
+    } else {
+        g->sp.seed = random_u64();
+    }
+    if (get_bool(o, "stream", &g->stream, e)) return -1;
+    json_t *so = field(o, "stream_options");
+    if (so && !json_is_object(so)) return srv_api_fail(e, 400, "stream_options", "'stream_options' must be an object");
+    if (so && get_bool(so, "include_usage", &g->include_usage, e)) return -1;
+    if (get_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || get_bool(o, "ignore_eos", &g->ignore_eos, e))
+        return -1;
+    return parse_stop(o, g, e);
+}
+
+/* max_tokens against the context: an explicit value that does not fit is a 400 (as
+ * OpenAI), an absent one takes dflt, clipped to what fits. */
+static int fit_context(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, long long dflt,
+                       struct srv_api_error *e)
+{
+    long long mt = -1, mct = -1;
+    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, e) || get_int(o, "max_completion_tokens", 1, INT32_MAX, &mct, e))
+        return -1;
+    if (mct > 0) mt = mct;
+    const char *what = g->kind == SRV_API_CHAT ? "messages" : "prompt";
+    if (g->n_prompt >= c->ctx) {
+        srv_api_fail(e, 400, what,
+                     "This model's maximum context length is %d tokens; the %s has %d tokens, which leaves no room "
+                     "for a completion",
+                     c->ctx, what, g->n_prompt);
+        e->code = "context_length_exceeded";
+        return -1;
+    }
+    if (mt > 0 && g->n_prompt + mt > c->ctx) {
+        srv_api_fail(e, 400, mct > 0 ? "max_completion_tokens" : "max_tokens",
+                     "This model's maximum context length is %d tokens; you requested %lld tokens (%d in the %s, "
+                     "%lld for the completion)",
+                     c->ctx, g->n_prompt + mt, g->n_prompt, what, mt);
+        e->code = "context_length_exceeded";
+        return -1;
+    }
+    if (mt < 0) mt = dflt > 0 && dflt < c->ctx - g->n_prompt ? dflt : c->ctx - g->n_prompt;
+    g->max_tokens = (int)mt;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ chat */
+
+static int parse_effort(json_t *v, const char *param, enum dsv4_chat_mode *mode, enum dsv4_chat_effort *effort,
+                        struct srv_api_error *e)
+{
+    if (!v) return 0;
+    const char *s = json_string_value(v);
+    if (!s) return srv_api_fail(e, 400, param, "'%s' must be a string", param);
+    if (!strcmp(s, "none") || !strcmp(s, "minimal")) {
+        *mode = DSV4_CHAT_MODE_CHAT;
+    } else if (!strcmp(s, "low") || !strcmp(s, "medium")) {
+        *mode   = DSV4_CHAT_MODE_THINKING;
+        *effort = DSV4_CHAT_EFFORT_DEFAULT;
+    } else if (!strcmp(s, "high")) {
+        *mode   = DSV4_CHAT_MODE_THINKING;
+        *effort = DSV4_CHAT_EFFORT_HIGH;
+    } else if (!strcmp(s, "max") || !strcmp(s, "xhigh")) {
+        *mode   = DSV4_CHAT_MODE_THINKING;
+        *effort = DSV4_CHAT_EFFORT_MAX;
+    } else {
+        return srv_api_fail(e, 400, param, "'%s' is \"%s\"; use none, low, medium, high or max", param, s);
+    }
+    return 0;
+}
+
+static int check_tools(json_t *tools, struct srv_api_error *e)
+{
+    if (!json_is_array(tools)) return srv_api_fail(e, 400, "tools", "'tools' must be an array");
+    size_t  i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        json_t     *fn   = json_object_get(t, "function");
+        if (!json_is_object(t) || !type || strcmp(type, "function") != 0 || !json_is_object(fn))
+            return srv_api_fail(e, 400, "tools", "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", i);
+        if (!json_is_string(json_object_get(fn, "name")) || json_string_length(json_object_get(fn, "name")) == 0)
+            return srv_api_fail(e, 400, "tools", "tools[%zu].function.name must be a non-empty string", i);
+        json_t *params = json_object_get(fn, "parameters");
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return srv_api_fail(e, 400, "tools", "tools[%zu].function.parameters must be an object", i);
+    }
+    return 0;
+}
+
+static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    if (!c->tok)
+        return srv_api_fail(e, 400, NULL,
+                            "this model has no tokenizer.json, so it cannot chat: use /v1/completions with token ids");
+    json_t *msgs = field(o, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return srv_api_fail(e, 400, "messages", "'messages' must be a non-empty array of messages");
+    size_t  i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        if (!json_is_object(m)) return srv_api_fail(e, 400, "messages", "messages[%zu] must be an object", i);
+        if (!json_is_string(json_object_get(m, "role")))
+            return srv_api_fail(e, 400, "messages", "messages[%zu].role must be a string", i);
+    }
+    bool      logprobs = false;
+    long long top      = 0;
+    if (get_bool(o, "logprobs", &logprobs, e) || get_int(o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, e))
+        return -1;
+    if (field(o, "top_logprobs") && !logprobs)
+        return srv_api_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    g->logprobs     = logprobs;
+    g->top_logprobs = (int)top;
+
+    /* thinking control */
+    struct dsv4_chat_params cp;
+    dsv4_chat_params_default(&cp);
+    if (parse_effort(field(o, "reasoning_effort"), "reasoning_effort", &cp.mode, &cp.effort, e)) return -1;
+    json_t *kw = field(o, "chat_template_kwargs");
+    if (kw && !json_is_object(kw))
+        return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (kw) {
+        if (parse_effort(field(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort", &cp.mode, &cp.effort,
+                         e))
+            return -1;
+        static const char *const keys[] = { "thinking", "enable_thinking" };
+        for (int k = 0; k < 2; k++) {
+            json_t *t = field(kw, keys[k]);
+            if (t && !json_is_boolean(t))
+                return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs.%s' must be a boolean",
+                                    keys[k]);
+            if (t) cp.mode = json_is_true(t) ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;
+        }
+    }
+    g->mode = cp.mode;
+
+    /* tools */
+    json_t *tools = field(o, "tools");
+    if (tools && check_tools(tools, e)) return -1;
+    json_t *tc = field(o, "tool_choice");
+    if (tc) {
+        const char *s = json_string_value(tc);
+        if (!s && !json_is_object(tc))
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\" or an object");
+        if (!s || !strcmp(s, "required"))
+            return srv_api_fail(e, 400, "tool_choice",
+                                "forcing a tool call is not supported by dsv4; use \"auto\" or \"none\"");
+        if (strcmp(s, "none") && strcmp(s, "auto"))
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' is \"%s\"; use \"auto\" or \"none\"", s);
+        if (!strcmp(s, "none")) tools = NULL;
+    }
+    if (tools && json_array_size(tools) == 0) tools = NULL;
+    g->tools = tools != NULL;
+    json_t *rf = field(o, "response_format");
+    if (rf) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type)
+            return srv_api_fail(e, 400, "response_format", "'response_format' must be an object with a \"type\"");
+        if (!strcmp(type, "text")) rf = NULL;
+        else if (strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return srv_api_fail(e, 400, "response_format", "response_format type \"%s\" is not supported", type);
+    }
+
+    /* The document for the renderer: tools and the format hint on a leading system message. */
+    json_t *list = json_copy(msgs), *doc = NULL;
+    if (!list) return srv_api_fail(e, 500, NULL, "out of memory");
+    if (tools || rf) {
+        const char *role0 = json_string_value(json_object_get(json_array_get(list, 0), "role"));
+        json_t     *first = json_array_get(list, 0);
+        if (strcmp(role0, "system") != 0 && strcmp(role0, "developer") != 0) {
+            first = json_pack("{s:s, s:s}", "role", "system", "content", "");
+            json_array_insert_new(list, 0, first);
+        } else {
+            first = json_copy(first); /* shallow: do not change the request's own message */
+            json_array_set_new(list, 0, first);
+        }
+        if (rf) json_object_set(first, "response_format", rf);
+    }
+    doc = json_pack("{s:o}", "messages", list);
+    if (doc && tools) json_object_set(doc, "tools", tools);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) return srv_api_fail(e, 500, NULL, "out of memory");
+    char           *prompt = NULL;
+    size_t          plen   = 0;
+    struct dsv4_err err;
+    int             rc = dsv4_chat_render_json(text, strlen(text), &cp, &prompt, &plen, &err);
+    free(text);
+    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "messages", "%s", err.msg);
+
+    size_t cap = 3 * plen + 1, n = 0;
+    g->prompt  = malloc(sizeof(int32_t) * cap);
+    if (!g->prompt) {
+        free(prompt);
+        return srv_api_fail(e, 500, NULL, "out of memory");
+    }
+    rc = dsv4_tokenizer_encode(c->tok, prompt, plen, 0, g->prompt, cap, &n, &err);
+    free(prompt);
+    if (rc) return srv_api_fail(e, 400, "messages", "%s", err.msg);
+    g->n_prompt   = (int)n;
+    g->parse_chat = true;
+    return fit_context(c, o, g, 0, e);
+}
+
+/* ------------------------------------------------------------------ completions */
+
+static int prompt_ids(const struct srv_api_ctx *c, json_t *arr, struct srv_gen *g, struct srv_api_error *e)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0) return srv_api_fail(e, 400, "prompt", "'prompt' is empty");
+    g->prompt = malloc(sizeof(int32_t) * n);
+    if (!g->prompt) return srv_api_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v)) return srv_api_fail(e, 400, "prompt", "prompt[%zu] is not an integer token id", i);
+        long long id = json_integer_value(v);
+        if (id < 0 || id >= c->vocab)
+            return srv_api_fail(e, 400, "prompt", "prompt[%zu] = %lld is not a token id (0 to %d)", i, id, c->vocab - 1);
+        g->prompt[i] = (int32_t)id;
+    }
+    g->n_prompt = (int)n;
+    return 0;
+}
+
+static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    json_t *p = field(o, "prompt");
+    if (!p) return srv_api_fail(e, 400, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) > 0 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
+        if (json_array_size(p) != 1)
+            return srv_api_fail(e, 400, "prompt", "'prompt' holds %zu prompts; dsv4 takes one per request",
+                                json_array_size(p));
+        p = json_array_get(p, 0);
+    }
+    if (json_is_string(p)) {
+        if (!c->tok)
+            return srv_api_fail(e, 400, "prompt",
+                                "this model has no tokenizer.json: send the prompt as an array of token ids");
+        size_t len = json_string_length(p), cap = 3 * len + 1, n = 0;
+        if (len == 0) return srv_api_fail(e, 400, "prompt", "'prompt' is empty");
+        g->prompt = malloc(sizeof(int32_t) * cap);
+        if (!g->prompt) return srv_api_fail(e, 500, NULL, "out of memory");
+        struct dsv4_err err;
+        if (dsv4_tokenizer_encode(c->tok, json_string_value(p), len, 0, g->prompt, cap, &n, &err))
+            return srv_api_fail(e, 400, "prompt", "%s", err.msg);
+        g->n_prompt = (int)n;
+        if (n == 0) return srv_api_fail(e, 400, "prompt", "'prompt' encodes to no tokens");
+    } else if (json_is_array(p)) {
+        if (prompt_ids(c, p, g, e)) return -1;
+    } else {
+        return srv_api_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
+    }
+    json_t *lp = field(o, "logprobs");
+    if (lp) {
+        if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > SRV_MAX_TOP_LOGPROBS)
+            return srv_api_fail(e, 400, "logprobs", "'logprobs' must be an integer from 0 to %d", SRV_MAX_TOP_LOGPROBS);
+        g->logprobs     = true;
+        g->top_logprobs = (int)json_integer_value(lp);
+    }
+    g->token_ids = c->tok == NULL;
+    if (get_bool(o, "return_token_ids", &g->token_ids, e)) return -1;
+    if (!c->tok) g->token_ids = true;
+    return fit_context(c, o, g, c->default_max_tokens_completions, e);
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const char *body, size_t len,
+                  struct srv_gen *g, struct srv_api_error *e)
+{
+    memset(g, 0, sizeof(*g));
+    g->kind    = kind;
+    g->created = (long long)time(NULL);
+    dsv4_sampler_params_default(&g->sp);
+    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-");
+    int depth = srv_json_depth(body, len);
+    if (depth > c->max_json_depth)
+        return srv_api_fail(e, 400, NULL, "the JSON body nests %d levels deep; the limit is %d", depth,
+                            c->max_json_depth);
+    json_error_t jerr;
+    json_t      *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o)
+        return srv_api_fail(e, 400, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                            jerr.column);
+    int rc;
+    if (!json_is_object(o)) rc = srv_api_fail(e, 400, NULL, "the body must be a JSON object");
+    else rc = parse_common(c, o, g, e);
+    if (rc == 0) rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
+    json_decref(o);
+    if (rc) {
+        free(g->prompt);
+        g->prompt = NULL;
+    }
+    return rc;
+}
+
+void srv_gen_free(struct srv_gen *g)
+{
+    free(g->prompt);
+    g->prompt = NULL;
+}
+
+char *srv_api_models_json(const char *model_name, long long created, int ctx, size_t *len)
+{
+    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", model_name, "object",
+                          "model", "created", (json_int_t)created, "owned_by", "dsv4", "max_model_len", ctx);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s && len) *len = strlen(s);
+    return s;
+}

@@ -1,0 +1,627 @@
+/*
+ * http.c - the HTTP side of `dsv4 serve` on libmicrohttpd: listening, routing, limits,
+ * authentication, server-sent events, client disconnects, drain.
+ *
+ * Threading: libmicrohttpd runs one thread per connection, so a connection thread may
+ * block while its request runs (a whole-body answer waits for the job; a stream's content
+ * callback waits for the next token). Waits are sliced into short timeouts; between
+ * slices the thread checks whether the client has gone (poll for RDHUP/HUP on the socket)
+ * and cancels the job if so, and a stream writes an SSE comment after keepalive_s without
+ * output (long queues and prefills). The inference worker never waits on a connection.
+ *
+ * Limits: bodies above max_body get 413 as soon as Content-Length says so (before the
+ * upload) or when the upload crosses it; JSON nesting above max_json_depth gets 400;
+ * headers are bounded by libmicrohttpd's per-connection memory (64 KiB, else 431); open
+ * connections by max_conns; a connection idle or stalled for idle_timeout_s is closed,
+ * which cancels its job. A stream whose client reads too slowly is cut by the worker
+ * (stream_buffer events) and ends with an error event.
+ *
+ * Drain: srv_drain closes the listening socket (libmicrohttpd "quiesce"), /health turns
+ * 503, requests arriving on open connections get 503; accepted requests run to the end.
+ * srv_in_flight counts those; the front end stops the server when it reaches 0 or the
+ * deadline passes.
+ *
+ * Locks: s->mu guards draining and in_flight; everything else in struct srv is set before
+ * the daemon starts and read-only afterwards. A struct req belongs to its connection
+ * thread; a struct stream to its response (same thread).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "server/server.h"
+
+struct srv {
+    struct srv_params   p;
+    char                model_name[256];
+    struct MHD_Daemon  *d;
+    int                 port;
+    struct srv_worker  *w;
+    struct srv_metrics *m;
+    long long           created;
+
+    pthread_mutex_t mu;
+    /* Protected by mu. */
+    bool draining;
+    int  in_flight; /* generation requests accepted and not yet answered in full */
+};
+
+struct req {
+    struct srv       *s;
+    enum srv_endpoint ep;
+    struct srv_buf    body;
+    bool              too_large;
+    bool              in_flight; /* counted in s->in_flight */
+    struct srv_job   *job;       /* our reference, while a generation runs */
+    bool              replied;
+};
+
+/* State of one SSE response, owned by the response object. */
+struct stream {
+    struct srv     *s;
+    struct srv_job *job;
+    struct srv_out *out;
+    struct srv_buf  sse;
+    size_t          sent;
+    int             fd;
+    bool            ended;
+    bool            cut; /* the client went away */
+    double          last_write;
+};
+
+void srv_params_default(struct srv_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->host                           = "127.0.0.1";
+    p->port                           = 8000;
+    p->max_seqs                       = 8;
+    p->ctx                            = 4096;
+    p->max_queue                      = 64;
+    p->max_prefill_tokens             = -1;
+    p->prefix_entries                 = -2;
+    p->tier_tokens[0]                 = 512;
+    p->tier_tokens[1]                 = 4096;
+    p->max_conns                      = 256;
+    p->idle_timeout_s                 = 60;
+    p->max_body                       = 4u << 20;
+    p->max_json_depth                 = 64;
+    p->keepalive_s                    = 5.0;
+    p->stream_buffer                  = 4096;
+    p->default_max_tokens_completions = 16;
+}
+
+/* ------------------------------------------------------------------ responses */
+
+static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *ctype,
+                             char *body, size_t len, const char *retry_after)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, body ? body : (void *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (retry_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    pthread_mutex_lock(&s->mu);
+    bool draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_request(s->m, r->ep, status);
+    r->replied = true;
+    return ret;
+}
+
+static enum MHD_Result reply_error(struct srv *s, struct MHD_Connection *c, struct req *r,
+                                   const struct srv_api_error *e)
+{
+    size_t n    = 0;
+    char  *body = srv_api_error_json(e, &n);
+    const char *retry = e->status == 429 || e->status == 503 ? "1" : NULL;
+    return reply(s, c, r, e->status, "application/json", body, n, retry);
+}
+
+static enum MHD_Result fail(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *param,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result fail(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *param,
+                            const char *fmt, ...)
+{
+    char    msg[DSV4_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct srv_api_error e;
+    srv_api_fail(&e, status, param, "%s", msg);
+    return reply_error(s, c, r, &e);
+}
+
+/* ------------------------------------------------------------------ clients */
+
+static int conn_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* The peer closed its side or the socket failed (a client that went away). */
+static bool client_gone(int fd)
+{
+    if (fd < 0) return false;
+    struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+static bool authorized(struct srv *s, struct MHD_Connection *c)
+{
+    if (!s->p.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    size_t        n = strlen(h), k = strlen(s->p.api_key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ s->p.api_key[i % (k ? k : 1)]);
+    return diff == 0;
+}
+
+/* ------------------------------------------------------------------ generation */
+
+static void count_finish(struct srv *s, enum srv_counter c)
+{
+    srv_metrics_add(s->m, c, 1);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    for (;;) {
+        if (st->sent < st->sse.len) {
+            size_t n = st->sse.len - st->sent;
+            if (n > max) n = max;
+            memcpy(buf, st->sse.p + st->sent, n);
+            st->sent += n;
+            if (st->sent == st->sse.len) st->sent = st->sse.len = 0;
+            st->last_write = srv_now();
+            return (ssize_t)n;
+        }
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        struct srv_token ev[32];
+        enum srv_finish  f;
+        int              n_cached;
+        double           wait = st->s->p.keepalive_s - (srv_now() - st->last_write);
+        if (wait > 0.1) wait = 0.1;
+        if (wait < 0.001) wait = 0.001;
+        int n = srv_job_take(st->job, ev, 32, wait, &f, &n_cached);
+        if (n > 0 && srv_out_tokens(st->out, ev, n, &st->sse)) srv_worker_cancel(st->s->w, st->job);
+        if (f != SRV_FINISH_NONE) {
+            enum srv_counter counted;
+            srv_out_end(st->out, f, n_cached, st->job->msg, &st->sse, NULL, &counted);
+            count_finish(st->s, counted);
+            st->ended = true;
+            continue;
+        }
+        if (st->sse.len) continue;
+        if (client_gone(st->fd)) {
+            st->cut = true;
+            srv_worker_cancel(st->s->w, st->job);
+            count_finish(st->s, SRV_C_FINISH_CANCELLED);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (srv_now() - st->last_write >= st->s->p.keepalive_s) srv_buf_puts(&st->sse, ": keep-alive\n\n");
+        if (st->sse.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    if (!st->ended && !st->cut) { /* closed by libmicrohttpd (timeout, write error) */
+        srv_worker_cancel(st->s->w, st->job);
+        count_finish(st->s, SRV_C_FINISH_CANCELLED);
+    }
+    srv_job_unref(st->job);
+    srv_out_free(st->out);
+    srv_buf_free(&st->sse);
+    free(st);
+}
+
+static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out *out)
+{
+    struct stream *st = calloc(1, sizeof(*st));
+    if (!st) {
+        srv_out_free(out);
+        return MHD_NO;
+    }
+    st->s   = s;
+    st->job = r->job;
+    srv_job_ref(r->job);
+    st->out        = out;
+    st->fd         = conn_fd(c);
+    st->last_write = srv_now();
+    srv_out_begin(out, &st->sse);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_request(s->m, r->ep, 200);
+    r->replied = true;
+    return ret;
+}
+
+/* A whole-body answer: wait for the job here, watching the client. */
+static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out *out)
+{
+    int              fd = conn_fd(c);
+    struct srv_token ev[64];
+    enum srv_finish  f = SRV_FINISH_NONE;
+    int              n_cached = 0;
+    double           checked  = srv_now();
+    while (f == SRV_FINISH_NONE) {
+        int n = srv_job_take(r->job, ev, 64, 0.1, &f, &n_cached);
+        if (n > 0 && srv_out_tokens(out, ev, n, NULL)) srv_worker_cancel(s->w, r->job);
+        if (f != SRV_FINISH_NONE || srv_now() - checked < 0.1) continue;
+        checked = srv_now();
+        if (client_gone(fd)) {
+            srv_worker_cancel(s->w, r->job);
+            count_finish(s, SRV_C_FINISH_CANCELLED);
+            srv_out_free(out);
+            return MHD_NO; /* nobody to answer: close */
+        }
+    }
+    struct srv_buf   body = { 0 };
+    enum srv_counter counted;
+    int              status = srv_out_end(out, f, n_cached, r->job->msg, NULL, &body, &counted);
+    count_finish(s, counted);
+    srv_out_free(out);
+    if (body.oom) {
+        srv_buf_free(&body);
+        return MHD_NO;
+    }
+    return reply(s, c, r, status, "application/json", body.p, body.len, NULL);
+}
+
+static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct req *r, enum srv_api_kind kind)
+{
+    struct srv_api_ctx ctx = {
+        .model_name                     = s->model_name,
+        .tok                            = srv_worker_tokenizer(s->w),
+        .ctx                            = s->p.ctx,
+        .default_max_tokens_completions = s->p.default_max_tokens_completions,
+        .max_json_depth                 = s->p.max_json_depth,
+    };
+    struct dsv4_model_info info;
+    srv_worker_info(s->w, &info, &ctx.ctx);
+    ctx.vocab = info.vocab_size;
+    struct srv_gen       g;
+    struct srv_api_error e;
+    if (srv_api_parse(&ctx, kind, r->body.p ? r->body.p : "", r->body.len, &g, &e)) return reply_error(s, c, r, &e);
+    struct srv_job *job = srv_job_new(g.prompt, g.n_prompt, g.max_tokens, s->p.stream_buffer);
+    struct srv_out *out = job ? srv_out_new(&g, &ctx) : NULL;
+    if (!out) {
+        srv_job_unref(job);
+        srv_gen_free(&g);
+        return fail(s, c, r, 500, NULL, "out of memory for the request");
+    }
+    job->sp           = g.sp;
+    job->logprobs     = g.logprobs;
+    job->top_logprobs = g.top_logprobs;
+    job->ignore_eos   = g.ignore_eos;
+    job->t_submit     = srv_now();
+    bool stream       = g.stream;
+    srv_gen_free(&g);
+
+    pthread_mutex_lock(&s->mu);
+    bool draining = s->draining;
+    if (!draining) s->in_flight++;
+    pthread_mutex_unlock(&s->mu);
+    struct dsv4_err err;
+    int             rc = draining ? DSV4_ECANCELED : srv_worker_submit(s->w, job, &err);
+    if (rc) {
+        if (!draining) {
+            pthread_mutex_lock(&s->mu);
+            s->in_flight--;
+            pthread_mutex_unlock(&s->mu);
+        }
+        srv_job_unref(job);
+        srv_out_free(out);
+        if (rc == DSV4_EFULL)
+            return fail(s, c, r, 429, NULL, "the server is busy (%s); retry later", err.msg);
+        if (rc == DSV4_ERANGE || rc == DSV4_EINVAL) return fail(s, c, r, 400, NULL, "%s", err.msg);
+        return fail(s, c, r, 503, NULL, "%s", draining ? "the server is draining; retry on another instance" : err.msg);
+    }
+    r->job       = job;
+    r->in_flight = true;
+    return stream ? start_stream(s, c, r, out) : run_whole(s, c, r, out);
+}
+
+/* ------------------------------------------------------------------ routing */
+
+static enum srv_endpoint route(const char *url)
+{
+    if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
+    if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/models")) return SRV_EP_MODELS;
+    if (!strcmp(url, "/health")) return SRV_EP_HEALTH;
+    if (!strcmp(url, "/metrics")) return SRV_EP_METRICS;
+    return SRV_EP_OTHER;
+}
+
+static enum MHD_Result health(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    static const char *const names[] = { "loading", "ok", "draining", "failed" };
+    struct dsv4_err          err;
+    enum srv_state           st = srv_get_state(s, &err);
+    json_t                  *o  = json_pack("{s:s}", "status", names[st]);
+    if (o && st == SRV_STATE_FAILED) json_object_set_new(o, "detail", json_string(err.msg));
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return reply(s, c, r, st == SRV_STATE_READY ? 200 : 503, "application/json", body, body ? strlen(body) : 0,
+                 st == SRV_STATE_READY ? NULL : "1");
+}
+
+static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    struct srv_worker_stats ws;
+    srv_worker_stats(s->w, &ws);
+    ws.state = srv_get_state(s, NULL);
+    size_t n    = 0;
+    char  *text = srv_metrics_render(s->m, &ws, s->model_name, &n);
+    if (!text) return fail(s, c, r, 500, NULL, "out of memory rendering the metrics");
+    return reply(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", text, n, NULL);
+}
+
+static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct req *r, const char *method)
+{
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    switch (r->ep) {
+    case SRV_EP_HEALTH: return get ? health(s, c, r) : fail(s, c, r, 405, NULL, "use GET /health");
+    case SRV_EP_METRICS: return get ? metrics(s, c, r) : fail(s, c, r, 405, NULL, "use GET /metrics");
+    case SRV_EP_OTHER: return fail(s, c, r, 404, NULL, "no such endpoint");
+    default: break;
+    }
+    if (!authorized(s, c)) return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY)");
+    if (r->ep == SRV_EP_MODELS) {
+        if (!get) return fail(s, c, r, 405, NULL, "use GET /v1/models");
+        size_t n    = 0;
+        struct dsv4_model_info info;
+        int                    ctx;
+        srv_worker_info(s->w, &info, &ctx);
+        char *body = srv_api_models_json(s->model_name, s->created, ctx, &n);
+        return body ? reply(s, c, r, 200, "application/json", body, n, NULL)
+                    : fail(s, c, r, 500, NULL, "out of memory");
+    }
+    if (!post) return fail(s, c, r, 405, NULL, "use POST");
+    if (r->too_large) {
+        return fail(s, c, r, 413, NULL, "the request body is larger than the limit of %zu bytes", s->p.max_body);
+    }
+    enum srv_state st = srv_get_state(s, NULL);
+    if (st == SRV_STATE_LOADING) return fail(s, c, r, 503, NULL, "the model is still loading; retry shortly");
+    if (st == SRV_STATE_FAILED) return fail(s, c, r, 503, NULL, "the model failed to load (see /health)");
+    if (st == SRV_STATE_DRAINING)
+        return fail(s, c, r, 503, NULL, "the server is draining; retry on another instance");
+    return generate(s, c, r, r->ep == SRV_EP_CHAT ? SRV_API_CHAT : SRV_API_COMPLETION);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct srv *s = cls;
+    struct req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof(*r)))) return MHD_NO;
+        r->s     = s;
+        r->ep    = route(url);
+        *con_cls = r;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->p.max_body) { /* refuse before the upload */
+            r->too_large = true;
+            return fail(s, c, r, 413, NULL, "the request body is larger than the limit of %zu bytes", s->p.max_body);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!r->too_large && r->body.len + *upload_size > s->p.max_body) {
+            r->too_large = true;
+            srv_buf_free(&r->body);
+        }
+        if (!r->too_large) srv_buf_put(&r->body, upload, *upload_size);
+        if (r->body.oom) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->replied) return MHD_YES;
+    return dispatch(s, c, r, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    struct srv *s = cls;
+    struct req *r = *con_cls;
+    if (!r) return;
+    if (r->job) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_worker_cancel(s->w, r->job);
+        srv_job_unref(r->job);
+    }
+    if (r->in_flight) {
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_mutex_unlock(&s->mu);
+    }
+    srv_buf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code)
+{
+    (void)c;
+    (void)socket_ctx;
+    struct srv *s = cls;
+    srv_metrics_connections(s->m, code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    struct srv *s = cls;
+    char        msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    srv_log(s->p.log, s->p.log_ud, DSV4_LOG_DEBUG, "http: %s", msg);
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+enum srv_state srv_get_state(struct srv *s, struct dsv4_err *load_err)
+{
+    enum srv_state st = srv_worker_state(s->w, load_err);
+    pthread_mutex_lock(&s->mu);
+    if (s->draining && st != SRV_STATE_FAILED) st = SRV_STATE_DRAINING;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+int srv_port(const struct srv *s)
+{
+    return s->port;
+}
+
+int srv_in_flight(struct srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->in_flight;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void srv_drain(struct srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool was = s->draining;
+    s->draining = true;
+    pthread_mutex_unlock(&s->mu);
+    if (was) return;
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+static void base_name(const char *dir, char *out, size_t cap)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(out, cap, "%.*s", (int)(n - b), dir + b);
+}
+
+int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err)
+{
+    *out = NULL;
+    if (!p->model_dir) return srv_err(err, DSV4_EINVAL, "no model directory");
+    if (p->port < 0 || p->port > 65535) return srv_err(err, DSV4_EINVAL, "port %d is not in 0..65535", p->port);
+    if (p->max_conns < 1 || p->idle_timeout_s < 1 || p->max_body < 1 || p->max_json_depth < 1 || p->keepalive_s <= 0 ||
+        p->stream_buffer < 1)
+        return srv_err(err, DSV4_EINVAL, "connection limits, timeouts, buffer sizes and tiers must be positive");
+    struct srv *s = calloc(1, sizeof(*s));
+    if (!s) return srv_err(err, DSV4_ENOMEM, "out of memory");
+    s->p = *p;
+    if (!s->p.host) s->p.host = "127.0.0.1";
+    if (p->model_name) snprintf(s->model_name, sizeof(s->model_name), "%s", p->model_name);
+    else base_name(p->model_dir, s->model_name, sizeof(s->model_name));
+    s->created = (long long)time(NULL);
+    pthread_mutex_init(&s->mu, NULL);
+    int rc = DSV4_OK;
+    if (!(s->m = srv_metrics_new())) {
+        rc = srv_err(err, DSV4_ENOMEM, "out of memory");
+        goto fail_metrics;
+    }
+
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+    char            port[16];
+    snprintf(port, sizeof(port), "%d", p->port);
+    int gai = getaddrinfo(s->p.host, port, &hints, &ai);
+    if (gai != 0) {
+        rc = srv_err(err, DSV4_EINVAL, "cannot resolve the address '%s': %s", s->p.host, gai_strerror(gai));
+        goto fail_addr;
+    }
+
+    struct srv_worker_params wp = {
+        .model_dir     = p->model_dir,
+        .max_seqs      = p->max_seqs,
+        .ctx           = p->ctx,
+        .max_queue     = p->max_queue,
+        .max_batch_tokens   = p->max_batch_tokens,
+        .max_prefill_tokens = p->max_prefill_tokens,
+        .kv_pages           = p->kv_pages,
+        .prefix_entries     = p->prefix_entries,
+        .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
+        .mem_limit          = p->mem_limit,
+        .n_threads     = p->n_threads,
+        .metrics       = s->m,
+        .log           = p->log,
+        .log_ud        = p->log_ud,
+    };
+    if ((rc = srv_worker_start(&s->w, &wp, err))) goto fail_worker;
+
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+    if (!s->d) {
+        rc = srv_err(err, DSV4_EIO, "cannot listen on %s:%d (%s)", s->p.host, p->port,
+                     errno ? strerror(errno) : "libmicrohttpd refused the options");
+        goto fail_daemon;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port                        = di ? di->port : p->port;
+    freeaddrinfo(ai);
+    *out = s;
+    return DSV4_OK;
+
+fail_daemon:
+    srv_worker_stop(s->w);
+fail_worker:
+    freeaddrinfo(ai);
+fail_addr:
+    srv_metrics_free(s->m);
+fail_metrics:
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return rc;
+}
+
+void srv_stop(struct srv *s)
+{
+    if (!s) return;
+    srv_worker_cancel_all(s->w);
+    MHD_stop_daemon(s->d);
+    srv_worker_stop(s->w);
+    srv_metrics_free(s->m);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

@@ -1,0 +1,282 @@
+/*
+ * metrics.c - the numbers behind GET /metrics, in the Prometheus text exposition format
+ * (version 0.0.4): counters of requests by endpoint and status, of tokens and of finish
+ * reasons; histograms of time to first token, inter-token latency, end-to-end latency,
+ * queue wait, forward-call time and tokens per forward call; and gauges read from the
+ * worker and the scheduler at scrape time (running and waiting requests per tier, KV pages,
+ * fragmentation, prefix-cache hit ratio, preemptions, steps, state).
+ *
+ * Every name starts with dsv4_. Bucket bounds are fixed here, chosen to span a tiny test
+ * model on loopback (a millisecond) up to a large model on a small CPU (minutes).
+ *
+ * Locking: one mutex (m->mu) guards every field; updates are a few additions, so
+ * connection threads and the worker never wait on each other for long. Rendering copies
+ * nothing: it holds the lock while it formats.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+enum { MAX_BUCKETS = 24, MAX_STATUS_ROWS = 96 };
+
+struct hist {
+    const char  *name;
+    const char  *help;
+    const double *le;     /* upper bounds, ascending */
+    int          n_le;
+    long         count[MAX_BUCKETS]; /* per bucket, not cumulative */
+    long         n;
+    double       sum;
+};
+
+struct status_row {
+    int  ep;
+    int  status;
+    long n;
+};
+
+struct srv_metrics {
+    pthread_mutex_t   mu;
+    /* Protected by mu. */
+    struct hist       h[SRV_H_COUNT];
+    long              c[SRV_C_COUNT];
+    struct status_row rows[MAX_STATUS_ROWS];
+    int               n_rows;
+    long              connections;
+};
+
+static const double LE_LATENCY[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                     1,     2.5,    5,     10,   20,    40,   80,  160 };
+static const double LE_E2E[]     = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640 };
+static const double LE_TOKENS[]  = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
+
+static const char *const EP_NAME[SRV_EP_COUNT] = { "chat_completions", "completions", "models",
+                                                   "health",           "metrics",     "other" };
+
+static void hist_init(struct hist *h, const char *name, const char *help, const double *le, int n_le)
+{
+    h->name = name;
+    h->help = help;
+    h->le   = le;
+    h->n_le = n_le;
+}
+
+struct srv_metrics *srv_metrics_new(void)
+{
+    struct srv_metrics *m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+    hist_init(&m->h[SRV_H_TTFT], "dsv4_time_to_first_token_seconds",
+              "Time from accepting a request to its first generated token.", LE_LATENCY, N(LE_LATENCY));
+    hist_init(&m->h[SRV_H_ITL], "dsv4_inter_token_latency_seconds",
+              "Time between two consecutive generated tokens of one request.", LE_LATENCY, N(LE_LATENCY));
+    hist_init(&m->h[SRV_H_E2E], "dsv4_e2e_request_latency_seconds",
+              "Time from accepting a request to its last generated token.", LE_E2E, N(LE_E2E));
+    hist_init(&m->h[SRV_H_STEP], "dsv4_step_seconds", "Time of one scheduler step (one batched forward pass).",
+              LE_LATENCY, N(LE_LATENCY));
+    hist_init(&m->h[SRV_H_BATCH], "dsv4_batch_tokens", "Token rows of one scheduler step (the batch size: decode rows plus prefill chunks).",
+              LE_TOKENS, N(LE_TOKENS));
+    hist_init(&m->h[SRV_H_QUEUE], "dsv4_queue_wait_seconds",
+              "Time from accepting a request to its admission to a sequence.", LE_LATENCY, N(LE_LATENCY));
+#undef N
+    return m;
+}
+
+void srv_metrics_free(struct srv_metrics *m)
+{
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void srv_metrics_request(struct srv_metrics *m, enum srv_endpoint ep, int status)
+{
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_rows && !(m->rows[i].ep == (int)ep && m->rows[i].status == status)) i++;
+    if (i == m->n_rows && m->n_rows < MAX_STATUS_ROWS) m->rows[m->n_rows++] = (struct status_row){ (int)ep, status, 0 };
+    if (i < m->n_rows) m->rows[i].n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_observe(struct srv_metrics *m, enum srv_hist h, double v)
+{
+    if (!m || !(v >= 0)) return;
+    pthread_mutex_lock(&m->mu);
+    struct hist *x = &m->h[h];
+    int          b = 0;
+    while (b < x->n_le && v > x->le[b]) b++;
+    x->count[b]++; /* b == n_le: only the +Inf bucket */
+    x->n++;
+    x->sum += v;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_add(struct srv_metrics *m, enum srv_counter c, long n)
+{
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->c[c] += n;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_connections(struct srv_metrics *m, int delta)
+{
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->connections += delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ------------------------------------------------------------------ exposition */
+
+static void head(struct srv_buf *b, const char *name, const char *type, const char *help)
+{
+    srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A sample value: integers without a fraction, others with enough digits to round-trip. */
+static void value(struct srv_buf *b, double v)
+{
+    if (isinf(v)) srv_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
+    else if (isnan(v)) srv_buf_puts(b, "NaN");
+    else if (v == floor(v) && fabs(v) < 1e15) srv_buf_printf(b, "%.0f", v);
+    else srv_buf_printf(b, "%.17g", v);
+}
+
+static void sample(struct srv_buf *b, const char *name, const char *labels, double v)
+{
+    srv_buf_puts(b, name);
+    if (labels && labels[0]) srv_buf_printf(b, "{%s}", labels);
+    srv_buf_puts(b, " ");
+    value(b, v);
+    srv_buf_puts(b, "\n");
+}
+
+static void render_hist(struct srv_buf *b, const struct hist *h)
+{
+    head(b, h->name, "histogram", h->help);
+    long cum = 0;
+    for (int i = 0; i <= h->n_le; i++) {
+        cum += h->count[i];
+        srv_buf_printf(b, "%s_bucket{le=\"", h->name);
+        if (i == h->n_le) srv_buf_puts(b, "+Inf");
+        else value(b, h->le[i]);
+        srv_buf_printf(b, "\"} %ld\n", cum);
+    }
+    srv_buf_printf(b, "%s_sum ", h->name);
+    value(b, h->sum);
+    srv_buf_printf(b, "\n%s_count %ld\n", h->name, h->n);
+}
+
+/* Label values escape \, " and newline. */
+static void label_value(struct srv_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"') {
+            char e[2] = { '\\', *s };
+            srv_buf_put(b, e, 2);
+        } else if (*s == '\n') {
+            srv_buf_puts(b, "\\n");
+        } else {
+            srv_buf_put(b, s, 1);
+        }
+    }
+}
+
+char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *ws, const char *model, size_t *len)
+{
+    static const char *const tier[SRV_N_TIERS] = { "short", "medium", "long" };
+    struct srv_buf           b                 = { 0 };
+    char                     lab[64];
+    pthread_mutex_lock(&m->mu);
+
+    head(&b, "dsv4_info", "gauge", "Constant 1, labelled with the served model and the dsv4 version.");
+    srv_buf_puts(&b, "dsv4_info{model=\"");
+    label_value(&b, model ? model : "");
+    srv_buf_puts(&b, "\",version=\"" DSV4_VERSION_STRING "\"} 1\n");
+
+    head(&b, "dsv4_server_state", "gauge", "1 for the server's current state, 0 for the others.");
+    static const char *const st_name[] = { "loading", "ready", "draining", "failed" };
+    for (int i = 0; i < 4; i++) {
+        snprintf(lab, sizeof(lab), "state=\"%s\"", st_name[i]);
+        sample(&b, "dsv4_server_state", lab, (int)ws->state == i);
+    }
+
+    head(&b, "dsv4_http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+    for (int i = 0; i < m->n_rows; i++)
+        srv_buf_printf(&b, "dsv4_http_requests_total{endpoint=\"%s\",status=\"%d\"} %ld\n", EP_NAME[m->rows[i].ep],
+                       m->rows[i].status, m->rows[i].n);
+    head(&b, "dsv4_http_connections", "gauge", "Open HTTP connections.");
+    sample(&b, "dsv4_http_connections", NULL, (double)m->connections);
+
+    head(&b, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
+    sample(&b, "dsv4_prompt_tokens_total", NULL, (double)m->c[SRV_C_PROMPT_TOKENS]);
+    head(&b, "dsv4_prompt_tokens_cached_total", "counter", "Prompt tokens resumed from the prefix cache.");
+    sample(&b, "dsv4_prompt_tokens_cached_total", NULL, (double)m->c[SRV_C_CACHED_TOKENS]);
+    head(&b, "dsv4_generation_tokens_total", "counter", "Tokens generated.");
+    sample(&b, "dsv4_generation_tokens_total", NULL, (double)m->c[SRV_C_GEN_TOKENS]);
+
+    head(&b, "dsv4_requests_finished_total", "counter", "Generation requests ended, by finish reason.");
+    static const struct {
+        enum srv_counter c;
+        const char      *reason;
+    } fin[] = { { SRV_C_FINISH_STOP, "stop" },           { SRV_C_FINISH_LENGTH, "length" },
+                { SRV_C_FINISH_TOOL_CALLS, "tool_calls" }, { SRV_C_FINISH_CANCELLED, "cancelled" },
+                { SRV_C_FINISH_SLOW, "slow_client" },    { SRV_C_FINISH_ERROR, "error" } };
+    for (size_t i = 0; i < sizeof(fin) / sizeof(fin[0]); i++) {
+        snprintf(lab, sizeof(lab), "reason=\"%s\"", fin[i].reason);
+        sample(&b, "dsv4_requests_finished_total", lab, (double)m->c[fin[i].c]);
+    }
+
+    for (int h = 0; h < SRV_H_COUNT; h++) render_hist(&b, &m->h[h]);
+
+    head(&b, "dsv4_requests_running", "gauge", "Requests holding a sequence, by prompt-length tier.");
+    for (int t = 0; t < SRV_N_TIERS; t++) {
+        snprintf(lab, sizeof(lab), "tier=\"%s\"", tier[t]);
+        sample(&b, "dsv4_requests_running", lab, ws->running[t]);
+    }
+    head(&b, "dsv4_requests_waiting", "gauge", "Accepted requests waiting for a sequence, by prompt-length tier.");
+    for (int t = 0; t < SRV_N_TIERS; t++) {
+        snprintf(lab, sizeof(lab), "tier=\"%s\"", tier[t]);
+        sample(&b, "dsv4_requests_waiting", lab, ws->waiting[t]);
+    }
+    const struct dsv4_sched_metrics *sm = &ws->sched;
+    head(&b, "dsv4_max_sequences", "gauge", "Sequences that can run at once (KV slots).");
+    sample(&b, "dsv4_max_sequences", NULL, ws->max_seqs);
+    head(&b, "dsv4_queue_capacity", "gauge", "Requests that may wait before new ones get 429.");
+    sample(&b, "dsv4_queue_capacity", NULL, ws->max_queue);
+    head(&b, "dsv4_kv_pages_used", "gauge", "KV pages in use, by running sequences or the prefix cache.");
+    sample(&b, "dsv4_kv_pages_used", NULL, sm->pages_total - sm->pages_free);
+    head(&b, "dsv4_kv_pages_free", "gauge", "KV pages free.");
+    sample(&b, "dsv4_kv_pages_free", NULL, sm->pages_free);
+    head(&b, "dsv4_kv_pages_cached", "gauge", "KV pages held by the prefix cache.");
+    sample(&b, "dsv4_kv_pages_cached", NULL, sm->pages_cached);
+    head(&b, "dsv4_kv_fragmentation_ratio", "gauge", "Share of the positions of used KV pages that hold no token yet.");
+    double used_pos = (double)(sm->pages_total - sm->pages_free) * ws->page_tokens;
+    sample(&b, "dsv4_kv_fragmentation_ratio", NULL, used_pos > 0 ? (double)sm->fragmentation / used_pos : 0.0);
+    head(&b, "dsv4_prefix_cache_hit_ratio", "gauge", "Prefix-cache lookups that found a prefix, over all lookups.");
+    sample(&b, "dsv4_prefix_cache_hit_ratio", NULL,
+           sm->prefix_lookups ? (double)sm->prefix_hits / (double)sm->prefix_lookups : 0.0);
+    head(&b, "dsv4_prefix_cache_entries", "gauge", "Entries in the prefix cache.");
+    sample(&b, "dsv4_prefix_cache_entries", NULL, sm->prefix_entries);
+    head(&b, "dsv4_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV pages.");
+    sample(&b, "dsv4_preemptions_total", NULL, (double)sm->preemptions);
+    head(&b, "dsv4_steps_total", "counter", "Scheduler steps (batched forward passes).");
+    sample(&b, "dsv4_steps_total", NULL, (double)sm->steps);
+    head(&b, "dsv4_step_busy_seconds_total", "counter", "Time spent in scheduler steps.");
+    sample(&b, "dsv4_step_busy_seconds_total", NULL, sm->busy_s);
+
+    pthread_mutex_unlock(&m->mu);
+    if (b.oom) {
+        srv_buf_free(&b);
+        return NULL;
+    }
+    srv_buf_put(&b, "", 1); /* NUL */
+    if (len) *len = b.len - 1;
+    return b.p;
+}

@@ -1,0 +1,753 @@
+/*
+ * test_server.c - `dsv4 serve` over real HTTP on loopback: the test generates a tiny-a
+ * checkpoint plus a small DeepSeek-style tokenizer.json (byte-level BPE with the V4
+ * special tokens), starts `dsv4 serve --port 0` as a child process, and checks:
+ *   - chat (streaming and not) and completions, token for token against `dsv4 run` with
+ *     the same seed and sampling, and the same text both ways;
+ *   - usage (cached tokens after a follow-up turn), logprobs, stop strings, token-id
+ *     prompts;
+ *   - every bad input of the API (status, OpenAI error shape, a useful message), and the
+ *     server still healthy afterwards;
+ *   - 32 concurrent clients served exactly as when alone;
+ *   - a full queue answers 429 with Retry-After; SSE keep-alive comments while queued;
+ *   - a client that disconnects mid-stream (or mid-request) frees its sequence;
+ *   - SIGTERM drains without losing an accepted request and exits 0; a second signal
+ *     exits at once;
+ *   - /metrics parses as Prometheus text exposition (a validator below);
+ *   - the official OpenAI node client (tests/server/openai_client.mjs) for chat,
+ *     streaming and tool calls.
+ * The canned-output tests (tool calls, reasoning, stop strings split across tokens) are in
+ * test_server_out.c.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "gen.h"
+#include "http_client.h"
+#include "server/server.h"
+#include "test_cases.h"
+#include "test_server_util.h"
+
+/* ------------------------------------------------------------------ the model */
+
+static char g_dir[512];
+static bool g_model_ok, g_model_tried;
+
+static bool model_dir(struct test_ctx *t)
+{
+    if (g_model_tried) return g_model_ok;
+    g_model_tried = true;
+    snprintf(g_dir, sizeof(g_dir), "%s/srv-tiny", t->tmpdir);
+    struct gen_opts o;
+    gen_opts_default(&o);
+    o.preset = "tiny-a";
+    o.seed   = 7;
+    o.quiet  = true;
+    struct dsv4_err err;
+    int             rc = gen_checkpoint(&o, g_dir, &err);
+    CHECKF(rc == DSV4_OK, "gen: %s", err.msg);
+    if (rc == DSV4_OK) rc = tsrv_write_tokenizer(g_dir, 2048, &err);
+    CHECKF(rc == DSV4_OK, "tokenizer: %s", err.msg);
+    g_model_ok = rc == DSV4_OK;
+    return g_model_ok;
+}
+
+/* The main server, shared by the tests that do not need special options. */
+static struct tsrv g_main;
+static bool        g_main_up;
+
+static struct tsrv *main_server(struct test_ctx *t)
+{
+    if (g_main_up) return &g_main;
+    if (!model_dir(t)) return NULL;
+    g_main_up = tsrv_start(t, &g_main, g_dir, "--max-seqs 4 --ctx 2048 --max-queue 64");
+    return g_main_up ? &g_main : NULL;
+}
+
+static void stop_main(void)
+{
+    if (g_main_up) tsrv_stop(&g_main, SIGKILL, 5);
+    g_main_up = false;
+}
+
+/* ------------------------------------------------------------------ expectations */
+
+/* Prompt ids for a chat, as the server builds them (same public API). */
+static int chat_prompt(const char *messages_json, int32_t **ids)
+{
+    dsv4_tokenizer *tok;
+    char            path[600];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", g_dir);
+    if (dsv4_tokenizer_load(&tok, path, NULL)) return -1;
+    struct dsv4_chat_params cp;
+    dsv4_chat_params_default(&cp);
+    char  *prompt;
+    size_t n, n_ids = 0;
+    int    rc = dsv4_chat_render_json(messages_json, strlen(messages_json), &cp, &prompt, &n, NULL);
+    if (rc == 0) {
+        *ids = malloc(sizeof(int32_t) * (3 * n + 1));
+        rc   = dsv4_tokenizer_encode(tok, prompt, n, 0, *ids, 3 * n + 1, &n_ids, NULL);
+        free(prompt);
+    }
+    dsv4_tokenizer_free(tok);
+    return rc ? -1 : (int)n_ids;
+}
+
+/* `dsv4 run` on the ids: the tokens it generates (EOS excluded). */
+static int run_engine(struct test_ctx *t, const int32_t *prompt, int n_prompt, int n_gen, double temp, long long seed,
+                      int32_t *out, int cap)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return -1;
+    size_t cmd_cap = (size_t)n_prompt * 8 + 1024;
+    char  *cmd     = malloc(cmd_cap);
+    size_t k       = (size_t)snprintf(cmd, cmd_cap, "%s run -m '%s' -n %d --temp %g --seed %lld --ids --tokens ", bin,
+                                      g_dir, n_gen, temp, seed);
+    for (int i = 0; i < n_prompt; i++) k += (size_t)snprintf(cmd + k, cmd_cap - k, "%s%d", i ? "," : "", (int)prompt[i]);
+    char *outp = NULL;
+    int   st   = test_run(cmd, &outp);
+    free(cmd);
+    CHECKF(st == 0, "dsv4 run: %s", outp ? outp : "");
+    int n = 0;
+    for (char *p = outp, *end; st == 0 && p && n < cap; p = end) {
+        while (*p == ' ') p++;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (int32_t)v;
+    }
+    free(outp);
+    return st == 0 ? n : -1;
+}
+
+/* Token ids from chat logprobs entries "token_id:N". */
+static int ids_from_logprobs(json_t *content, int32_t *out, int cap)
+{
+    size_t  i;
+    json_t *e;
+    int     n = 0;
+    json_array_foreach(content, i, e) {
+        const char *s = json_string_value(json_object_get(e, "token"));
+        if (!s || strncmp(s, "token_id:", 9) || n >= cap) return -1;
+        out[n++] = (int32_t)atoi(s + 9);
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_health_models_metrics(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    CHECK(s != NULL);
+    if (!s) return;
+    json_t *r = NULL;
+    CHECK(tsrv_get(s, "/health", &r, NULL) == 200);
+    CHECK(r && !strcmp(json_string_value(json_object_get(r, "status")), "ok"));
+    json_decref(r);
+    CHECK(tsrv_get(s, "/v1/models", &r, NULL) == 200);
+    json_t *m = json_array_get(json_object_get(r, "data"), 0);
+    CHECKF(m && !strcmp(json_string_value(json_object_get(m, "id")), "srv-tiny"), "models: model id");
+    CHECK(json_integer_value(json_object_get(m, "max_model_len")) == 2048);
+    json_decref(r);
+    char *text = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &text) == 200);
+    char why[256];
+    CHECKF(text && tsrv_prom_validate(text, why, sizeof(why)), "metrics: %s", why);
+    CHECK(text && strstr(text, "dsv4_server_state{state=\"ready\"} 1"));
+    free(text);
+}
+
+static const char *CHAT_MSGS = "[{\"role\":\"system\",\"content\":\"You are terse.\"},"
+                               "{\"role\":\"user\",\"content\":\"tell me a story about the sea\"}]";
+
+static void chat_vs_engine(struct test_ctx *t, struct tsrv *s, double temp, long long seed, int n_gen)
+{
+    int32_t *prompt = NULL;
+    int      n_prompt = chat_prompt(CHAT_MSGS, &prompt);
+    CHECK(n_prompt > 5);
+    int32_t want[256], got[256], got_stream[256];
+    int     n_want = run_engine(t, prompt, n_prompt, n_gen, temp, seed, want, 256);
+    free(prompt);
+    if (n_want < 0) return;
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"srv-tiny\",\"messages\":%s,\"max_tokens\":%d,\"temperature\":%g,\"seed\":%lld,"
+             "\"logprobs\":true,\"top_logprobs\":3,\"return_tokens_as_token_ids\":true%s}",
+             CHAT_MSGS, n_gen, temp, seed, "");
+    json_t *r = NULL;
+    CHECK(tsrv_post(s, "/v1/chat/completions", body, NULL, &r) == 200);
+    json_t *ch   = json_array_get(json_object_get(r, "choices"), 0);
+    int     n_got = ids_from_logprobs(json_object_get(json_object_get(ch, "logprobs"), "content"), got, 256);
+    CHECKF(n_got == n_want && !memcmp(got, want, sizeof(int32_t) * (size_t)n_want),
+           "chat (temp %g seed %lld): %d tokens from the server, %d from dsv4 run", temp, seed, n_got, n_want);
+    json_t *usage = json_object_get(r, "usage");
+    CHECK(json_integer_value(json_object_get(usage, "prompt_tokens")) == n_prompt);
+    CHECK(json_integer_value(json_object_get(usage, "completion_tokens")) == n_want);
+    const char *fin = json_string_value(json_object_get(ch, "finish_reason"));
+    CHECKF(fin && !strcmp(fin, n_want == n_gen ? "length" : "stop"), "finish_reason %s", fin ? fin : "(null)");
+    json_t *lp0 = json_array_get(json_object_get(json_object_get(ch, "logprobs"), "content"), 0);
+    CHECK(json_array_size(json_object_get(lp0, "top_logprobs")) == 3);
+    CHECK(json_real_value(json_object_get(lp0, "logprob")) <= 0);
+    const char *content = json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+
+    /* the same request streamed: same tokens, same text */
+    char sbody[1200];
+    snprintf(sbody, sizeof(sbody), "%.*s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+             (int)strlen(body) - 1, body);
+    struct tsrv_stream st;
+    CHECK(tsrv_stream(s, "/v1/chat/completions", sbody, NULL, &st) == 200);
+    CHECK(st.done);
+    int n_s = 0;
+    for (size_t i = 0; i < json_array_size(st.chunks); i++) {
+        json_t *c = json_array_get(st.chunks, i);
+        json_t *lp = json_object_get(json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs"), "content");
+        if (lp) {
+            int k = ids_from_logprobs(lp, got_stream + n_s, 256 - n_s);
+            if (k > 0) n_s += k;
+        }
+    }
+    CHECKF(n_s == n_want && !memcmp(got_stream, want, sizeof(int32_t) * (size_t)n_want), "stream: %d tokens, want %d",
+           n_s, n_want);
+    CHECKF(content && st.content && !strcmp(st.content, content), "stream text differs:\n  %s\n  %s", st.content,
+           content ? content : "(null)");
+    CHECK(st.usage && json_integer_value(json_object_get(st.usage, "completion_tokens")) == n_want);
+    CHECK(st.finish && !strcmp(st.finish, fin ? fin : ""));
+    CHECK(st.role_first);
+    tsrv_stream_free(&st);
+    json_decref(r);
+}
+
+static void test_chat_matches_engine(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    chat_vs_engine(t, s, 0.0, 1, 24);    /* greedy */
+    chat_vs_engine(t, s, 0.9, 1234, 40); /* sampled */
+    chat_vs_engine(t, s, 1.5, 99, 40);
+}
+
+static void test_cached_tokens(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    /* the same 600-token prompt twice: the second resumes from the prefix cache at the last
+     * page boundary (256 positions) before its end, and generates the same tokens */
+    json_t *prompt = json_array();
+    for (int i = 0; i < 600; i++) json_array_append_new(prompt, json_integer(100 + (i * 37) % 1900));
+    json_t *req = json_pack("{s:O,s:i,s:i,s:b}", "prompt", prompt, "max_tokens", 8, "temperature", 0,
+                            "return_token_ids", 1);
+    char   *b   = json_dumps(req, JSON_COMPACT);
+    json_t *r[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++) CHECK(tsrv_post(s, "/v1/completions", b, NULL, &r[k]) == 200);
+    int cached[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *u = json_object_get(r[k], "usage");
+        cached[k] = (int)json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+        CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == 600);
+    }
+    CHECKF(cached[0] == 0 && cached[1] == 512, "cached_tokens %d then %d, want 0 then 512", cached[0], cached[1]);
+    json_t *ids0 = json_object_get(json_array_get(json_object_get(r[0], "choices"), 0), "token_ids");
+    json_t *ids1 = json_object_get(json_array_get(json_object_get(r[1], "choices"), 0), "token_ids");
+    CHECK(json_array_size(ids0) == 8 && json_equal(ids0, ids1));
+    char *text = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &text) == 200);
+    CHECK(text && tsrv_metric(text, "dsv4_prompt_tokens_cached_total") >= 512);
+    CHECK(text && tsrv_metric(text, "dsv4_prefix_cache_hit_ratio") > 0);
+    CHECK(text && tsrv_metric(text, "dsv4_kv_pages_cached") >= 2);
+    free(text);
+    free(b);
+    json_decref(req);
+    json_decref(prompt);
+    json_decref(r[0]);
+    json_decref(r[1]);
+}
+
+static void test_completions(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    /* token-id prompt against dsv4 run */
+    int32_t prompt[6] = { 15, 300, 301, 302, 900, 1500 }, want[64], got[64];
+    int     n_want = run_engine(t, prompt, 6, 20, 0.7, 42, want, 64);
+    json_t *r = NULL;
+    CHECK(tsrv_post(s, "/v1/completions",
+                    "{\"prompt\":[15,300,301,302,900,1500],\"max_tokens\":20,\"temperature\":0.7,\"seed\":42,"
+                    "\"return_token_ids\":true,\"logprobs\":2}",
+                    NULL, &r) == 200);
+    json_t *ch  = json_array_get(json_object_get(r, "choices"), 0);
+    json_t *ids = json_object_get(ch, "token_ids");
+    int     n   = 0;
+    for (size_t i = 0; i < json_array_size(ids) && n < 64; i++) got[n++] = (int32_t)json_integer_value(json_array_get(ids, i));
+    CHECKF(n == n_want && !memcmp(got, want, sizeof(int32_t) * (size_t)n), "completion ids differ (%d vs %d)", n, n_want);
+    json_t *lp = json_object_get(ch, "logprobs");
+    CHECK(json_array_size(json_object_get(lp, "tokens")) == (size_t)n);
+    CHECK(json_array_size(json_object_get(lp, "token_logprobs")) == (size_t)n);
+    CHECK(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 0)) >= 1);
+    CHECK(json_array_size(json_object_get(lp, "text_offset")) == (size_t)n);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "object")), "text_completion"));
+
+    /* stop strings: take a piece of a greedy completion's text and ask to stop there */
+    json_t *g = NULL;
+    CHECK(tsrv_post(s, "/v1/completions", "{\"prompt\":\"the river of light\",\"max_tokens\":30,\"temperature\":0,"
+                                          "\"ignore_eos\":true}", NULL, &g) == 200);
+    const char *text = json_string_value(json_object_get(json_array_get(json_object_get(g, "choices"), 0), "text"));
+    CHECK(text && strlen(text) > 12);
+    if (text && strlen(text) > 12) {
+        char stop[8];
+        snprintf(stop, sizeof(stop), "%.4s", text + 8);
+        /* only ASCII stops keep this simple */
+        bool ascii = true;
+        for (int i = 0; stop[i]; i++) ascii &= (unsigned char)stop[i] < 0x80 && stop[i] != '"' && stop[i] != '\\';
+        if (ascii) {
+            json_t *req = json_pack("{s:s,s:i,s:i,s:b,s:[s,s]}", "prompt", "the river of light", "max_tokens", 30,
+                                    "temperature", 0, "ignore_eos", 1, "stop", "\x01never", stop);
+            char   *b   = json_dumps(req, JSON_COMPACT);
+            json_t *sr  = NULL;
+            CHECK(tsrv_post(s, "/v1/completions", b, NULL, &sr) == 200);
+            json_t     *c0 = json_array_get(json_object_get(sr, "choices"), 0);
+            const char *st = json_string_value(json_object_get(c0, "text"));
+            const char *at = strstr(text, stop);
+            CHECKF(st && at && strlen(st) == (size_t)(at - text) && !strncmp(st, text, strlen(st)),
+                   "stop '%s': got '%s' from '%s'", stop, st ? st : "", text);
+            CHECK(!strcmp(json_string_value(json_object_get(c0, "finish_reason")), "stop"));
+            /* the same streamed */
+            json_object_set_new(req, "stream", json_true());
+            free(b);
+            b = json_dumps(req, JSON_COMPACT);
+            struct tsrv_stream ss;
+            CHECK(tsrv_stream(s, "/v1/completions", b, NULL, &ss) == 200);
+            CHECKF(ss.content && st && !strcmp(ss.content, st), "streamed stop: '%s' vs '%s'", ss.content, st);
+            CHECK(ss.finish && !strcmp(ss.finish, "stop"));
+            tsrv_stream_free(&ss);
+            free(b);
+            json_decref(req);
+            json_decref(sr);
+        }
+    }
+    json_decref(g);
+    json_decref(r);
+}
+
+struct bad_case {
+    const char *path, *body, *headers;
+    int         status;
+    const char *needle; /* in error.message */
+    const char *param;  /* expected error.param, or NULL */
+};
+
+static void check_bad(struct test_ctx *t, struct tsrv *s, const struct bad_case *c)
+{
+    json_t *r = NULL;
+    int     st = c->body ? tsrv_post(s, c->path, c->body, c->headers, &r) : tsrv_get_h(s, c->path, c->headers, &r);
+    json_t *e  = json_object_get(r, "error");
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    CHECKF(st == c->status, "%s %.60s: status %d, want %d (%s)", c->path, c->body ? c->body : "", st, c->status,
+           msg ? msg : "");
+    CHECKF(msg && strstr(msg, c->needle), "%s %.60s: message '%s' lacks '%s'", c->path, c->body ? c->body : "",
+           msg ? msg : "(none)", c->needle);
+    CHECKF(json_is_string(json_object_get(e, "type")), "%s: no error.type", c->path);
+    if (c->param) {
+        const char *p = json_string_value(json_object_get(e, "param"));
+        CHECKF(p && !strcmp(p, c->param), "%s %.60s: param %s, want %s", c->path, c->body ? c->body : "", p ? p : "null",
+               c->param);
+    }
+    json_decref(r);
+}
+
+static void test_bad_inputs(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    static const char CC[] = "/v1/chat/completions", CO[] = "/v1/completions";
+    static const char U[]  = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char long_prompt[16384];
+    size_t k = (size_t)snprintf(long_prompt, sizeof(long_prompt), "{\"prompt\":[");
+    for (int i = 0; i < 2100; i++) k += (size_t)snprintf(long_prompt + k, sizeof(long_prompt) - k, "%s7", i ? "," : "");
+    snprintf(long_prompt + k, sizeof(long_prompt) - k, "]}");
+    char deep[512];
+    k = 0;
+    k += (size_t)snprintf(deep, sizeof(deep), "{\"messages\":");
+    for (int i = 0; i < 80; i++) deep[k++] = '[';
+    for (int i = 0; i < 80; i++) deep[k++] = ']';
+    snprintf(deep + k, sizeof(deep) - k, "}");
+    char b[64][512];
+    int  nb = 0;
+#define B(...) (snprintf(b[nb], sizeof(b[nb]), __VA_ARGS__), b[nb++])
+    const struct bad_case cases[] = {
+        { CC, "{\"messages\": [", NULL, 400, "not valid JSON", NULL },
+        { CC, "[1,2]", NULL, 400, "JSON object", NULL },
+        { CC, "{}", NULL, 400, "'messages'", "messages" },
+        { CC, "{\"messages\":[]}", NULL, 400, "non-empty", "messages" },
+        { CC, "{\"messages\":\"hi\"}", NULL, 400, "'messages'", "messages" },
+        { CC, "{\"messages\":[3]}", NULL, 400, "messages[0]", "messages" },
+        { CC, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", NULL, 400, "unknown role", "messages" },
+        { CC, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", NULL, 400, "image_url",
+          "messages" },
+        { CC, B("{%s,\"model\":\"gpt-4\"}", U), NULL, 400, "gpt-4", "model" },
+        { CC, B("{%s,\"model\":7}", U), NULL, 400, "'model' must be a string", "model" },
+        { CC, B("{%s,\"n\":2}", U), NULL, 400, "one choice", "n" },
+        { CC, B("{%s,\"temperature\":\"hot\"}", U), NULL, 400, "'temperature' must be a number", "temperature" },
+        { CC, B("{%s,\"temperature\":3}", U), NULL, 400, "'temperature' is 3", "temperature" },
+        { CC, B("{%s,\"top_p\":0}", U), NULL, 400, "'top_p'", "top_p" },
+        { CC, B("{%s,\"top_k\":1.5}", U), NULL, 400, "'top_k' must be an integer", "top_k" },
+        { CC, B("{%s,\"max_tokens\":0}", U), NULL, 400, "'max_tokens'", "max_tokens" },
+        { CC, B("{%s,\"max_tokens\":100000}", U), NULL, 400, "maximum context length", "max_tokens" },
+        { CC, B("{%s,\"stream\":\"yes\"}", U), NULL, 400, "'stream' must be a boolean", "stream" },
+        { CC, B("{%s,\"stop\":[1]}", U), NULL, 400, "'stop'", "stop" },
+        { CC, B("{%s,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}", U), NULL, 400, "at most",
+          "stop" },
+        { CC, B("{%s,\"top_logprobs\":3}", U), NULL, 400, "needs 'logprobs'", "top_logprobs" },
+        { CC, B("{%s,\"logprobs\":true,\"top_logprobs\":21}", U), NULL, 400, "'top_logprobs'", "top_logprobs" },
+        { CC, B("{%s,\"presence_penalty\":0.5}", U), NULL, 400, "not supported", "presence_penalty" },
+        { CC, B("{%s,\"logit_bias\":{\"5\":1}}", U), NULL, 400, "not supported", "logit_bias" },
+        { CC, B("{%s,\"tools\":{}}", U), NULL, 400, "'tools' must be an array", "tools" },
+        { CC, B("{%s,\"tools\":[{\"type\":\"function\"}]}", U), NULL, 400, "tools[0]", "tools" },
+        { CC, B("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", U),
+          NULL, 400, "not supported", "tool_choice" },
+        { CC, B("{%s,\"reasoning_effort\":\"extreme\"}", U), NULL, 400, "reasoning_effort", "reasoning_effort" },
+        { CC, B("{%s,\"chat_template_kwargs\":{\"thinking\":1}}", U), NULL, 400, "thinking", "chat_template_kwargs" },
+        { CC, B("{%s,\"response_format\":{\"type\":\"grammar\"}}", U), NULL, 400, "grammar", "response_format" },
+        { CC, deep, NULL, 400, "nests", NULL },
+        { CC, B("{%s,\"a\":1,\"a\":2}", U), NULL, 400, "duplicate", NULL },
+        { CO, "{}", NULL, 400, "'prompt' is required", "prompt" },
+        { CO, "{\"prompt\":[]}", NULL, 400, "empty", "prompt" },
+        { CO, "{\"prompt\":[1,2,5000]}", NULL, 400, "5000", "prompt" },
+        { CO, "{\"prompt\":[1,\"x\"]}", NULL, 400, "prompt[1]", "prompt" },
+        { CO, "{\"prompt\":[\"a\",\"b\"]}", NULL, 400, "one per request", "prompt" },
+        { CO, "{\"prompt\":{}}", NULL, 400, "'prompt' must be", "prompt" },
+        { CO, "{\"prompt\":\"x\",\"logprobs\":true}", NULL, 400, "'logprobs'", "logprobs" },
+        { CO, "{\"prompt\":\"x\",\"echo\":true}", NULL, 400, "echo", "echo" },
+        { CO, "{\"prompt\":\"x\",\"best_of\":3}", NULL, 400, "best_of", "best_of" },
+        { CO, long_prompt, NULL, 400, "maximum context length", "prompt" },
+        { "/v1/embeddings", "{}", NULL, 404, "no such endpoint", NULL },
+        { "/nothing", NULL, NULL, 404, "no such endpoint", NULL },
+        { CC, NULL, NULL, 405, "POST", NULL },
+        { "/v1/models", "{}", NULL, 405, "GET", NULL },
+    };
+#undef B
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) check_bad(t, s, &cases[i]);
+
+    /* 413: declared too large (refused before the upload) and a chunked upload that grows past it */
+    struct tsrv small;
+    if (tsrv_start(t, &small, g_dir, "--max-body 2000 --api-key sekret")) {
+        char *big = malloc(5000);
+        memset(big, ' ', 4999);
+        big[0] = '{';
+        big[4998] = '}';
+        big[4999] = '\0';
+        struct bad_case c413 = { CC, big, "Authorization: Bearer sekret\r\n", 413, "larger than the limit", NULL };
+        check_bad(t, &small, &c413);
+        json_t *r = NULL;
+        CHECK(tsrv_post_chunked(&small, CC, big, "Authorization: Bearer sekret\r\n", &r) == 413);
+        json_decref(r);
+        free(big);
+        /* 401 without or with a wrong key; health and metrics stay open */
+        struct bad_case c401a = { CC, "{}", NULL, 401, "API key", NULL };
+        struct bad_case c401b = { CC, "{}", "Authorization: Bearer wrong\r\n", 401, "API key", NULL };
+        struct bad_case c401c = { "/v1/models", NULL, "Authorization: Bearer sekre\r\n", 401, "API key", NULL };
+        check_bad(t, &small, &c401a);
+        check_bad(t, &small, &c401b);
+        check_bad(t, &small, &c401c);
+        CHECK(tsrv_get_h(&small, "/v1/models", "Authorization: Bearer sekret\r\n", NULL) == 200);
+        CHECK(tsrv_get(&small, "/health", NULL, NULL) == 200);
+        CHECK(tsrv_post(&small, CC, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}",
+                        "Authorization: Bearer sekret\r\n", NULL) == 200);
+        tsrv_stop(&small, SIGTERM, 10);
+    }
+    /* still healthy and serving */
+    CHECK(tsrv_get(s, "/health", NULL, NULL) == 200);
+    CHECK(tsrv_post(s, CC, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}", NULL, NULL) == 200);
+    char *text = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &text) == 200);
+    CHECK(text && strstr(text, "dsv4_http_requests_total{endpoint=\"chat_completions\",status=\"400\"}"));
+    free(text);
+}
+
+/* ------------------------------------------------------------------ concurrency */
+
+struct conc_arg {
+    struct tsrv *s;
+    int          i;
+    char        *text; /* result */
+    int          status;
+};
+
+static char *conc_body(int i)
+{
+    char *b = malloc(512);
+    if (i % 2)
+        snprintf(b, 512,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"client %d asks about the river\"}],\"max_tokens\":%d,"
+                 "\"temperature\":0.8,\"seed\":%d,\"stream\":%s}",
+                 i, 8 + i % 9, 100 + i, i % 4 == 1 ? "true" : "false");
+    else
+        snprintf(b, 512, "{\"prompt\":[%d,%d,%d],\"max_tokens\":%d,\"temperature\":0.5,\"seed\":%d,\"stream\":%s}",
+                 20 + i, 40 + i, 60 + i, 6 + i % 7, i, i % 4 == 2 ? "true" : "false");
+    return b;
+}
+
+/* The request's output as one string: the text (streams concatenated). */
+static char *conc_run(struct tsrv *s, int i, int *status)
+{
+    char       *body = conc_body(i);
+    const char *path = i % 2 ? "/v1/chat/completions" : "/v1/completions";
+    char       *out  = NULL;
+    if (strstr(body, "\"stream\":true")) {
+        struct tsrv_stream st;
+        *status = tsrv_stream(s, path, body, NULL, &st);
+        if (st.done) out = strdup(st.content ? st.content : "");
+        tsrv_stream_free(&st);
+    } else {
+        json_t *r = NULL;
+        *status   = tsrv_post(s, path, body, NULL, &r);
+        json_t *c = json_array_get(json_object_get(r, "choices"), 0);
+        const char *txt = i % 2 ? json_string_value(json_object_get(json_object_get(c, "message"), "content"))
+                                : json_string_value(json_object_get(c, "text"));
+        out = txt ? strdup(txt) : NULL;
+        json_decref(r);
+    }
+    free(body);
+    return out;
+}
+
+static void *conc_main(void *p)
+{
+    struct conc_arg *a = p;
+    a->text            = conc_run(a->s, a->i, &a->status);
+    return NULL;
+}
+
+static void test_concurrent_32(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    enum { N = 32 };
+    char *alone[N];
+    for (int i = 0; i < N; i++) {
+        int st;
+        alone[i] = conc_run(s, i, &st);
+        CHECKF(st == 200 && alone[i], "request %d alone: %d", i, st);
+    }
+    struct conc_arg a[N];
+    pthread_t       th[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (struct conc_arg){ s, i, NULL, 0 };
+        pthread_create(&th[i], NULL, conc_main, &a[i]);
+    }
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(a[i].status == 200, "concurrent request %d: status %d", i, a[i].status);
+        bool eq = a[i].text && alone[i] && !strcmp(a[i].text, alone[i]);
+        CHECKF(eq, "concurrent request %d: '%s' vs alone '%s'", i, a[i].text ? a[i].text : "(none)",
+               alone[i] ? alone[i] : "(none)");
+        same += eq;
+        free(a[i].text);
+        free(alone[i]);
+    }
+    CHECK(same == N);
+    CHECK(tsrv_wait_idle(s, 5.0));
+}
+
+/* ------------------------------------------------------------------ queue, keep-alive, disconnect */
+
+static void test_queue_full_and_keepalive(struct test_ctx *t)
+{
+    if (!model_dir(t)) return;
+    struct tsrv s;
+    if (!tsrv_start(t, &s, g_dir, "--max-seqs 1 --max-queue 1 --ctx 4096 --keepalive 0.05")) return;
+    const char *longreq = "{\"prompt\":[5,6,7],\"max_tokens\":3000,\"ignore_eos\":true,\"stream\":true}";
+    struct http_conn a, b;
+    char             err[256];
+    bool             oa = http_open(&a, "127.0.0.1", s.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq), 30,
+                                    err, sizeof(err)) == 0;
+    CHECKF(oa && a.status == 200, "first stream: %s", err);
+    const char *data;
+    size_t      len;
+    CHECK(oa && http_sse_next(&a, &data, &len) == 1); /* running */
+    bool ob = http_open(&b, "127.0.0.1", s.port, "POST", "/v1/completions", NULL, longreq, strlen(longreq), 30, err,
+                        sizeof(err)) == 0;
+    CHECKF(ob && b.status == 200, "second stream: %s", err);
+    /* b waits in the queue: keep-alive comments arrive before any token */
+    int comments = 0, ev = 0;
+    for (int i = 0; ob && i < 3 && (ev = http_sse_next(&b, &data, &len)) == 2; i++) comments++;
+    CHECKF(comments == 3, "keep-alive comments while queued: %d (last event %d)", comments, ev);
+    /* a third one finds the queue full */
+    json_t *r = NULL;
+    char    retry[32] = "";
+    int     st = tsrv_post_retry(&s, "/v1/completions", "{\"prompt\":[1],\"max_tokens\":2}", &r, retry, sizeof(retry));
+    CHECKF(st == 429, "third request: %d", st);
+    CHECK(!strcmp(retry, "1"));
+    const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    CHECK(msg && strstr(msg, "busy"));
+    json_decref(r);
+    if (oa) http_close(&a);
+    if (ob) http_close(&b);
+    CHECK(tsrv_wait_idle(&s, 5.0));
+    char *text = NULL;
+    CHECK(tsrv_get(&s, "/metrics", NULL, &text) == 200);
+    CHECK(text && strstr(text, "status=\"429\"} 1"));
+    CHECK(text && tsrv_metric(text, "dsv4_requests_finished_total{reason=\"cancelled\"}") == 2);
+    free(text);
+    CHECK(tsrv_stop(&s, SIGTERM, 10) == 0);
+}
+
+static void test_disconnect_frees(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    char *before = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &before) == 200);
+    double cancelled0 = before ? tsrv_metric(before, "dsv4_requests_finished_total{reason=\"cancelled\"}") : 0;
+    const char *sreq = "{\"prompt\":[9,9,9],\"max_tokens\":500,\"ignore_eos\":true,\"stream\":true}";
+    const char *wreq = "{\"prompt\":[8,8,8],\"max_tokens\":500,\"ignore_eos\":true}";
+    double gen0 = before ? tsrv_metric(before, "dsv4_generation_tokens_total") : 0;
+    struct http_conn a;
+    char             err[256];
+    CHECK(http_open(&a, "127.0.0.1", s->port, "POST", "/v1/completions", NULL, sreq, strlen(sreq), 30, err, sizeof(err)) == 0);
+    const char *data;
+    size_t      len;
+    for (int i = 0; i < 3; i++) CHECK(http_sse_next(&a, &data, &len) == 1);
+    /* b waits for its whole answer; give it a moment to start, then both go away */
+    int b = tsrv_send_only(s, "/v1/completions", wreq);
+    CHECK(b >= 0);
+    CHECK(tsrv_wait_metric(s, "dsv4_requests_running{tier=\"short\"}", 2, 5.0));
+    http_close(&a);
+    if (b >= 0) close(b);
+    CHECK(tsrv_wait_idle(s, 5.0));
+    char *after = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &after) == 200);
+    CHECKF(after && tsrv_metric(after, "dsv4_requests_finished_total{reason=\"cancelled\"}") >= cancelled0 + 2,
+           "cancelled before %g, after %g", cancelled0,
+           after ? tsrv_metric(after, "dsv4_requests_finished_total{reason=\"cancelled\"}") : 0);
+    /* both generations stopped early: far fewer than 2 x 500 tokens */
+    double gen = after ? tsrv_metric(after, "dsv4_generation_tokens_total") - gen0 : 0;
+    CHECKF(gen < 800, "%g tokens generated for two cancelled requests", gen);
+    free(after);
+    free(before);
+}
+
+/* ------------------------------------------------------------------ drain */
+
+struct drain_arg {
+    struct tsrv *s;
+    int          i;
+    int          status;
+    bool         done;
+    int          n_tokens;
+};
+
+static void *drain_client(void *p)
+{
+    struct drain_arg *a = p;
+    char              body[256];
+    snprintf(body, sizeof(body), "{\"prompt\":[%d,3,4],\"max_tokens\":120,\"ignore_eos\":true,\"stream\":%s}", 30 + a->i,
+             a->i % 2 ? "true" : "false");
+    if (a->i % 2) {
+        struct tsrv_stream st;
+        a->status   = tsrv_stream(a->s, "/v1/completions", body, NULL, &st);
+        a->done     = st.done && st.finish && !strcmp(st.finish, "length");
+        a->n_tokens = st.usage ? 0 : -1;
+        tsrv_stream_free(&st);
+    } else {
+        json_t *r = NULL;
+        a->status = tsrv_post(a->s, "/v1/completions", body, NULL, &r);
+        const char *f = json_string_value(json_object_get(json_array_get(json_object_get(r, "choices"), 0), "finish_reason"));
+        a->done       = f && !strcmp(f, "length");
+        json_decref(r);
+    }
+    return NULL;
+}
+
+static void test_sigterm_drain(struct test_ctx *t)
+{
+    if (!model_dir(t)) return;
+    struct tsrv s;
+    if (!tsrv_start(t, &s, g_dir, "--max-seqs 2 --max-queue 8 --drain-timeout 60")) return;
+    enum { N = 4 };
+    struct drain_arg a[N];
+    pthread_t        th[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (struct drain_arg){ &s, i, 0, false, 0 };
+        pthread_create(&th[i], NULL, drain_client, &a[i]);
+    }
+    CHECK(tsrv_wait_metric(&s, "dsv4_requests_running{tier=\"short\"}", 2, 5.0));
+    kill(s.pid, SIGTERM);
+    /* new connections are refused once draining */
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    char err[256];
+    int  st = http_request("127.0.0.1", s.port, "GET", "/health", NULL, NULL, NULL, NULL, 2, err, sizeof(err));
+    CHECKF(st == -1 || st == 503, "health while draining: %d", st);
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(a[i].status == 200 && a[i].done, "request %d during drain: status %d, finished %d", i, a[i].status,
+               a[i].done);
+    }
+    CHECK(tsrv_stop(&s, 0, 20) == 0); /* exits 0 by itself */
+
+    /* a second signal exits at once */
+    if (!tsrv_start(t, &s, g_dir, "--max-seqs 1 --drain-timeout 60")) return;
+    struct http_conn c;
+    const char      *req = "{\"prompt\":[5],\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}";
+    CHECK(http_open(&c, "127.0.0.1", s.port, "POST", "/v1/completions", NULL, req, strlen(req), 30, err, sizeof(err)) == 0);
+    const char *data;
+    size_t      len;
+    CHECK(http_sse_next(&c, &data, &len) == 1);
+    kill(s.pid, SIGTERM);
+    nanosleep(&ts, NULL);
+    kill(s.pid, SIGTERM);
+    int code = tsrv_stop(&s, 0, 5);
+    CHECKF(code == 128 + SIGTERM, "second SIGTERM: exit %d", code);
+    http_close(&c);
+}
+
+/* ------------------------------------------------------------------ OpenAI node client */
+
+static void test_openai_client(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    if (access("tests/server/node_modules/openai/package.json", R_OK) != 0) {
+        CHECKF(0, "the openai npm package is missing: npm ci --prefix tests/server");
+        return;
+    }
+    char canned[600];
+    snprintf(canned, sizeof(canned), "%s/canned", t->tmpdir);
+    CHECKF(tsrv_write_canned(canned, g_dir), "writing canned tool-call responses to %s", canned);
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "node tests/server/openai_client.mjs http://127.0.0.1:%d/v1 srv-tiny '%s'", s->port, canned);
+    int st = test_run(cmd, &out);
+    CHECKF(st == 0, "openai client: %s", out ? out : "");
+    free(out);
+    stop_main();
+}
+
+const struct test_case test_group_server[] = {
+    { "out_tool_calls", tsrv_test_out_tool_calls },
+    { "out_stop_strings", tsrv_test_out_stop_strings },
+    { "job_ring", tsrv_test_job_ring },
+    { "prom_validator", tsrv_test_prom_validator },
+    { "health_models_metrics", test_health_models_metrics },
+    { "chat_matches_engine", test_chat_matches_engine },
+    { "cached_tokens", test_cached_tokens },
+    { "completions", test_completions },
+    { "bad_inputs", test_bad_inputs },
+    { "concurrent_32", test_concurrent_32 },
+    { "queue_full_and_keepalive", test_queue_full_and_keepalive },
+    { "disconnect_frees", test_disconnect_frees },
+    { "sigterm_drain", test_sigterm_drain },
+    { "openai_client", test_openai_client },
+    { NULL, NULL },
+};
