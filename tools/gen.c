@@ -95,6 +95,7 @@ struct job {
     int             n_exp;      /* FILL_TID2EID */
     double          code_std;   /* FILL_SCALE: std of the codes it scales */
     int             shard;
+    int             seq;        /* declaration order */
 };
 
 struct plan {
@@ -147,6 +148,7 @@ static struct job *add(struct plan *p, const char *name, enum dsv4_dtype dt, int
     j->a        = a;
     j->b        = b;
     j->shard    = p->shard;
+    j->seq      = p->n - 1;
     return j;
 }
 
@@ -445,6 +447,15 @@ static enum dsv4_dtype other_dtype(enum dsv4_dtype t)
     }
 }
 
+static int cmp_job(const void *a, const void *b)
+{
+    const struct job *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    size_t ex = dsv4_dtype_size(x->dtype), ey = dsv4_dtype_size(y->dtype);
+    if (ex != ey) return ex > ey ? -1 : 1;
+    return x->seq < y->seq ? -1 : (x->seq > y->seq); /* keep declaration order */
+}
+
 int gen_checkpoint(const struct gen_opts *o, const char *dir, struct dsv4_err *err)
 {
     struct shape s;
@@ -464,6 +475,9 @@ int gen_checkpoint(const struct gen_opts *o, const char *dir, struct dsv4_err *e
         if (o->single_file) p.jobs[i].shard = 0;
         if (p.jobs[i].shard + 1 > n_shards) n_shards = p.jobs[i].shard + 1;
     }
+    /* within a shard, larger elements first (stable): every tensor stays aligned to its element
+     * size, as the reference safetensors writer arranges it */
+    qsort(p.jobs, (size_t)p.n, sizeof(*p.jobs), cmp_job);
     rc = write_config(dir, &s, o, err);
     uint8_t *buf   = malloc(CHUNK);
     json_t  *wmap  = json_object();

@@ -109,7 +109,7 @@ struct dsv4_backend_ops {
 
     /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
      * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);
-     * weights = selected scores / their sum * route_scale. */
+     * weights = selected scores / their sum * route_scale. scratch: [(n + 1) * n_exp]. */
     void (*router)(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                    const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
                    double route_scale, int *ids, float *weights, float *scratch);

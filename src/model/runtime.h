@@ -79,7 +79,7 @@ struct dsv4_step {
     int   *rows_e;             /* [max_rows * n_exp_used] */
     int   *grp_ids, *grp_off;  /* [n_exp + 1] experts used in the step, their first pair */
     float *exp_scratch;        /* [2 * max(max_rows * n_exp_used, max_rows) * d_ff_exp] */
-    float *router_scratch;     /* [2 * n_exp] */
+    float *router_scratch;     /* [(max_rows + 1) * n_exp] */
     int   *ids;                /* [max_rows, n_exp_used] */
     float *rw;                 /* [max_rows, n_exp_used] */
     float *hid;                /* [max_rows, d_model] final hidden */

@@ -76,7 +76,7 @@ static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int m
     F(s->grp_ids, (size_t)c->n_exp + 1);
     F(s->grp_off, (size_t)c->n_exp + 1);
     F(s->exp_scratch, 2 * (pairs > r ? pairs : r) * (size_t)c->d_ff_exp);
-    F(s->router_scratch, 2 * (size_t)c->n_exp);
+    F(s->router_scratch, (r + 1) * (size_t)c->n_exp);
     F(s->ids, r * (size_t)c->n_exp_used);
     F(s->rw, r * (size_t)c->n_exp_used);
     F(s->hid, r * d);

@@ -90,11 +90,30 @@ static const struct dsv4_tensor *expect(struct binder *b, const char *name, uint
     return t;
 }
 
+/*
+ * The data of a tensor the code reads as a typed array (f32, i64, bf16). safetensors places
+ * tensors at any byte offset; the reference writer keeps them aligned, other writers may
+ * not. A misaligned tensor is copied once into the (64-byte aligned) arena, so no code ever
+ * makes a misaligned typed load.
+ */
+static const void *aligned_data(struct binder *b, const struct dsv4_tensor *t)
+{
+    if (!t) return NULL;
+    size_t es = dsv4_dtype_size(t->dtype);
+    if (es <= 1 || (uintptr_t)t->data % es == 0) return t->data;
+    void *copy = dsv4_arena_alloc(b->arena, (size_t)t->nbytes, 64);
+    if (!copy) {
+        b->oom = true;
+        return NULL;
+    }
+    memcpy(copy, t->data, (size_t)t->nbytes);
+    return copy;
+}
+
 static const void *expect_data(struct binder *b, const char *name, uint32_t dtypes, int ndim, int64_t d0,
                                int64_t d1)
 {
-    const struct dsv4_tensor *t = expect(b, name, dtypes, ndim, d0, d1);
-    return t ? t->data : NULL;
+    return aligned_data(b, expect(b, name, dtypes, ndim, d0, d1));
 }
 
 static int64_t cdiv(int64_t a, int64_t b)
@@ -128,7 +147,7 @@ static void bind_linear(struct binder *b, struct dsv4_linear *l, const char *pre
     }
     l->wt        = w;
     l->st        = s;
-    l->w         = w ? w->data : NULL;
+    l->w         = (fmt == DSV4_WFMT_BF16 || fmt == DSV4_WFMT_F32) ? aligned_data(b, w) : w ? w->data : NULL;
     l->scale     = s ? s->data : NULL;
     l->scale_f32 = s && s->dtype == DSV4_DTYPE_F32;
 }

@@ -26,11 +26,11 @@ void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struc
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
                      double route_scale, int *ids, float *weights, float *scratch)
 {
-    float *score = scratch;         /* [n_exp] */
-    float *sel   = scratch + n_exp; /* [n_exp] */
+    float *sel    = scratch;                     /* [n_exp] */
+    float *logits = scratch + n_exp;             /* [n, n_exp]: every row's gate logits in one pass */
+    be->ops->linear(be, gate, n, x, gate->n_in, logits, n_exp, DSV4_ACT_NONE, DSV4_OUT_F32);
     for (int r = 0; r < n; r++) {
-        be->ops->linear(be, gate, 1, x + (size_t)r * (size_t)gate->n_in, gate->n_in, score, n_exp, DSV4_ACT_NONE,
-                        DSV4_OUT_F32);
+        float *score = logits + (size_t)r * (size_t)n_exp;
         for (int e = 0; e < n_exp; e++) {
             score[e] = (float)sqrt(rf32(softplus(score[e])));
             sel[e]   = bias ? score[e] + bias[e] : score[e];
