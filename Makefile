@@ -48,7 +48,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san fuzz golden demo clean bench bench-tokenizer
+.PHONY: all help test test-san valgrind fuzz golden demo clean bench bench-tokenizer
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -59,6 +59,7 @@ help:
 	@echo "  make              build ./dsv4"
 	@echo "  make test         build and run every test (exits non-zero on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
+	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
 	@echo "  make demo         build and generate text from the bundled model"
@@ -106,6 +107,17 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
+
+# memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
+# prefill in chunks, decode, MTP.
+VG_TOKENS := 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24
+valgrind: $(BIN)
+	@mkdir -p $(BUILD)/vg && ./$(BIN) gen --preset tiny-a -q -o $(BUILD)/vg/tiny-a
+	for lvl in avx2 scalar; do \
+	  DSV4_CPU=$$lvl valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a \
+	    --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin || exit 1; \
+	done
+	@echo "valgrind: no errors"
 
 # Golden fixtures: `dsv4 gen` checkpoints in a temporary directory, run through the Python
 # reference (tools/ref, Debian's python3 with torch); a few minutes on 2 cores.
