@@ -48,7 +48,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san valgrind fuzz golden demo clean bench bench-tokenizer
+.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -59,6 +59,7 @@ help:
 	@echo "  make              build ./dsv4"
 	@echo "  make test         build and run every test (exits non-zero on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
+	@echo "  make test-tsan    the threaded groups (pool, scheduler) under -fsanitize=thread"
 	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
@@ -92,8 +93,9 @@ $(BUILD)/src/backend/cpu/x86_avx512.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -ma
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
 $(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
 
+# TEST_GROUPS="a b": run only these groups (default: all).
 test: $(BIN) $(BUILD)/run_tests
-	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests
+	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_GROUPS)
 
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
 
@@ -107,6 +109,10 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
+
+# The groups that run threads of their own (thread pool, scheduler) under ThreadSanitizer.
+test-tsan:
+	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels kv sched" test
 
 # memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
 # prefill in chunks, decode, MTP.
