@@ -21,11 +21,15 @@ int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_align(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_loadtest(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 
