@@ -42,6 +42,7 @@ static void usage(FILE *f)
             "  --max-json-depth N     JSON nesting limit, 400 above (default 64)\n"
             "  --keepalive S          SSE comment after S seconds without output (default 5)\n"
             "  --stream-buffer N      unsent tokens a stream may lag before it is cut (default 4096)\n"
+            "  --send-buffer BYTES    kernel send buffer per connection (default 65536)\n"
             "  --drain-timeout S      on SIGTERM, wait up to S seconds for in-flight requests (default 30)\n"
             "  -v                     log debug messages\n");
 }
@@ -83,6 +84,7 @@ int cmd_serve(int argc, char **argv)
             { "--idle-timeout", &p.idle_timeout_s, 1, 86400 },
             { "--max-json-depth", &p.max_json_depth, 1, 10000 },
             { "--stream-buffer", &p.stream_buffer, 1, 1 << 24 },
+            { "--send-buffer", &p.send_buffer, 4096, 1 << 30 },
         };
         bool done = false;
         for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !done; k++) {

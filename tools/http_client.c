@@ -102,7 +102,8 @@ static long fill(struct http_conn *c)
 static char *read_line(struct http_conn *c)
 {
     for (;;) {
-        char *start = c->buf + c->buf_off, *nl = memchr(start, '\n', c->buf_len - c->buf_off);
+        char *start = c->buf + c->buf_off;
+        char *nl    = c->buf_len > c->buf_off ? memchr(start, '\n', c->buf_len - c->buf_off) : NULL;
         if (nl) {
             c->buf_off = (size_t)(nl + 1 - c->buf);
             if (nl > start && nl[-1] == '\r') nl--;

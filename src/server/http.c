@@ -13,8 +13,10 @@
  * upload) or when the upload crosses it; JSON nesting above max_json_depth gets 400;
  * headers are bounded by libmicrohttpd's per-connection memory (64 KiB, else 431); open
  * connections by max_conns; a connection idle or stalled for idle_timeout_s is closed,
- * which cancels its job. A stream whose client reads too slowly is cut by the worker
- * (stream_buffer events) and ends with an error event.
+ * which cancels its job. Each connection's kernel send buffer is fixed at send_buffer bytes
+ * (no auto-tuning), so a client that stops reading soon blocks its writes; its tokens then
+ * pile up in the job's ring, and past stream_buffer of them the worker cuts the request (it
+ * ends with an error event).
  *
  * Drain: srv_drain closes the listening socket (libmicrohttpd "quiesce"), /health turns
  * 503, requests arriving on open connections get 503; accepted requests run to the end.
@@ -95,6 +97,7 @@ void srv_params_default(struct srv_params *p)
     p->max_json_depth                 = 64;
     p->keepalive_s                    = 5.0;
     p->stream_buffer                  = 4096;
+    p->send_buffer                    = 64 * 1024;
     p->default_max_tokens_completions = 16;
 }
 
@@ -178,9 +181,11 @@ static bool authorized(struct srv *s, struct MHD_Connection *c)
 
 /* ------------------------------------------------------------------ generation */
 
+/* Finish reasons are counted where they are known: here, except slow clients, which the
+ * worker counts when it cuts them (the connection may stay blocked much longer). */
 static void count_finish(struct srv *s, enum srv_counter c)
 {
-    srv_metrics_add(s->m, c, 1);
+    if (c != SRV_C_FINISH_SLOW) srv_metrics_add(s->m, c, 1);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -473,12 +478,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* Counts connections and bounds each one's kernel send buffer (which also turns off its
+ * auto-tuning), so the bytes a stalled client can leave unsent are bounded. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code)
 {
-    (void)c;
     (void)socket_ctx;
     struct srv *s = cls;
     srv_metrics_connections(s->m, code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    int fd = code == MHD_CONNECTION_NOTIFY_STARTED ? conn_fd(c) : -1;
+    int sz = s->p.send_buffer;
+    if (fd >= 0 && sz > 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) != 0)
+        srv_log(s->p.log, s->p.log_ud, DSV4_LOG_DEBUG, "http: SO_SNDBUF %d: %s", sz, strerror(errno));
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)

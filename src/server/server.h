@@ -63,6 +63,7 @@ struct srv_params {
     int         max_json_depth;  /* nesting of [ and {; deeper gets 400 */
     double      keepalive_s;     /* SSE comment after this long without output */
     int         stream_buffer;   /* token events a stream may have unsent before it is cut */
+    int         send_buffer;     /* kernel send buffer per connection (SO_SNDBUF), bytes */
     int         default_max_tokens_completions; /* /v1/completions without max_tokens */
     dsv4_log_fn log;
     void       *log_ud;

@@ -299,7 +299,10 @@ static void on_event(void *ud, const struct dsv4_sched_event *ev)
     case DSV4_FINISH_DEADLINE: snprintf(msg, sizeof(msg), "the request's deadline passed"); break;
     default: snprintf(msg, sizeof(msg), "the forward pass failed (%s)", dsv4_status_str(ev->status)); break;
     }
-    if (f == SRV_FINISH_SLOW) snprintf(msg, sizeof(msg), "the client did not read the stream fast enough");
+    if (f == SRV_FINISH_SLOW) {
+        snprintf(msg, sizeof(msg), "the client did not read the stream fast enough");
+        srv_metrics_add(w->p.metrics, SRV_C_FINISH_SLOW, 1);
+    }
     pthread_mutex_lock(&j->mu);
     j->n_cached = u->cached_tokens;
     pthread_mutex_unlock(&j->mu);
