@@ -67,6 +67,7 @@ static void usage(FILE *f)
             "  --mem-limit MIB       memory the plan may take (default: available RAM - weights - margin)\n"
             "  --threads N           CPU threads (default all)\n"
             "  --logits-dir DIR      write each request's logits rows to DIR/INDEX.f32 (float32 [n, vocab])\n"
+            "  --timestamps          add each token's time (ms since the start) to the results\n"
             "  --revision current|initial\n");
 }
 
@@ -218,7 +219,7 @@ static void print_plan(const struct dsv4_sched_plan *p)
         fprintf(stderr, "; no memory limit known\n");
 }
 
-static json_t *result_json(const struct breq *r, size_t index, const dsv4_tokenizer *tok)
+static json_t *result_json(const struct breq *r, size_t index, const dsv4_tokenizer *tok, double t0, bool stamps)
 {
     json_t *o = json_object();
     json_object_set_new(o, "index", json_integer((json_int_t)index));
@@ -243,6 +244,12 @@ static json_t *result_json(const struct breq *r, size_t index, const dsv4_tokeni
     json_object_set_new(o, "queue_ms", json_real(r->usage.queue_s * 1e3));
     json_object_set_new(o, "ttft_ms", json_real(r->usage.ttft_s * 1e3));
     json_object_set_new(o, "total_ms", json_real(r->usage.total_s * 1e3));
+    if (stamps) {
+        json_t *ts = json_array();
+        for (int i = 0; i < r->n_out; i++) json_array_append_new(ts, json_real((r->t_tok[i] - t0) * 1e3));
+        json_object_set_new(o, "token_ms", ts);
+        json_object_set_new(o, "submit_ms", json_real((r->t_submit - t0) * 1e3));
+    }
     if (r->n_out > 1) {
         double *gap = malloc(sizeof(double) * (size_t)(r->n_out - 1)), sum = 0;
         for (int i = 1; i < r->n_out; i++) sum += gap[i - 1] = r->t_tok[i] - r->t_tok[i - 1];
@@ -280,7 +287,7 @@ int cmd_batch(int argc, char **argv)
     dsv4_engine_params_default(&ep);
     ep.log    = cli_log_stderr;
     ep.log_ud = "batch";
-    bool ctx_given = false;
+    bool ctx_given = false, stamps = false;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
 #define INT_OPT(name, lo, hi, dst)                                                                                 \
@@ -297,6 +304,8 @@ int cmd_batch(int argc, char **argv)
             if (!(prompts = cli_value("batch", argc, argv, &i))) return 2;
         } else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
             if (!(out_path = cli_value("batch", argc, argv, &i))) return 2;
+        } else if (!strcmp(o, "--timestamps")) {
+            stamps = true;
         } else if (!strcmp(o, "--logits-dir")) {
             if (!(logits_dir = cli_value("batch", argc, argv, &i))) return 2;
         }
@@ -476,7 +485,7 @@ int cmd_batch(int argc, char **argv)
     double  first_tok = 1e300, last_tok = 0;
     for (size_t i = 0; i < n_req; i++) {
         struct breq *r = &req[i];
-        json_t      *o = result_json(r, i, tok);
+        json_t      *o = result_json(r, i, tok, t0, stamps);
         char        *s = json_dumps(o, JSON_COMPACT);
         fprintf(out, "%s\n", s);
         free(s);
