@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -157,6 +158,8 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
     if (pipe(p) != 0) return false;
     pid_t pid = fork();
     if (pid == 0) {
+        /* A test killed by a timeout must not leave its server running. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(p[1], 1);
         close(p[0]);
         close(p[1]);
