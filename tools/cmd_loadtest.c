@@ -203,7 +203,7 @@ static void one_request(struct lt_thread *t, int cls)
             done = true;
             break;
         }
-        json_t *chunk = json_loadb(data, len, 0, NULL);
+        json_t *chunk = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
         if (!chunk) {
             snprintf(what, sizeof(what), "an SSE event that is not JSON: %.100s", data);
             failed = true;

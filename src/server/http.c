@@ -628,6 +628,9 @@ fail_metrics:
 void srv_stop(struct srv *s)
 {
     if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->draining = true; /* nothing new is submitted from here on */
+    pthread_mutex_unlock(&s->mu);
     srv_worker_cancel_all(s->w);
     MHD_stop_daemon(s->d);
     srv_worker_stop(s->w);

@@ -145,7 +145,14 @@ static void value(struct srv_buf *b, double v)
     if (isinf(v)) srv_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
     else if (isnan(v)) srv_buf_puts(b, "NaN");
     else if (v == floor(v) && fabs(v) < 1e15) srv_buf_printf(b, "%.0f", v);
-    else srv_buf_printf(b, "%.17g", v);
+    else {
+        char s[32];
+        for (int prec = 6; prec <= 17; prec++) { /* the shortest text that reads back the same */
+            snprintf(s, sizeof(s), "%.*g", prec, v);
+            if (strtod(s, NULL) == v) break;
+        }
+        srv_buf_puts(b, s);
+    }
 }
 
 static void sample(struct srv_buf *b, const char *name, const char *labels, double v)

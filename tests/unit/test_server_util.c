@@ -220,7 +220,7 @@ int tsrv_stop(struct tsrv *s, int sig, double timeout_s)
 
 static json_t *parse(const char *b)
 {
-    return b ? json_loads(b, 0, NULL) : NULL;
+    return b ? json_loads(b, JSON_ALLOW_NUL, NULL) : NULL;
 }
 
 int tsrv_get(struct tsrv *s, const char *path, json_t **json, char **text)
@@ -379,7 +379,7 @@ int tsrv_stream(struct tsrv *s, const char *path, const char *body, const char *
             out->done = true;
             break;
         }
-        json_t *j = json_loadb(data, len, 0, NULL);
+        json_t *j = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
         if (!j) continue;
         json_array_append_new(out->chunks, j);
         if (json_object_get(j, "error")) out->error = json_incref(json_object_get(j, "error"));
