@@ -198,6 +198,9 @@ struct dsv4_sched_params {
     int    max_batch_tokens;   /* token rows per step (decode rows + prefill chunks), >= max_seqs */
     int    max_prefill_tokens; /* prefill rows per step while some sequence decodes (bounds the
                                   latency a long prompt adds to running streams); 0 = no bound */
+    float  prefill_share;      /* while some sequence decodes, prefill rows may add at most this
+                                  share of a decode-only step's time, as measured while stepping
+                                  (1: inter-token latency up to about 2x); 0 = off */
     int    kv_pages;           /* KV pages in the pool; 0 = max_seqs * ceil(max_ctx / page) */
     int    page_tokens;        /* positions per page; 0 = 256 */
     int    prefix_entries;     /* prefix-cache entries (a page and a snapshot each); 0 = no
@@ -209,9 +212,10 @@ struct dsv4_sched_params {
                                   and a margin */
 };
 
-/* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step, 128 prefill rows
- * per step while decoding, prefix cache on, queue of 256, tiers short <= 512 < medium <=
- * 4096 < long with long limited to a quarter of the sequences (at least one). */
+/* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step; while decoding,
+ * prefill rows of at most 128 and a decode step's time (prefill_share 1); prefix cache on,
+ * queue of 256, tiers short <= 512 < medium <= 4096 < long with long limited to a quarter of
+ * the sequences (at least one). */
 void dsv4_sched_params_default(struct dsv4_sched_params *p);
 
 /* The start-up memory plan, by kind. */

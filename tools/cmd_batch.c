@@ -58,6 +58,8 @@ static void usage(FILE *f)
             "  --ctx N               context per sequence (default: the longest request, at most the model's)\n"
             "  --max-batch-tokens N  token rows per step (default 512)\n"
             "  --max-prefill-tokens N  prefill rows per step while sequences decode (default 128; 0 = no bound)\n"
+            "  --prefill-share F     prefill may add F x a decode step's time while sequences decode\n"
+            "                        (default 1: inter-token latency up to about 2x; 0 = off)\n"
             "  --kv-pages N          KV pages (default: enough for every sequence at full context)\n"
             "  --page-tokens N       positions per KV page (default 256)\n"
             "  --prefix-entries N    prefix-cache entries (default 4 per sequence; 0 = off)\n"
@@ -321,6 +323,10 @@ int cmd_batch(int argc, char **argv)
             if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, 1, 1 << 30, &iv)) return 2;
             sp.max_ctx = (int)iv;
             ctx_given  = true;
+        } else if (!strcmp(o, "--prefill-share")) {
+            double fv;
+            if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_float("batch", o, v, 0, 1000, &fv)) return 2;
+            sp.prefill_share = (float)fv;
         } else if (!strcmp(o, "--mem-limit")) {
             if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, 1, 1LL << 40, &iv)) return 2;
             sp.mem_limit = (size_t)iv << 20;

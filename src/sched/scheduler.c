@@ -13,8 +13,10 @@
  *      memory is short admission stops, so a large request is not overtaken forever;
  *   4. the batch: every decoding sequence gets its row (decode is never starved), then
  *      prefilling sequences, oldest first, get chunks from what is left of max_batch_tokens,
- *      at most max_prefill_tokens in all while anything decodes (the bound on the latency a
- *      long prompt adds to running streams). With the prefix cache on, a chunk ends at the
+ *      while anything decodes at most max_prefill_tokens in all and at most what fits in
+ *      prefill_share of a decode step's time (the bound on the latency a long prompt adds to
+ *      running streams; the cost of a decode step and of one prefill row are measured as
+ *      the steps run, as moving averages). With the prefix cache on, a chunk ends at the
  *      next page boundary, where the state is snapshotted;
  *   5. pages for the batch: when the pool runs dry (after evicting cache entries), the newest
  *      running sequence is preempted - its slot and pages freed, the request put back at the
@@ -88,6 +90,8 @@ struct dsv4_sched {
     struct rq                *wait_head, *wait_tail;
     int                       n_waiting;
     struct dsv4_sched_metrics acc;     /* stepper's counters */
+    double                    t_decode; /* moving average: seconds of a decode-only step */
+    double                    t_row;    /* moving average: seconds one prefill row adds (< 0: unknown) */
 
     pthread_mutex_t           mu;
     pthread_cond_t            cv;      /* signalled on submission (mu) */
@@ -129,6 +133,7 @@ void dsv4_sched_params_default(struct dsv4_sched_params *p)
     p->max_seqs           = 8;
     p->max_batch_tokens   = 512;
     p->max_prefill_tokens = 128;
+    p->prefill_share      = 1.0f;
     p->prefix_entries     = -1;
     p->max_queue          = 256;
     p->tier_tokens[0]     = 512;
@@ -151,6 +156,8 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
                             p->max_seqs);
     if (p->max_prefill_tokens < 0)
         return dsv4_err_set(err, DSV4_EINVAL, "max_prefill_tokens %d is negative", p->max_prefill_tokens);
+    if (!(p->prefill_share >= 0) || p->prefill_share > 1000)
+        return dsv4_err_set(err, DSV4_EINVAL, "prefill_share %g outside [0, 1000]", (double)p->prefill_share);
     if (p->page_tokens == 0) p->page_tokens = DSV4_KV_PAGE_TOKENS;
     if (!dsv4_kv_page_tokens_ok(&m->cfg, p->page_tokens))
         return dsv4_err_set(err, DSV4_EINVAL, "page size %d is not a power of two that every compression ratio divides",
@@ -313,6 +320,7 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    s->t_row           = -1;
     s->pub.slots_total = p->max_seqs;
     s->pub.pages_total = s->pub.pages_free = p->kv_pages;
     *out = s;
@@ -658,6 +666,28 @@ static void admit(dsv4_sched *s, double t)
     }
 }
 
+/* Prefill rows allowed next to decode rows: max_prefill_tokens, and what prefill_share of a
+ * decode step's time buys at the measured cost per row (a few rows until it is measured). */
+static int prefill_cap(const dsv4_sched *s)
+{
+    int cap = s->p.max_prefill_tokens > 0 ? s->p.max_prefill_tokens : s->p.max_batch_tokens;
+    if (s->p.prefill_share <= 0) return cap;
+    if (s->t_decode <= 0 || s->t_row < 0) return min_i(cap, 8);
+    double fit = s->t_row > 0 ? (double)s->p.prefill_share * s->t_decode / s->t_row : cap;
+    return fit < 1 ? 1 : fit < cap ? (int)fit : cap;
+}
+
+/* Updates the step-cost averages from one step of n_decode decode rows and n_prefill rows. */
+static void note_step_time(dsv4_sched *s, int n_decode, int n_prefill, double dt)
+{
+    const double a = 0.25; /* weight of the newest step */
+    if (n_decode && !n_prefill) s->t_decode = s->t_decode > 0 ? (1 - a) * s->t_decode + a * dt : dt;
+    else if (n_decode && n_prefill && s->t_decode > 0) {
+        double row = (dt > s->t_decode ? dt - s->t_decode : 0) / n_prefill;
+        s->t_row   = s->t_row >= 0 ? (1 - a) * s->t_row + a * row : row;
+    }
+}
+
 /* A sequence is decoding when exactly one known token remains to feed after it has sampled. */
 static bool is_decoding(const dsv4_sched *s, const struct rq *r)
 {
@@ -679,7 +709,7 @@ static int plan_batch(dsv4_sched *s)
         }
     }
     int budget = s->p.max_batch_tokens - n_decode;
-    if (n_decode && s->p.max_prefill_tokens > 0) budget = min_i(budget, s->p.max_prefill_tokens);
+    if (n_decode) budget = min_i(budget, prefill_cap(s));
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct rq *r = s->running[i];
         if (r->chunk) continue;
@@ -772,7 +802,7 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
         return DSV4_OK;
     }
     size_t V = (size_t)s->m->cfg.vocab_size;
-    int    n_logits = 0;
+    int    n_logits = 0, n_dec = 0, n_pre = 0;
     for (int i = 0; i < n; i++) {
         struct rq             *r  = s->cand[i];
         struct dsv4_seq_state *st = &s->kv.seq[r->slot];
@@ -781,9 +811,12 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
                                           .n_logits = r->logits ? 1 : 0,
                                           .logits = r->logits ? s->logits + (size_t)n_logits * V : NULL };
         n_logits += r->logits;
-        if (is_decoding(s, r)) s->acc.decode_tokens++;
-        else s->acc.prefill_tokens += (uint64_t)r->chunk;
+        if (is_decoding(s, r)) n_dec++;
+        else n_pre += r->chunk;
     }
+    s->acc.decode_tokens += (uint64_t)n_dec;
+    s->acc.prefill_tokens += (uint64_t)n_pre;
+    double tf = now_s();
     dsv4_alloc_guard_enter();
     int rc = dsv4_forward(s->m, &s->step, s->fs, n, err);
     if (rc == DSV4_OK)
@@ -797,6 +830,7 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
         return rc;
     }
     double t1 = now_s();
+    note_step_time(s, n_dec, n_pre, t1 - tf);
     for (int i = 0; i < n; i++) {
         struct rq *r = s->cand[i];
         dsv4_kv_prefix_publish(&s->kv, r->slot, r->tok);

@@ -98,6 +98,7 @@ static struct dsv4_sched_params small_params(int max_seqs)
     p.max_batch_tokens = 64;
     p.page_tokens      = 16;
     p.mem_limit        = (size_t)1 << 30;
+    p.prefill_share    = 0; /* batches independent of timing (one test turns it on) */
     return p;
 }
 
@@ -217,6 +218,9 @@ static void test_batch_invariance(struct test_ctx *t)
     p.max_prefill_tokens = 3; /* small prefill chunks next to decode rows */
     check_batch(t, &f, &p, "prefill chunks of 3", NULL);
     p.max_prefill_tokens = 0;
+    p.prefill_share      = 0.05f; /* chunks sized from the measured step times */
+    check_batch(t, &f, &p, "prefill by time share", NULL);
+    p.prefill_share      = 0;
     p.max_batch_tokens   = 13; /* chunks cut by the step budget */
     check_batch(t, &f, &p, "13 rows per step", NULL);
     /* the same through the session API: prefill, then one token at a time */
