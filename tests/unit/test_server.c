@@ -681,6 +681,39 @@ static void test_slow_client(struct test_ctx *t)
     CHECK(tsrv_stop(&s, SIGTERM, 10) == 0);
 }
 
+/* A connection that stalls mid-request is closed after --idle-timeout; a model directory
+ * that cannot load ends the process with status 1 and the reason. */
+static void test_timeouts_and_load_failure(struct test_ctx *t)
+{
+    if (!model_dir(t)) return;
+    struct tsrv s;
+    if (tsrv_start(t, &s, g_dir, "--idle-timeout 1")) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+        const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+        CHECK(send(fd, part, strlen(part), 0) == (ssize_t)strlen(part));
+        /* closed within a few seconds (libmicrohttpd may answer something first) */
+        bool closed = false;
+        for (int i = 0; i < 10 && !closed; i++) {
+            struct pollfd p = { .fd = fd, .events = POLLIN };
+            char          buf[512];
+            if (poll(&p, 1, 1000) == 1) closed = recv(fd, buf, sizeof(buf), 0) <= 0;
+        }
+        CHECKF(closed, "the stalled connection was not closed");
+        close(fd);
+        CHECK(tsrv_get(&s, "/health", NULL, NULL) == 200);
+        CHECK(tsrv_stop(&s, SIGTERM, 10) == 0);
+    }
+    const char *bin = getenv("DSV4_BIN");
+    char        cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s serve -m '%s/no-such-model' --port 0", bin ? bin : "dsv4", t->tmpdir);
+    int st = test_run(cmd, &out);
+    CHECKF(st == 1 && out && strstr(out, "no-such-model"), "load failure: status %d, %s", st, out ? out : "");
+    free(out);
+}
+
 /* ------------------------------------------------------------------ drain */
 
 struct drain_arg {
@@ -810,6 +843,7 @@ const struct test_case test_group_server[] = {
     { "queue_full_and_keepalive", test_queue_full_and_keepalive },
     { "disconnect_frees", test_disconnect_frees },
     { "slow_client", test_slow_client },
+    { "timeouts_and_load_failure", test_timeouts_and_load_failure },
     { "sigterm_drain", test_sigterm_drain },
     { "openai_client", test_openai_client },
     { "clean_exit", test_clean_exit },
