@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "  --max-queue N          accepted requests that may wait; more get 429 (default 64)\n"
             "  --max-batch-tokens N   token rows per step: decode rows + prefill chunks (default 512)\n"
             "  --max-prefill-tokens N prefill rows per step while others decode (default 128, 0 = no bound)\n"
+            "  --prefill-share F      prefill time per step, as a share of a decode step (default 1, 0 = off)\n"
             "  --kv-pages N           KV pages of 256 positions (default: every sequence at full context)\n"
             "  --prefix-cache N       prefix-cache entries (default 4 per sequence, 0 = off)\n"
             "  --tier-tokens A,B      prompts up to A tokens are short, up to B medium, longer long (512,4096)\n"
@@ -116,6 +117,9 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "dsv4 serve: --tier-tokens wants A,B with 1 <= A <= B\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--prefill-share")) {
+            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0, 1000, &fv)) return 2;
+            p.prefill_share = (float)fv;
         } else if (!strcmp(a, "--mem-limit")) {
             if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_int("serve", a, v, 1, 1LL << 30, &iv)) return 2;
             p.mem_limit = (size_t)iv << 20;

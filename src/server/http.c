@@ -88,6 +88,7 @@ void srv_params_default(struct srv_params *p)
     p->ctx                            = 4096;
     p->max_queue                      = 64;
     p->max_prefill_tokens             = -1;
+    p->prefill_share                  = -1;
     p->prefix_entries                 = -2;
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
@@ -583,6 +584,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .max_queue     = p->max_queue,
         .max_batch_tokens   = p->max_batch_tokens,
         .max_prefill_tokens = p->max_prefill_tokens,
+        .prefill_share      = p->prefill_share,
         .kv_pages           = p->kv_pages,
         .prefix_entries     = p->prefix_entries,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },

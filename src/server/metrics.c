@@ -273,6 +273,9 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     sample(&b, "dsv4_prefix_cache_entries", NULL, sm->prefix_entries);
     head(&b, "dsv4_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV pages.");
     sample(&b, "dsv4_preemptions_total", NULL, (double)sm->preemptions);
+    head(&b, "dsv4_batch_rows_total", "counter", "Token rows run by scheduler steps, by kind.");
+    sample(&b, "dsv4_batch_rows_total", "kind=\"prefill\"", (double)sm->prefill_tokens);
+    sample(&b, "dsv4_batch_rows_total", "kind=\"decode\"", (double)sm->decode_tokens);
     head(&b, "dsv4_steps_total", "counter", "Scheduler steps (batched forward passes).");
     sample(&b, "dsv4_steps_total", NULL, (double)sm->steps);
     head(&b, "dsv4_step_busy_seconds_total", "counter", "Time spent in scheduler steps.");

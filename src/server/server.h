@@ -52,6 +52,7 @@ struct srv_params {
     int         max_queue;       /* accepted requests waiting for a sequence; more get 429 */
     int         max_batch_tokens;   /* token rows per step, 0 = the scheduler's default */
     int         max_prefill_tokens; /* prefill rows per step while decoding, -1 = default, 0 = no bound */
+    float       prefill_share;   /* prefill time next to decode, share of a decode step; < 0 = default, 0 = off */
     int         kv_pages;        /* KV pages, 0 = enough for every sequence at full context */
     int         prefix_entries;  /* prefix-cache entries, -2 = default, 0 = off */
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
@@ -178,6 +179,7 @@ struct srv_worker_params {
     const char         *model_dir;
     int                 max_seqs, ctx, max_queue, n_threads;
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
+    float               prefill_share;
     size_t              mem_limit;
     struct srv_metrics *metrics;
     dsv4_log_fn        log;

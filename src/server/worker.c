@@ -214,6 +214,7 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     if (w->p.max_batch_tokens) sp.max_batch_tokens = w->p.max_batch_tokens;
     if (sp.max_batch_tokens < sp.max_seqs) sp.max_batch_tokens = sp.max_seqs;
     if (w->p.max_prefill_tokens >= 0) sp.max_prefill_tokens = w->p.max_prefill_tokens;
+    if (w->p.prefill_share >= 0) sp.prefill_share = w->p.prefill_share;
     if (w->p.kv_pages) sp.kv_pages = w->p.kv_pages;
     if (w->p.prefix_entries != -2) sp.prefix_entries = w->p.prefix_entries;
     if (w->p.mem_limit) sp.mem_limit = w->p.mem_limit;
