@@ -123,7 +123,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
                "                  [--chunk N] [--csv FILE]\n"
-               "       dsv4 bench --gemm M,N,K[:M,N,K...]   FP8 projection GEMMs alone: M tokens, N outputs, K inputs\n");
+               "       dsv4 bench --gemm M,N,K[,fp8|fp4|bf16][:...]   one projection alone: M tokens, N outputs, K inputs\n");
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
@@ -135,20 +135,34 @@ static int bench_gemm(const char *spec)
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
-    printf("backend %s, %d threads\n%8s %8s %8s %10s %10s\n", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
-           cpu->n_threads, "M", "N", "K", "ms", "GFLOP/s");
+    printf("backend %s, %d threads\n%8s %8s %8s %5s %10s %10s %10s\n", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
+           cpu->n_threads, "M", "N", "K", "fmt", "ms", "GFLOP/s", "weight GB/s");
     int rc = 0;
     for (const char *p = spec; *p && rc == 0;) {
-        int M, N, K, used = 0;
+        int  M, N, K, used = 0;
+        char fmt[8] = "fp8";
         if (sscanf(p, "%d,%d,%d%n", &M, &N, &K, &used) != 3 || M < 1 || N < 1 || K < 128 || K % 128 || M > 65536 ||
             N > 1 << 20 || K > 1 << 16) {
-            fprintf(stderr, "dsv4 bench: --gemm wants M,N,K with K a multiple of 128 (got '%s')\n", p);
+            fprintf(stderr, "dsv4 bench: --gemm wants M,N,K[,fp8|fp4|bf16] with K a multiple of 128 (got '%s')\n", p);
             rc = 2;
             break;
         }
         p += used;
+        if (*p == ',') {
+            int n = 0;
+            if (sscanf(p, ",%7[a-z0-9]%n", fmt, &n) != 1 || (strcmp(fmt, "fp8") && strcmp(fmt, "fp4") && strcmp(fmt, "bf16"))) {
+                fprintf(stderr, "dsv4 bench: --gemm format must be fp8, fp4 or bf16 (got '%s')\n", p + 1);
+                rc = 2;
+                break;
+            }
+            p += n;
+        }
         if (*p == ':') p++;
-        size_t   nw = (size_t)N * (size_t)K, ns = (size_t)((N + 127) / 128) * (size_t)(K / 128);
+        enum dsv4_wfmt wf = !strcmp(fmt, "fp4") ? DSV4_WFMT_FP4 : !strcmp(fmt, "bf16") ? DSV4_WFMT_BF16 : DSV4_WFMT_FP8;
+        /* bytes of weights and of scales: FP8 e4m3 + 128x128 e8m0, FP4 packed + per-32 e8m0 */
+        size_t nw = wf == DSV4_WFMT_FP4 ? (size_t)N * (size_t)K / 2 : (size_t)N * (size_t)K * (wf == DSV4_WFMT_BF16 ? 2 : 1);
+        size_t ns = wf == DSV4_WFMT_FP4 ? (size_t)N * (size_t)(K / 32)
+                  : wf == DSV4_WFMT_FP8 ? (size_t)((N + 127) / 128) * (size_t)(K / 128) : 1;
         uint8_t *w = malloc(nw), *sc = malloc(ns);
         float   *x = malloc(sizeof(float) * (size_t)M * (size_t)K), *y = malloc(sizeof(float) * (size_t)M * (size_t)N);
         size_t   slen    = (size_t)M * (size_t)K + (size_t)cpu->n_threads * 64 * (size_t)K + 1024; /* panels: generous */
@@ -160,21 +174,26 @@ static int bench_gemm(const char *spec)
             unsigned long long r = 7;
             for (size_t i = 0; i < nw; i++) {
                 r    = r * 6364136223846793005ull + 1442695040888963407ull;
-                w[i] = (uint8_t)((r >> 40) & 0x77);
+                w[i] = (uint8_t)((r >> 40) & 0x77); /* e4m3 of modest size; FP4: two codes; bf16: small values */
             }
+            if (wf == DSV4_WFMT_BF16)
+                for (size_t i = 1; i < nw; i += 2) w[i] = (uint8_t)(0x3c + (w[i] & 1));
             memset(sc, 120, ns);
             for (size_t i = 0; i < (size_t)M * (size_t)K; i++) x[i] = dsv4_round_bf16((float)((i * 2654435761u) % 1000) / 500.0f - 1);
-            struct dsv4_linear  l  = { .fmt = DSV4_WFMT_FP8, .n_out = N, .n_in = K, .w = w, .scale = sc };
+            struct dsv4_linear  l  = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc };
+            enum dsv4_act       act = wf == DSV4_WFMT_BF16 ? DSV4_ACT_NONE : DSV4_ACT_FP8;
             struct dsv4_backend be = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = slen };
-            be.ops->linear(&be, &l, M, x, K, y, N, DSV4_ACT_FP8, DSV4_OUT_BF16); /* warm up */
-            double best = 1e30;
-            for (int rep = 0; rep < 3; rep++) {
+            be.ops->linear(&be, &l, M, x, K, y, N, act, DSV4_OUT_BF16); /* warm up */
+            double best = 1e30, spent = 0;
+            for (int rep = 0; rep < 3 || (spent < 0.3 && rep < 1000); rep++) {
                 double t0 = cli_now();
-                be.ops->linear(&be, &l, M, x, K, y, N, DSV4_ACT_FP8, DSV4_OUT_BF16);
+                be.ops->linear(&be, &l, M, x, K, y, N, act, DSV4_OUT_BF16);
                 double t = cli_now() - t0;
                 if (t < best) best = t;
+                spent += t;
             }
-            printf("%8d %8d %8d %10.2f %10.1f\n", M, N, K, best * 1e3, 2.0 * M * N * (double)K / best / 1e9);
+            printf("%8d %8d %8d %5s %10.3f %10.1f %10.1f\n", M, N, K, fmt, best * 1e3, 2.0 * M * N * (double)K / best / 1e9,
+                   (double)(nw + ns) / best / 1e9);
         }
         free(w);
         free(sc);

@@ -163,11 +163,13 @@ static void test_projection_kernels(struct test_ctx *t)
                 f(&r.l, 0, O, nt, xb, K, y, O);
                 check_dot(t, k->name, &r.l, 0, O, nt, x, y);
             }
-            /* the prefill GEMM path: panels of 16 rows, odd row ranges, a row offset */
+            /* the prefill GEMM path: panels, token blocks, odd row ranges, a row offset; and
+             * bit for bit what the GEMV kernel gives each row (chunk and batch invariance) */
             if (!r.l.scale_f32 && K % 32 == 0) {
-                int    ntg = 21;
+                int    ntg = 29;
                 float *xg  = malloc(sizeof(float) * (size_t)ntg * K), *yg = malloc(sizeof(float) * (size_t)ntg * O);
-                uint16_t *xgb = malloc(2 * (size_t)ntg * K), *panel = malloc(2 * 16 * (size_t)K);
+                float *yv  = malloc(sizeof(float) * (size_t)ntg * O);
+                uint16_t *xgb = malloc(2 * (size_t)ntg * K), *panel = malloc(2 * DSV4_GEMM_PANEL * (size_t)K);
                 for (int i = 0; i < ntg * K; i++) {
                     xg[i]  = dsv4_round_bf16(test_rand_f32(&seed) * 2.0f);
                     xgb[i] = dsv4_bf16_from_f32(xg[i]);
@@ -176,6 +178,10 @@ static void test_projection_kernels(struct test_ctx *t)
                 int o0 = O > 2 ? 1 : 0;
                 k->gemmb(&r.l, o0, O, ntg, xgb, K, yg, O, panel);
                 check_dot(t, "gemmb", &r.l, o0, O, ntg, xg, yg);
+                memcpy(yv, yg, sizeof(float) * (size_t)ntg * O);
+                f(&r.l, o0, O, ntg, xgb, K, yv, O);
+                CHECKF(memcmp(yv, yg, sizeof(float) * (size_t)ntg * O) == 0, "%s %s %dx%d: GEMM and GEMV differ in bits",
+                       k->name, dsv4_wfmt_name(r.l.fmt), O, K);
                 if (view.row_off) {
                     memset(yg, 0, sizeof(float) * (size_t)ntg * O);
                     k->gemmb(&view, 0, view.n_out, ntg, xgb, K, yg, view.n_out, panel);
@@ -183,6 +189,7 @@ static void test_projection_kernels(struct test_ctx *t)
                 }
                 free(xg);
                 free(yg);
+                free(yv);
                 free(xgb);
                 free(panel);
             }
@@ -370,38 +377,87 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
     dsv4_cpu_free(cpu);
 }
 
-/* The fast activation quantiser (via fast linear on an identity-like FP8 weight would be
- * indirect): exercised through fast vs reference linear above; here its rounding rule on
- * many values against the exact codec. */
+/* The activation quantiser of every level against the exact codec (dsv4_e4m3_from_f32,
+ * tested exhaustively): through fast linear on a 128 x 128 FP8 identity (y = the quantised
+ * x exactly, several rows at once so the rows are quantised in parallel), and the bf16
+ * levels' row quantiser directly on awkward lengths (partial last blocks). */
+static void quant_ref_row(const float *x, int n, float *q)
+{
+    for (int b = 0; b < n; b += 128) {
+        int   e    = b + 128 < n ? b + 128 : n;
+        float amax = 0;
+        for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
+        float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
+        for (int k = b; k < e; k++) q[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(x[k] / s)) * s;
+    }
+}
+
+static void fill_quant_input(unsigned long long *seed, float *x, int n)
+{
+    float mag = ldexpf(1.0f, (int)(test_rand_u64(seed) % 40) - 25);
+    for (int i = 0; i < n; i++) x[i] = dsv4_round_bf16(test_rand_f32(seed) * mag * (i % 9 == 0 ? 1e-3f : 1.0f));
+    /* exact ties of the rounding rule and the edges of the code range */
+    if (n > 3) {
+        float s = dsv4_act_scale(fabsf(x[0]) > 1e-30f ? fabsf(x[0]) : 1, 448.0f, 1e-4f);
+        x[1] = 1.0625f * s; /* halfway between e4m3 1.0 and 1.125 */
+        x[2] = -0x1.8p-9f * s; /* halfway between the two smallest subnormals */
+        x[3] = 460.0f * s;
+    }
+}
+
 static void test_fast_quantiser(struct test_ctx *t)
 {
-    struct dsv4_err  err;
-    struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create_at(&cpu, DSV4_CPU_SCALAR, false, 1, &err)) {
-        CHECKF(0, "%s", err.msg);
-        return;
-    }
-    /* a 128 x 128 FP8 identity times 1: y = quantised x exactly */
-    struct rand_lin r;
-    make_lin(&r, DSV4_WFMT_FP8, 128, 128, false, 3);
-    memset(r.w, 0, 128 * 128);
-    for (int i = 0; i < 128; i++) r.w[i * 128 + i] = 0x38; /* e4m3 1.0 */
-    r.s[0] = 127;
-    size_t             sc = 1 << 16;
-    float             *scratch = malloc(sizeof(float) * sc), x[128], y1[128], y2[128];
-    struct dsv4_backend fast = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
-    struct dsv4_backend ref  = { .ops = &dsv4_cpu_ref_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
+    enum { NT = 5 };
     unsigned long long seed = 31;
-    for (int it = 0; it < 2000; it++) {
-        float mag = ldexpf(1.0f, (int)(test_rand_u64(&seed) % 40) - 25);
-        for (int i = 0; i < 128; i++) x[i] = dsv4_round_bf16(test_rand_f32(&seed) * mag * (i % 9 == 0 ? 1e-3f : 1.0f));
-        fast.ops->linear(&fast, &r.l, 1, x, 128, y1, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
-        ref.ops->linear(&ref, &r.l, 1, x, 128, y2, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
-        CHECKF(memcmp(y1, y2, sizeof(y1)) == 0, "quantised activations differ (iteration %d)", it);
+    for (int lvl = DSV4_CPU_SCALAR; lvl <= (int)dsv4_cpu_detect(); lvl++) {
+        struct dsv4_err  err;
+        struct dsv4_cpu *cpu;
+        if (dsv4_cpu_create_at(&cpu, (enum dsv4_cpu_level)lvl, false, 2, &err)) {
+            CHECKF(0, "%s", err.msg);
+            return;
+        }
+        struct rand_lin r;
+        make_lin(&r, DSV4_WFMT_FP8, 128, 128, false, 3);
+        memset(r.w, 0, 128 * 128);
+        for (int i = 0; i < 128; i++) r.w[i * 128 + i] = 0x38; /* e4m3 1.0 */
+        r.s[0] = 127;
+        size_t              sc      = 1 << 16;
+        float              *scratch = malloc(sizeof(float) * sc), x[NT * 128], y[NT * 128], q[NT * 128];
+        struct dsv4_backend fast    = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
+        int                 bad     = 0;
+        for (int it = 0; it < 400 && !bad; it++) {
+            for (int row = 0; row < NT; row++) fill_quant_input(&seed, x + row * 128, 128);
+            fast.ops->linear(&fast, &r.l, NT, x, 128, y, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
+            for (int row = 0; row < NT; row++) quant_ref_row(x + row * 128, 128, q + row * 128);
+            for (int i = 0; i < NT * 128; i++) bad |= y[i] != q[i]; /* the sum turns -0 into +0 */
+            CHECKF(!bad, "%s: quantised activations differ (iteration %d)", dsv4_cpu_level_name(cpu->level), it);
+        }
+        if (cpu->kb) {
+            static const int lens[] = { 1, 3, 15, 16, 17, 100, 127, 128, 129, 255, 300, 1024 };
+            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+                int      n  = lens[li];
+                float   *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
+                uint16_t *b = malloc(2 * (size_t)n + 64);
+                fill_quant_input(&seed, xa, n);
+                if (n > 5) xa[5] = NAN; /* a NaN neither sets the scale nor crashes (448 like the codec path) */
+                quant_ref_row(xa, n, qa);
+                b[n] = 0xbeef;
+                cpu->kb->quant_bf16(xa, n, b);
+                int diff = -1;
+                for (int i = 0; i < n && diff < 0; i++)
+                    if (i != 5 && dsv4_bf16_from_f32(qa[i]) != b[i]) diff = i;
+                CHECKF(diff < 0, "%s quant_bf16 n=%d: element %d is 0x%04x, codec gives 0x%04x", cpu->kb->name, n, diff,
+                       diff < 0 ? 0 : b[diff], diff < 0 ? 0 : dsv4_bf16_from_f32(qa[diff]));
+                CHECKF(b[n] == 0xbeef, "quant_bf16 n=%d wrote past the row", n);
+                free(xa);
+                free(qa);
+                free(b);
+            }
+        }
+        free(scratch);
+        free_lin(&r);
+        dsv4_cpu_free(cpu);
     }
-    free(scratch);
-    free_lin(&r);
-    dsv4_cpu_free(cpu);
 }
 
 struct cover {

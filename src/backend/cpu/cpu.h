@@ -48,15 +48,22 @@ struct dsv4_kernels {
     void (*dotb_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
     void (*dotb_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
     void (*to_bf16)(const float *x, int n, uint16_t *out);
+    /* Activation quantisation of one row straight to bf16: e4m3 per block of 128 with a
+     * power-of-two scale (dsv4_act_scale), the dequantised values written as bf16 (exact). */
+    void (*quant_bf16)(const float *x, int n, uint16_t *out);
     /* f32 helpers for attention and small ops */
     float (*vdot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     /* Prefill (many tokens): rows [o0, o1) against nt bf16 token rows, weights dequantised
-     * panel by panel into `panel` (per-thread scratch, 16 * n_in uint16). Only for e8m0
+     * panel by panel into `panel` (per-thread scratch, DSV4_GEMM_PANEL * n_in uint16). Only for e8m0
      * scales and n_in % 32 == 0; NULL when the level has none. */
     void (*gemmb)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                   uint16_t *panel);
 };
+
+/* Rows of a prefill GEMM panel: each panel is dequantised once and swept by every token, so
+ * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */
+enum { DSV4_GEMM_PANEL = 32 };
 
 extern const struct dsv4_kernels dsv4_kernels_scalar;
 extern const struct dsv4_kernels dsv4_kernels_avx2;

@@ -36,11 +36,11 @@ static int max_in(const struct dsv4_config *c)
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
 {
     /* the MTP block projects hc streams per row (h_proj); the grouped experts hold every
-     * (token, expert) pair; GEMM panels: 16 rows of bf16 per thread */
+     * (token, expert) pair; GEMM panels: DSV4_GEMM_PANEL rows of bf16 per thread */
     size_t rows  = (size_t)max_rows * (size_t)c->hc;
     size_t pairs = (size_t)max_rows * (size_t)c->n_exp_used;
     if (pairs > rows) rows = pairs;
-    size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * 8 * (size_t)max_in(c) + 64;
+    size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
     size_t attn = (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
     return x + attn;
 }
@@ -114,20 +114,63 @@ static inline float e4m3_round(float v)
     return copysignf(fminf(r, 448.0f), v);
 }
 
-/* Quantises x rows to e4m3 per 128 and writes the dequantised (exact) values. */
-static void quantise_rows(const float *x, int ldx, int n_tok, int n_in, float *xq)
+/* Quantises one row to e4m3 per 128 and writes the dequantised (exact) values. */
+static void quantise_row(const float *xr, int n_in, float *qr)
 {
-    for (int t = 0; t < n_tok; t++) {
-        const float *xr = x + (size_t)t * (size_t)ldx;
-        float       *qr = xq + (size_t)t * (size_t)n_in;
-        for (int b = 0; b < n_in; b += 128) {
-            int   e    = b + 128 < n_in ? b + 128 : n_in;
-            float amax = 0;
-            for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(xr[k]));
-            float s = dsv4_act_scale(amax, 448.0f, 1e-4f), inv = 1.0f / s; /* s is a power of two */
-            for (int k = b; k < e; k++) qr[k] = e4m3_round(xr[k] * inv) * s;
+    for (int b = 0; b < n_in; b += 128) {
+        int   e    = b + 128 < n_in ? b + 128 : n_in;
+        float amax = 0;
+        for (int k = b; k < e; k++) {
+            float a = fabsf(xr[k]);
+            amax    = a > amax ? a : amax; /* fmaxf's rule (a NaN leaves amax), without the libm call */
+        }
+        float s = dsv4_act_scale(amax, 448.0f, 1e-4f), inv = 1.0f / s; /* s is a power of two */
+        for (int k = b; k < e; k++) qr[k] = e4m3_round(xr[k] * inv) * s;
+    }
+}
+
+/*
+ * Activations of a projection as its kernels read them, rows in parallel: quantised to
+ * e4m3 per 128 (FP8/FP4 weights) or as they are, as f32 rows into xq or, on the bf16
+ * levels, straight to bf16 rows into xb. x is never the scratch these are written to.
+ */
+struct prep_job {
+    const struct dsv4_kernels *kb;
+    const float               *x;
+    int                        ldx, K;
+    bool                       quant;
+    float                     *xq;
+    uint16_t                  *xb;
+};
+
+static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    (void)tid;
+    const struct prep_job *J = ctx;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = J->x + (size_t)t * (size_t)J->ldx;
+        if (J->xb) {
+            uint16_t *br = J->xb + (size_t)t * (size_t)J->K;
+            if (J->quant) J->kb->quant_bf16(xr, J->K, br);
+            else J->kb->to_bf16(xr, J->K, br);
+        } else {
+            float *qr = J->xq + (size_t)t * (size_t)J->K;
+            if (J->quant) quantise_row(xr, J->K, qr);
+            else memcpy(qr, xr, sizeof(float) * (size_t)J->K);
         }
     }
+}
+
+/* n rows of x into xq (the start of the scratch): bf16 when kb is given (*xb set), else f32
+ * (*xb NULL). */
+static void prepare_rows(struct dsv4_cpu *cpu, const struct dsv4_kernels *kb, const float *x, int ldx, int n, int K,
+                         bool quant, float *xq, uint16_t **xb)
+{
+    struct prep_job J = { .kb = kb, .x = x, .ldx = ldx, .K = K, .quant = quant, .xq = xq,
+                          .xb = kb ? (uint16_t *)(void *)xq : NULL };
+    /* about 8 KiB of input a thread at least: the split costs more below that */
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 2048 / K, prep_rows, &J);
+    *xb = J.xb;
 }
 
 static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
@@ -137,29 +180,28 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
     struct lin_job   j   = { .k = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out };
     float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
     DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)w->n_in);
-    if (act == DSV4_ACT_FP8) {
-        quantise_rows(x, ldx, n_tok, w->n_in, xq);
+    bool bf = cpu->kb && w->fmt != DSV4_WFMT_F32;
+    if (act == DSV4_ACT_FP8 || bf) {
+        /* an F32 projection on a bf16 level reads f32 activations (quantised or not) */
+        uint16_t *xb;
+        prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8, xq, &xb);
         j.x   = xq;
         j.ldx = w->n_in;
+        if (xb) {
+            j.k  = cpu->kb;
+            j.xb = xb;
+        }
     }
-    if (cpu->kb && w->fmt != DSV4_WFMT_F32) {
-        /* bf16 activations (exact copies) for the VDPBF16PS kernels; converted in place
-         * when quantised (the bf16 array never overtakes the f32 one it is read from) */
-        uint16_t *xb = (uint16_t *)(void *)xq;
-        for (int t = 0; t < n_tok; t++)
-            cpu->kb->to_bf16(j.x + (size_t)t * (size_t)j.ldx, w->n_in, xb + (size_t)t * (size_t)w->n_in);
-        j.k   = cpu->kb;
-        j.xb  = xb;
-        j.ldx = w->n_in;
+    if (bf) {
         /* many tokens: dequantise weight panels once and sweep them with every token */
         if (n_tok >= GEMM_MIN_TOKENS && cpu->kb->gemmb && !w->scale_f32 && w->n_in % 32 == 0) {
-            j.panel_len = (size_t)16 * (size_t)w->n_in;
+            j.panel_len = (size_t)DSV4_GEMM_PANEL * (size_t)w->n_in;
             size_t off  = ((size_t)n_tok * (size_t)w->n_in + 31) / 2 + 16; /* floats after the bf16 x */
             DSV4_ASSERT(be->scratch_len >= off + (size_t)cpu->n_threads * j.panel_len / 2 + 16);
             j.panels = (uint16_t *)(void *)(be->scratch + off);
         }
     }
-    dsv4_pool_for(cpu->pool, w->n_out, j.panels ? 16 : 4, 16, lin_rows, &j);
+    dsv4_pool_for(cpu->pool, w->n_out, j.panels ? DSV4_GEMM_PANEL : 4, 16, lin_rows, &j);
 }
 
 /* ------------------------------------------------------------------ grouped experts */
@@ -235,18 +277,32 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
     }
 }
 
-/* Activations of K-wide rows for the kernels: quantised (FP8/FP4 weights) or as they are,
- * as f32 into xq or as bf16 into xb (in place over xq when converting). */
-static void prepare_rows(struct dsv4_cpu *cpu, const float *x, int n, int K, bool quant, float *xq, uint16_t **xb)
+
+/* Phase 2 of the grouped experts, pairs in parallel: g[p] = bf16(w[p] * silu(min(g, limit))
+ * * clamp(v, limit)), the reference expert's rounding points. */
+struct swiglu_job {
+    float       *g;
+    const float *v, *row_w;
+    int          f;
+    double       limit;
+};
+
+static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
 {
-    if (quant) quantise_rows(x, K, n, K, xq);
-    else memcpy(xq, x, sizeof(float) * (size_t)n * (size_t)K);
-    *xb = NULL;
-    if (cpu->kb) {
-        uint16_t *b = (uint16_t *)(void *)xq;
-        for (int t = 0; t < n; t++) cpu->kb->to_bf16(xq + (size_t)t * (size_t)K, K, b + (size_t)t * (size_t)K);
-        *xb = b;
-    }
+    (void)tid;
+    const struct swiglu_job *J = ctx;
+    for (int64_t p = p0; p < p1; p++)
+        for (int i = 0; i < J->f; i++) {
+            size_t k  = (size_t)p * (size_t)J->f + (size_t)i;
+            double gg = J->g[k], vv = J->v[k];
+            if (J->limit > 0) {
+                vv = fmin(fmax(vv, -J->limit), J->limit);
+                gg = fmin(gg, J->limit);
+            }
+            double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
+            h        = rf32((double)J->row_w[p] * h);
+            J->g[k]  = rbf16(h);
+        }
 }
 
 static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
@@ -272,28 +328,18 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
                          .panels = (uint16_t *)(void *)(be->scratch + xlen + 16), .panel_len = plen };
     uint16_t *xb;
     /* phase 1: gate and up */
-    prepare_rows(cpu, x, n_pairs, d, quant, xq, &xb);
+    prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant, xq, &xb);
     J.phase = 1;
     J.tiles_per_mat = (f + 15) / 16;
     J.xq = xq, J.xb = xb, J.out = scratch;
     for (int g = 0; g <= n_groups; g++) tile_off[g] = g * 2 * J.tiles_per_mat;
     dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
     /* phase 2: h = silu(min(g, limit)) * clamp(v) * w, bf16 (as the reference expert) */
-    float *gbuf = scratch, *vbuf = scratch + (size_t)n_pairs * (size_t)f;
-    for (int p = 0; p < n_pairs; p++)
-        for (int i = 0; i < f; i++) {
-            size_t k  = (size_t)p * (size_t)f + (size_t)i;
-            double gg = gbuf[k], vv = vbuf[k];
-            if (limit > 0) {
-                vv = fmin(fmax(vv, -limit), limit);
-                gg = fmin(gg, limit);
-            }
-            double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
-            h        = rf32((double)row_w[p] * h);
-            gbuf[k]  = rbf16(h);
-        }
+    float *gbuf = scratch;
+    struct swiglu_job S = { .g = gbuf, .v = scratch + (size_t)n_pairs * (size_t)f, .row_w = row_w, .f = f, .limit = limit };
+    dsv4_pool_for(cpu->pool, n_pairs, 1, 1 + 4096 / f, swiglu_rows, &S);
     /* phase 3: down */
-    prepare_rows(cpu, gbuf, n_pairs, f, quant, xq, &xb);
+    prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, xq, &xb);
     J.phase = 3;
     J.tiles_per_mat = (d + 15) / 16;
     J.xq = xq, J.xb = xb, J.out = y;
