@@ -122,16 +122,16 @@ static int *parse_list(const char *s, int *n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
-               "                  [--chunk N] [--csv FILE]\n"
-               "       dsv4 bench --gemm M,N,K[,fp8|fp4|bf16][:...]   one projection alone: M tokens, N outputs, K inputs\n");
+               "                  [--chunk N] [--csv FILE] [--threads N]\n"
+               "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][:...]   one projection alone: M tokens, N outputs, K inputs\n");
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
-static int bench_gemm(const char *spec)
+static int bench_gemm(const char *spec, int n_threads)
 {
     struct dsv4_err  err;
     struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, 0, &err)) {
+    if (dsv4_cpu_create(&cpu, n_threads, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
@@ -208,7 +208,7 @@ static int bench_gemm(const char *spec)
 int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
-    long long   steps = 8, chunk = 512;
+    long long   steps = 8, chunk = 512, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -226,9 +226,11 @@ int cmd_bench(int argc, char **argv)
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--gemm")) {
             if (!(v = cli_value("bench", argc, argv, &i))) return 2;
-            return bench_gemm(v);
+            return bench_gemm(v, (int)threads);
         } else {
             fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -245,8 +247,9 @@ int cmd_bench(int argc, char **argv)
     }
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
-    ep.log    = cli_log_stderr;
-    ep.log_ud = (void *)"bench";
+    ep.n_threads = (int)threads;
+    ep.log       = cli_log_stderr;
+    ep.log_ud    = (void *)"bench";
     struct dsv4_err err;
     dsv4_engine    *e;
     if (dsv4_engine_open(&e, dir, &ep, &err)) {

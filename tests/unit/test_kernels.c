@@ -117,16 +117,26 @@ static void test_projection_kernels(struct test_ctx *t)
 {
     enum dsv4_cpu_level top = dsv4_cpu_detect();
     const struct dsv4_kernels *ks[] = { &dsv4_kernels_scalar, &dsv4_kernels_avx2, &dsv4_kernels_avx512 };
-    struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s; } shapes[] = {
-        { DSV4_WFMT_FP8, 1, 128, false },   { DSV4_WFMT_FP8, 5, 384, false },   { DSV4_WFMT_FP8, 130, 256, true },
-        { DSV4_WFMT_FP8, 260, 1024, false }, { DSV4_WFMT_FP4, 1, 32, false },   { DSV4_WFMT_FP4, 7, 160, true },
-        { DSV4_WFMT_FP4, 66, 512, false },  { DSV4_WFMT_BF16, 3, 37, false },   { DSV4_WFMT_BF16, 9, 200, false },
-        { DSV4_WFMT_BF16, 64, 1024, false }, { DSV4_WFMT_F32, 5, 33, false },   { DSV4_WFMT_F32, 16, 256, false },
+    /* odd: some e8m0 scales outside the range the kernels fold into bf16 exponents */
+    struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s, odd; } shapes[] = {
+        { DSV4_WFMT_FP4, 12, 1024, false, true }, { DSV4_WFMT_FP8, 260, 384, false, true },
+        { DSV4_WFMT_FP8, 1, 128, false, false },   { DSV4_WFMT_FP8, 5, 384, false, false },   { DSV4_WFMT_FP8, 130, 256, true, false },
+        { DSV4_WFMT_FP8, 260, 1024, false, false }, { DSV4_WFMT_FP4, 1, 32, false, false },   { DSV4_WFMT_FP4, 7, 160, true, false },
+        { DSV4_WFMT_FP4, 66, 512, false, false },  { DSV4_WFMT_BF16, 3, 37, false, false },   { DSV4_WFMT_BF16, 9, 200, false, false },
+        { DSV4_WFMT_BF16, 64, 1024, false, false }, { DSV4_WFMT_F32, 5, 33, false, false },   { DSV4_WFMT_F32, 16, 256, false, false },
     };
     unsigned long long seed = 77;
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         struct rand_lin r;
         make_lin(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, shapes[si].f32s, seed++);
+        if (shapes[si].odd) {
+            size_t ns = shapes[si].fmt == DSV4_WFMT_FP4 ? (size_t)r.l.n_out * (size_t)(r.l.n_in / 32)
+                                                        : (size_t)((r.l.n_out + 127) / 128) * (size_t)((r.l.n_in + 127) / 128);
+            /* small ones everywhere, large ones (2^114) only where sums stay finite */
+            for (size_t i = 0; i < ns; i++)
+                if (i % 5 == 2) r.s[i] = 5;
+                else if (i % 11 == 3 && shapes[si].fmt == DSV4_WFMT_FP4) r.s[i] = 241;
+        }
         int    nmax = 6, K = r.l.n_in, O = r.l.n_out;
         float *x = malloc(sizeof(float) * (size_t)nmax * K), *y = malloc(sizeof(float) * (size_t)nmax * O);
         uint16_t *xb = malloc(2 * (size_t)nmax * K);

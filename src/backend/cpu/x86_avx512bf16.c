@@ -60,6 +60,45 @@ static inline __m512i e2m1_bf16(const uint8_t *p)
     return _mm512_permutexvar_epi16(ix, tab);
 }
 
+/*
+ * FP4 with its per-32 scale folded into the lookup table: vpermw reads the low 5 bits of each
+ * index, so the 16-entry e2m1 table is stored twice (entries 16-31 repeat 0-15) and the index
+ * needs no masking: dword i of (b | b << 12), b = byte i, has the low nibble in its low word
+ * (bit 4, from the high nibble, picks the copy) and the high nibble in its high word. The
+ * scale 2^(e-127) is added to the exponent field of the table's non-zero entries (exact while
+ * the results stay normal; see foldable/odd below), once per 32 weights instead of once per
+ * weight.
+ */
+static const uint16_t e2m1_twice[32] = { 0,      0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                         0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0,
+                                         0,      0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                         0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
+enum { E2M1_NONZERO = 0xfefefefe }; /* entries 0, 8, 16, 24 are +-0 and stay so */
+
+/* The table of block j (0..15) of a chunk whose exponent adds (e - 127) << 7 are the words of adds. */
+static inline __attribute__((always_inline)) __m512i fp4_table(__m512i base, __m512i adds, int j)
+{
+    __m512i add = _mm512_permutexvar_epi16(_mm512_set1_epi16((short)j), adds);
+    return _mm512_mask_add_epi16(base, (__mmask32)E2M1_NONZERO, base, add);
+}
+
+/* 16 packed bytes -> 32 bf16 (low nibble first) through the (scaled) table tab. */
+static inline __attribute__((always_inline)) __m512i e2m1_lut(const uint8_t *p, __m512i tab)
+{
+    __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_permutexvar_epi16(_mm512_or_si512(d, _mm512_slli_epi32(d, 12)), tab);
+}
+
+/* Exponent adds of up to 16 consecutive scale bytes (words 0..n-1), and whether any of them
+ * is outside the folding range [10, 240] (such a chunk takes the partial-sum path). */
+static inline __attribute__((always_inline)) __m512i fp4_adds(const uint8_t *sc, int n, bool *odd)
+{
+    __m512i e = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8((__mmask32)((1u << n) - 1), sc));
+    __mmask32 live = (__mmask32)((1u << n) - 1);
+    *odd = _mm512_mask_cmpgt_epu16_mask(live, _mm512_sub_epi16(e, _mm512_set1_epi16(10)), _mm512_set1_epi16(230)) != 0;
+    return _mm512_slli_epi16(_mm512_sub_epi16(e, _mm512_set1_epi16(127)), 7);
+}
+
 static inline __m512bh as_bh(__m512i v)
 {
     return (__m512bh)v;
@@ -258,6 +297,94 @@ static void row1_fold(const struct dsv4_linear *w, int kind, int ow, int nt, con
     }
 }
 
+/*
+ * R (1 or 4) FP4 rows against NT (<= 4) tokens, scales folded through the table: per 32
+ * weights one table fold and one lookup per row, one VDPBF16PS per row and token, straight
+ * into the totals in k order (the same bf16 weights and the same order as rows4_fold and the
+ * GEMM panels, so the same bits). A block whose exponent is outside [10, 240] is summed
+ * unscaled and its scale multiplied in, decided per row and block as row1_fold does.
+ */
+static inline __attribute__((always_inline)) void rows_fp4(int R, int NT, const struct dsv4_linear *w, int ow,
+                                                           const uint16_t *x, int ldx, float *y, int ldy, int o)
+{
+    int            K = w->n_in, nb = K / 32;
+    const uint8_t *wq = w->w, *sc = w->scale;
+    const __m512i  base = _mm512_loadu_si512(e2m1_twice);
+    __m512         tot[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) tot[r][t] = _mm512_setzero_ps();
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        int     n = nb - b0 < 16 ? nb - b0 : 16;
+        __m512i adds[4];
+        bool    odd = false;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            bool od;
+            adds[r] = fp4_adds(sc + (size_t)(ow + r) * (size_t)nb + (size_t)b0, n, &od);
+            odd |= od;
+        }
+        if (__builtin_expect(odd, 0)) {
+            for (int r = 0; r < R; r++)
+                for (int j = 0; j < n; j++) {
+                    int            k  = (b0 + j) * 32;
+                    unsigned       e  = sc[(size_t)(ow + r) * (size_t)nb + (size_t)(b0 + j)];
+                    const uint8_t *wp = wq + (size_t)(ow + r) * (size_t)(K / 2) + (size_t)(k / 2);
+                    for (int t = 0; t < NT; t++) {
+                        __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k);
+                        if (e - 10u > 230u) {
+                            __m512 blk = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(e2m1_lut(wp, base)), as_bh(xv));
+                            tot[r][t]  = _mm512_fmadd_ps(blk, _mm512_set1_ps(scale_at(w, (size_t)(ow + r) * (size_t)nb + (size_t)(b0 + j))), tot[r][t]);
+                        } else {
+                            tot[r][t] = _mm512_dpbf16_ps(tot[r][t], as_bh(e2m1_lut(wp, fp4_table(base, adds[r], j))), as_bh(xv));
+                        }
+                    }
+                }
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            int     k = (b0 + j) * 32;
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                wv[r] = e2m1_lut(wq + (size_t)(ow + r) * (size_t)(K / 2) + (size_t)(k / 2), fp4_table(base, adds[r], j));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i xv = _mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tot[r][t] = _mm512_dpbf16_ps(tot[r][t], as_bh(wv[r]), as_bh(xv));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) y[(size_t)t * (size_t)ldy + (size_t)(o + r)] = _mm512_reduce_add_ps(tot[r][t]);
+}
+
+/* FP4 rows [o0, o1) of the folded path: four rows at a time, four tokens at a time. */
+static void dot_fp4_folded(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                           int ldy)
+{
+    int o = o0;
+    for (; o + 4 <= o1; o += 4)
+        for (int t0 = 0; t0 < nt; t0 += 4) {
+            const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+            float          *yt = y + (size_t)t0 * (size_t)ldy;
+            int             ow = o + w->row_off;
+            switch (nt - t0 < 4 ? nt - t0 : 4) {
+            case 1: rows_fp4(4, 1, w, ow, xt, ldx, yt, ldy, o); break;
+            case 2: rows_fp4(4, 2, w, ow, xt, ldx, yt, ldy, o); break;
+            case 3: rows_fp4(4, 3, w, ow, xt, ldx, yt, ldy, o); break;
+            default: rows_fp4(4, 4, w, ow, xt, ldx, yt, ldy, o); break;
+            }
+        }
+    for (; o < o1; o++)
+        for (int t = 0; t < nt; t++)
+            rows_fp4(1, 1, w, o + w->row_off, x + (size_t)t * (size_t)ldx, ldx, y + (size_t)t * (size_t)ldy, ldy, o);
+}
+
 static inline __attribute__((always_inline)) void dot(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
                                                       const uint16_t *x, int ldx, float *y, int ldy)
 {
@@ -297,7 +424,8 @@ static void dotb_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const 
 
 static void dotb_fp4(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
 {
-    dot(1, w, o0, o1, nt, x, ldx, y, ldy);
+    if (foldable(w, 1)) dot_fp4_folded(w, o0, o1, nt, x, ldx, y, ldy);
+    else dot(1, w, o0, o1, nt, x, ldx, y, ldy);
 }
 
 static void dotb_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy)
@@ -307,32 +435,44 @@ static void dotb_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const
 
 /* ------------------------------------------------------------------ prefill GEMM */
 
-/* Rows [ow, ow + n) of W as bf16 values with their block scales applied (exact: scales are
- * powers of two, so only e8m0 scales take this path) into panel[n, n_in]. */
-static void dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *panel)
+/* Rows [ow, ow + n) of an FP8 or FP4 W as bf16 values with their block scales folded in
+ * (exact: scales are powers of two, so only e8m0 scales take this path) into panel[n, n_in].
+ * False, leaving the panel partial, when a block's exponent is outside the folding range
+ * [10, 240]: the caller then takes the GEMV kernels for these rows, which give such blocks
+ * the partial-sum treatment (never seen in real checkpoints; kept for exactness). */
+static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *panel)
 {
-    int n_kb = (w->n_in + 127) / 128;
+    int            K = w->n_in, n_kb = (K + 127) / 128;
+    const uint8_t *sc = w->scale;
+    const __m512i  base = _mm512_loadu_si512(e2m1_twice);
     for (int r = 0; r < n; r++) {
-        uint16_t *dst = panel + (size_t)r * (size_t)w->n_in;
+        uint16_t *dst = panel + (size_t)r * (size_t)K;
         int       row = ow + r;
-        if (w->fmt == DSV4_WFMT_BF16) {
-            memcpy(dst, (const uint16_t *)w->w + (size_t)row * (size_t)w->n_in, 2 * (size_t)w->n_in);
+        if (w->fmt == DSV4_WFMT_FP4) {
+            const uint8_t *wr = (const uint8_t *)w->w + (size_t)row * (size_t)(K / 2);
+            for (int b0 = 0; b0 < K / 32; b0 += 16) {
+                int     nb = K / 32 - b0 < 16 ? K / 32 - b0 : 16;
+                bool    odd;
+                __m512i adds = fp4_adds(sc + (size_t)row * (size_t)(K / 32) + (size_t)b0, nb, &odd);
+                if (odd) return false;
+                for (int j = 0; j < nb; j++)
+                    _mm512_storeu_si512(dst + (b0 + j) * 32, e2m1_lut(wr + (b0 + j) * 16, fp4_table(base, adds, j)));
+            }
             continue;
         }
-        int bk = w->fmt == DSV4_WFMT_FP8 ? 128 : 32;
-        for (int kb = 0; kb < w->n_in; kb += bk) {
+        for (int kb = 0; kb < K; kb += 128) {
+            unsigned e = sc[(size_t)(row / 128) * (size_t)n_kb + (size_t)(kb / 128)];
+            if (e - 10u > 230u) return false;
             /* a power-of-two scale multiplies a bf16 by adding to its exponent field */
-            uint8_t e  = ((const uint8_t *)w->scale)[w->fmt == DSV4_WFMT_FP8 ? (size_t)(row / 128) * (size_t)n_kb + (size_t)(kb / 128)
-                                                                              : (size_t)row * (size_t)(w->n_in / 32) + (size_t)(kb / 32)];
             __m512i add = _mm512_set1_epi16((short)(((int)e - 127) * 128));
-            for (int k = kb; k < kb + bk; k += 32) {
-                __m512i   v  = w->fmt == DSV4_WFMT_FP8 ? e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)w->n_in + (size_t)k)
-                                                       : e2m1_bf16((const uint8_t *)w->w + (size_t)row * (size_t)(w->n_in / 2) + (size_t)(k / 2));
+            for (int k = kb; k < kb + 128 && k < K; k += 32) {
+                __m512i   v  = e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)K + (size_t)k);
                 __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
                 _mm512_storeu_si512(dst + k, _mm512_mask_add_epi16(v, nz, v, add));
             }
         }
     }
+    return true;
 }
 
 /* C[t, o] for 4 panel rows x NT (<= 6) tokens over K (multiple of 32): 24 accumulators,
@@ -380,7 +520,16 @@ static void gemm_rows(const struct dsv4_linear *w, int o0, int o1, int nt, const
     int K = w->n_in;
     for (int p0 = o0; p0 < o1; p0 += DSV4_GEMM_PANEL) {
         int np = o1 - p0 < DSV4_GEMM_PANEL ? o1 - p0 : DSV4_GEMM_PANEL;
-        dequant_panel(w, p0 + w->row_off, np, panel);
+        /* BF16 weights are their own panel; FP8/FP4 are dequantised (or, with out-of-range
+         * scales, left to the GEMV kernels, whose bits the panels reproduce otherwise) */
+        const uint16_t *pw = panel;
+        if (w->fmt == DSV4_WFMT_BF16) {
+            pw = (const uint16_t *)w->w + (size_t)(p0 + w->row_off) * (size_t)K;
+        } else if (!dequant_panel(w, p0 + w->row_off, np, panel)) {
+            if (w->fmt == DSV4_WFMT_FP4) dotb_fp4(w, p0, p0 + np, nt, x, ldx, y, ldy);
+            else dotb_fp8(w, p0, p0 + np, nt, x, ldx, y, ldy);
+            continue;
+        }
         for (int b0 = 0; b0 < nt; b0 += GEMM_TB) {
             int b1 = b0 + GEMM_TB < nt ? b0 + GEMM_TB : nt;
             int r  = 0;
@@ -388,7 +537,7 @@ static void gemm_rows(const struct dsv4_linear *w, int o0, int o1, int nt, const
                 for (int t0 = b0; t0 < b1; t0 += 6) {
                     const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
                     float          *yt = y + (size_t)t0 * (size_t)ldy;
-                    const uint16_t *wp = panel + (size_t)r * (size_t)K;
+                    const uint16_t *wp = pw + (size_t)r * (size_t)K;
                     switch (b1 - t0 < 6 ? b1 - t0 : 6) {
                     case 1: tile4(1, wp, K, xt, ldx, yt, ldy, p0 + r); break;
                     case 2: tile4(2, wp, K, xt, ldx, yt, ldy, p0 + r); break;
@@ -402,7 +551,7 @@ static void gemm_rows(const struct dsv4_linear *w, int o0, int o1, int nt, const
                 for (int t = b0; t < b1; t++) {
                     __m512 a = _mm512_setzero_ps();
                     for (int k = 0; k < K; k += 32)
-                        a = _mm512_dpbf16_ps(a, as_bh(_mm512_loadu_si512(panel + (size_t)r * (size_t)K + (size_t)k)),
+                        a = _mm512_dpbf16_ps(a, as_bh(_mm512_loadu_si512(pw + (size_t)r * (size_t)K + (size_t)k)),
                                              as_bh(_mm512_loadu_si512(x + (size_t)t * (size_t)ldx + (size_t)k)));
                     y[(size_t)t * (size_t)ldy + (size_t)(p0 + r)] = _mm512_reduce_add_ps(a);
                 }
