@@ -104,6 +104,20 @@ static inline __m512bh as_bh(__m512i v)
     return (__m512bh)v;
 }
 
+/*
+ * Software prefetch of the next group of four rows while the current one is read: rows are
+ * contiguous, so the next group is the next 4 * row_bytes, and each step prefetches as many
+ * bytes of it as it consumes of the current group. Measured without it (dsv4 bench --gemm
+ * 1,65536,4096,fp8|fp4, weights far larger than the caches, one thread): about 10 GB/s for
+ * FP8/FP4 rows against 26 GB/s for BF16 rows: decoding costs enough instructions per byte
+ * that the out-of-order window keeps too few misses in flight, and the hardware prefetchers
+ * restart at every 4 KiB page, which is one FP8 row of V4's 4096-wide inputs.
+ */
+static inline __attribute__((always_inline)) void prefetch_next(const uint8_t *next_group, size_t off, int lines)
+{
+    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)next_group + off + 64 * (size_t)i, _MM_HINT_T0);
+}
+
 /* kind: 0 fp8, 1 fp4, 2 bf16 */
 static inline __attribute__((always_inline)) __m512i load_w(const struct dsv4_linear *w, int kind, int ow, int k)
 {
@@ -145,6 +159,8 @@ static inline __attribute__((always_inline)) void rows4(const struct dsv4_linear
             for (int t = 0; t < 4; t++) blk[r][t] = _mm512_setzero_ps();
         for (int k = kb; k < kb + bk; k += 32) {
             __m512i wv[4];
+            if (kind == 2) /* BF16 rows: 4 x 64 bytes a step (see prefetch_next) */
+                prefetch_next((const uint8_t *)w->w + (size_t)(ow + 4) * (size_t)w->n_in * 2, 8 * (size_t)k, 4);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) wv[r] = load_w(w, kind, ow + r, k);
 #pragma GCC unroll 4
@@ -202,20 +218,6 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
  * and batch-invariant (docs/SERVING.md). Exponents outside [10, 240] (never in real
  * checkpoints) would leave the bf16 normal range: such a block takes the partial-sum path.
  */
-/*
- * Software prefetch of the next group of four rows while the current one is read: rows are
- * contiguous, so the next group is the next 4 * row_bytes, and each step prefetches as many
- * bytes of it as it consumes of the current group. Measured without it (dsv4 bench --gemm
- * 1,65536,4096,fp8|fp4, weights far larger than the caches, one thread): about 10 GB/s for
- * FP8/FP4 rows against 26 GB/s for BF16 rows: decoding costs enough instructions per byte
- * that the out-of-order window keeps too few misses in flight, and the hardware prefetchers
- * restart at every 4 KiB page, which is one FP8 row of V4's 4096-wide inputs.
- */
-static inline __attribute__((always_inline)) void prefetch_next(const uint8_t *next_group, size_t off, int lines)
-{
-    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)next_group + off + 64 * (size_t)i, _MM_HINT_T0);
-}
-
 static inline __attribute__((always_inline)) unsigned fold_exp(const struct dsv4_linear *w, int kind, int row, int kb)
 {
     int K = w->n_in;
@@ -475,8 +477,10 @@ static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *
                 bool    odd;
                 __m512i adds = fp4_adds(sc + (size_t)row * (size_t)(K / 32) + (size_t)b0, nb, &odd);
                 if (odd) return false;
-                for (int j = 0; j < nb; j++)
+                for (int j = 0; j < nb; j++) {
+                    if ((j & 3) == 0) _mm_prefetch((const char *)wr + (b0 + j) * 16 + 1024, _MM_HINT_T0);
                     _mm512_storeu_si512(dst + (b0 + j) * 32, e2m1_lut(wr + (b0 + j) * 16, fp4_table(base, adds, j)));
+                }
             }
             continue;
         }
@@ -486,6 +490,8 @@ static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *
             /* a power-of-two scale multiplies a bf16 by adding to its exponent field */
             __m512i add = _mm512_set1_epi16((short)(((int)e - 127) * 128));
             for (int k = kb; k < kb + 128 && k < K; k += 32) {
+                /* rows are contiguous: 1 KiB ahead runs on into the next row */
+                _mm_prefetch((const char *)w->w + (size_t)row * (size_t)K + (size_t)k + 1024, _MM_HINT_T0);
                 __m512i   v  = e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)K + (size_t)k);
                 __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff));
                 _mm512_storeu_si512(dst + k, _mm512_mask_add_epi16(v, nz, v, add));
@@ -498,7 +504,7 @@ static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *
 /* C[t, o] for 4 panel rows x NT (<= 6) tokens over K (multiple of 32): 24 accumulators,
  * 4 weight and 6 token loads per 24 VDPBF16PS. */
 static inline __attribute__((always_inline)) void tile4(int NT, const uint16_t *wp, int K, const uint16_t *x, int ldx,
-                                                        float *y, int ldy, int o)
+                                                        float *y, int ldy, int o, const uint8_t *pf)
 {
     __m512 a[4][6];
 #pragma GCC unroll 4
@@ -507,6 +513,7 @@ static inline __attribute__((always_inline)) void tile4(int NT, const uint16_t *
         for (int t = 0; t < 6; t++) a[r][t] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
         __m512i wv[4];
+        if (pf) prefetch_next(pf, 8 * (size_t)k, 4); /* 4 rows x 64 bytes a step */
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) wv[r] = _mm512_loadu_si512(wp + (size_t)r * (size_t)K + (size_t)k);
 #pragma GCC unroll 6
@@ -558,13 +565,16 @@ static void gemm_rows(const struct dsv4_linear *w, int o0, int o1, int nt, const
                     const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
                     float          *yt = y + (size_t)t0 * (size_t)ldy;
                     const uint16_t *wp = pw + (size_t)r * (size_t)K;
+                    /* BF16 rows come straight from memory: the first token tile of a row
+                     * group prefetches the next group (FP8/FP4 panels are in L2 already) */
+                    const uint8_t *pf = w->fmt == DSV4_WFMT_BF16 && t0 == b0 ? (const uint8_t *)(wp + 4 * (size_t)K) : NULL;
                     switch (b1 - t0 < 6 ? b1 - t0 : 6) {
-                    case 1: tile4(1, wp, K, xt, ldx, yt, ldy, p0 + r); break;
-                    case 2: tile4(2, wp, K, xt, ldx, yt, ldy, p0 + r); break;
-                    case 3: tile4(3, wp, K, xt, ldx, yt, ldy, p0 + r); break;
-                    case 4: tile4(4, wp, K, xt, ldx, yt, ldy, p0 + r); break;
-                    case 5: tile4(5, wp, K, xt, ldx, yt, ldy, p0 + r); break;
-                    default: tile4(6, wp, K, xt, ldx, yt, ldy, p0 + r); break;
+                    case 1: tile4(1, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
+                    case 2: tile4(2, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
+                    case 3: tile4(3, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
+                    case 4: tile4(4, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
+                    case 5: tile4(5, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
+                    default: tile4(6, wp, K, xt, ldx, yt, ldy, p0 + r, pf); break;
                     }
                 }
             for (; r < np; r++)
