@@ -363,6 +363,7 @@ struct attn_job {
     const float              *q, *sink;
     float                     scale;
     float                    *kbuf, *sbuf, *o;
+    float                     den[1024]; /* softmax denominators (sink included); config allows <= 1024 heads */
 };
 
 static void attn_decode(void *ctx, int64_t t0, int64_t t1, int tid)
@@ -373,32 +374,49 @@ static void attn_decode(void *ctx, int64_t t0, int64_t t1, int tid)
         dsv4_row_decode(j->fmt, j->d_head, j->d_rope, j->rows[t], j->kbuf + (size_t)t * (size_t)j->d_head);
 }
 
+/* Rows per block of the head loop: a block of decoded rows (ATTN_RB * d_head floats, 128 KiB
+ * at d_head 512) stays in L2 while every head of the thread's range passes over it. Heads
+ * outermost would stream all n_rows rows from L3 once per head (V4: 64 heads, 640 rows of
+ * 2 KiB at a 2048-token context). Each score and each output sum keeps its order over rows. */
+enum { ATTN_RB = 64 };
+
 static void attn_heads(void *ctx, int64_t h0, int64_t h1, int tid)
 {
     (void)tid;
     struct attn_job           *j = ctx;
     const struct dsv4_kernels *k = cpu_of(j->be)->k;
     int                        D = j->d_head, n = j->n_rows;
-    for (int64_t h = h0; h < h1; h++) {
-        const float *qh = j->q + (size_t)h * (size_t)D;
-        float       *sh = j->sbuf + (size_t)h * (size_t)n;
-        float        mx = -INFINITY;
-        for (int t = 0; t < n; t++) {
-            sh[t] = k->vdot(qh, j->kbuf + (size_t)t * (size_t)D, D) * j->scale;
-            mx    = fmaxf(mx, sh[t]);
+    for (int t0 = 0; t0 < n; t0 += ATTN_RB) {
+        int t1 = t0 + ATTN_RB < n ? t0 + ATTN_RB : n;
+        for (int64_t h = h0; h < h1; h++) {
+            const float *qh = j->q + (size_t)h * (size_t)D;
+            float       *sh = j->sbuf + (size_t)h * (size_t)n;
+            for (int t = t0; t < t1; t++) sh[t] = k->vdot(qh, j->kbuf + (size_t)t * (size_t)D, D) * j->scale;
         }
-        float sum = 0;
+    }
+    for (int64_t h = h0; h < h1; h++) {
+        float *sh = j->sbuf + (size_t)h * (size_t)n, mx = -INFINITY, sum = 0;
+        for (int t = 0; t < n; t++) mx = fmaxf(mx, sh[t]);
         for (int t = 0; t < n; t++) {
             float e = expf(sh[t] - mx);
             sum += e;
             sh[t] = dsv4_round_bf16(e);
         }
-        float  den = sum + expf(j->sink[h] - mx);
-        float *oh  = j->o + (size_t)h * (size_t)D;
-        memset(oh, 0, sizeof(float) * (size_t)D);
-        for (int t = 0; t < n; t++)
-            if (sh[t] != 0) k->axpy(oh, sh[t], j->kbuf + (size_t)t * (size_t)D, D);
-        for (int i = 0; i < D; i++) oh[i] = dsv4_round_bf16(oh[i] / den);
+        j->den[h] = sum + expf(j->sink[h] - mx);
+        memset(j->o + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
+    }
+    for (int t0 = 0; t0 < n; t0 += ATTN_RB) {
+        int t1 = t0 + ATTN_RB < n ? t0 + ATTN_RB : n;
+        for (int64_t h = h0; h < h1; h++) {
+            const float *sh = j->sbuf + (size_t)h * (size_t)n;
+            float       *oh = j->o + (size_t)h * (size_t)D;
+            for (int t = t0; t < t1; t++)
+                if (sh[t] != 0) k->axpy(oh, sh[t], j->kbuf + (size_t)t * (size_t)D, D);
+        }
+    }
+    for (int64_t h = h0; h < h1; h++) {
+        float *oh = j->o + (size_t)h * (size_t)D;
+        for (int i = 0; i < D; i++) oh[i] = dsv4_round_bf16(oh[i] / j->den[h]);
     }
 }
 
@@ -411,8 +429,10 @@ static void fast_attention(struct dsv4_backend *be, int n_head, int d_head, int 
     size_t           need = (size_t)n_rows * (size_t)d_head + (size_t)n_head * (size_t)n_rows;
     DSV4_ASSERT(be->scratch_len >= need);
     float           *kbuf = be->scratch + be->scratch_len - need;
-    struct attn_job  j    = { be, rows, n_rows, d_head, d_rope, fmt, q, sink, scale, kbuf,
-                              kbuf + (size_t)n_rows * (size_t)d_head, o };
+    DSV4_ASSERT(n_head <= (int)(sizeof(((struct attn_job *)0)->den) / sizeof(float)));
+    struct attn_job  j    = { .be = be, .rows = rows, .n_rows = n_rows, .d_head = d_head, .d_rope = d_rope, .fmt = fmt,
+                              .q = q, .sink = sink, .scale = scale, .kbuf = kbuf,
+                              .sbuf = kbuf + (size_t)n_rows * (size_t)d_head, .o = o };
     dsv4_pool_for(cpu->pool, n_rows, 1, 32, attn_decode, &j);
     dsv4_pool_for(cpu->pool, n_head, 1, 1, attn_heads, &j);
 }
