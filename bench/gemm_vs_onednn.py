@@ -52,7 +52,9 @@ def main():
     sh = shapes(args.tokens)
     spec = ":".join(f"{M},{N},{K}" for _, M, N, K in sh)
     out = subprocess.run([args.dsv4, "bench", "--gemm", spec], capture_output=True, text=True, check=True).stdout
-    ours = [float(line.split()[4]) for line in out.splitlines()[2:] if line.strip()]
+    lines = out.splitlines()
+    col = lines[1].split().index("GFLOP/s")  # the table's header names its columns
+    ours = [float(line.split()[col]) for line in lines[2:] if line.strip()]
     print(out.splitlines()[0])
     print(f"{'projection':32} {'M':>6} {'N':>6} {'K':>6} {'dsv4 GF/s':>10} {'oneDNN GF/s':>12} {'ratio':>6}")
     tot_ours = tot_ref = 0.0
