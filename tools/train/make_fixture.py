@@ -8,7 +8,9 @@ Owns: tests/demo/ (regenerate after retraining the demo model):
       greedy.prompt  I32 [n]      BOS + the encoding of GREEDY_PROMPT
       greedy.tokens  I32 [m]      the reference's greedy continuation (argmax, ties to the
                                   lower id, as dsv4's sampler), one token per call
-    metadata: greedy.min_margin (smallest top-1 minus top-2 logit along the greedy path),
+      greedy.margins F32 [m]      top-1 minus top-2 logit at each of those steps (an engine
+                                  that sums in another order may flip the small ones)
+    metadata:
     ppl.ctx, ppl.n_tokens, ppl.nll, ppl.perplexity (the reference on heldout-excerpt.txt with
     the `dsv4 perplexity` protocol), model, generator.
   * heldout-excerpt.txt: the first EXCERPT_LINES lines of the held-out text (Revelation...).
@@ -38,7 +40,7 @@ import weights as wmod  # noqa: E402
 from export import write_safetensors  # noqa: E402
 
 LOGITS_T = 80
-GREEDY_PROMPT = "And God said"
+GREEDY_PROMPT = "For God so loved the world"   # its greedy path starts with 25 clear choices
 GREEDY_N = 40
 EXCERPT_LINES = 10
 PPL_CTX = 256
@@ -77,14 +79,15 @@ def main():
     prompt = [tok.bos] + tok.encode(GREEDY_PROMPT)
     state = mdl.State(cfg)
     row = m.forward(state, prompt)[-1]
-    gen, margin = [], math.inf
+    gen, margins = [], []
     for _ in range(GREEDY_N):
         t = argmax_low(row)
         top2 = torch.topk(row, 2).values
-        margin = min(margin, float(top2[0] - top2[1]))
+        margins.append(float(top2[0] - top2[1]))
         gen.append(t)
         row = m.forward(state, [t])[-1]
-    print(f"greedy: {tok.decode(prompt[1:])!r} -> {tok.decode(gen)!r} (min margin {margin:.4f})")
+    print(f"greedy: {tok.decode(prompt[1:])!r} -> {tok.decode(gen)!r}")
+    print(f"  margins: {' '.join(f'{x:.2f}' for x in margins)}")
 
     # perplexity of the excerpt, the `dsv4 perplexity` protocol
     ex_ids = tok.encode(excerpt)
@@ -101,10 +104,11 @@ def main():
     tensors = [("logits.tokens", "I32", np.asarray(ids, dtype="<i4")),
                ("logits.logits", "F16", f16),
                ("greedy.prompt", "I32", np.asarray(prompt, dtype="<i4")),
-               ("greedy.tokens", "I32", np.asarray(gen, dtype="<i4"))]
+               ("greedy.tokens", "I32", np.asarray(gen, dtype="<i4")),
+               ("greedy.margins", "F32", np.asarray(margins, dtype="<f4"))]
     meta = {"format": "dsv4-demo-fixture/1", "model": os.path.basename(os.path.normpath(args.model)),
             "generator": "tools/train/make_fixture.py (tools/ref, revision current)",
-            "greedy.text": GREEDY_PROMPT, "greedy.min_margin": f"{margin:.6f}",
+            "greedy.text": GREEDY_PROMPT,
             "ppl.ctx": str(PPL_CTX), "ppl.n_tokens": str(n), "ppl.nll": f"{nll / n:.9f}",
             "ppl.perplexity": f"{math.exp(nll / n):.6f}"}
     path = os.path.join(args.out, "kjv-v4-tiny.ref.safetensors")
