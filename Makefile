@@ -90,7 +90,7 @@ $(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git rev-parse --sho
 # ISA files: each compiled for its own instruction set, called only after a CPUID check.
 $(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
 $(BUILD)/src/backend/cpu/x86_avx512.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
-$(BUILD)/src/backend/cpu/x86_avx512bf16.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
+$(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
 $(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
 
 # TEST_GROUPS="a b": run only these groups (default: all).
@@ -130,6 +130,30 @@ valgrind: $(BIN)
 PYTHON_REF ?= /usr/bin/python3
 golden: $(BIN)
 	$(PYTHON_REF) tools/ref/golden.py --dsv4 $(abspath $(BIN)) --out tests/golden
+
+# The README's first command: on a fresh Debian 12 machine it installs the build dependencies
+# (as root, with apt-get; otherwise it names them), builds dsv4 and streams text from the
+# bundled demo model (models/kjv-v4-tiny, trained on the KJV by tools/train/).
+DEMO_MODEL ?= models/kjv-v4-tiny
+PROMPT     ?= And God said
+DEMO_ARGS  ?= -n 160 --temp 0.6 --top-p 0.9 --seed 2
+DEMO_PKGS  := build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev
+demo:
+	@missing=$$(command -v dpkg >/dev/null && for p in $(DEMO_PKGS); do \
+	    dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "installing" $$missing; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	            apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	    else \
+	        echo "make demo needs:" $$missing; echo "  sudo apt-get install" $$missing; exit 1; \
+	    fi; \
+	fi
+	@echo "building $(BIN) ..." >&2
+	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) >/dev/null
+	@printf '%s' "$(PROMPT)"
+	@./$(BIN) run -m $(DEMO_MODEL) --bos -p "$(PROMPT)" $(DEMO_ARGS)
 
 # libFuzzer harnesses (clang): build-fuzz/fuzz_<name>; run one on its corpus directory.
 FUZZ_CC   ?= clang
