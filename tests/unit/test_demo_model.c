@@ -3,7 +3,8 @@
  * reference's answers on it (tests/demo/, written by tools/train/make_fixture.py).
  *
  *   - the checkpoint loads and `dsv4 inspect` finds every tensor in the release layout;
- *   - logits of a fixed 80-token held-out sequence: with the scalar reference ops
+ *   - logits of a fixed 80-token held-out sequence, through the library and through
+ *     `dsv4 logits` (in chunks of 7): with the scalar reference ops
  *     (DSV4_CPU=ref, bit-exact with tools/ref; the fixture is F16, so within median 1e-3 /
  *     overall 2e-3 relative L2 and the same argmax everywhere) and with the optimised ops
  *     (within the golden tests' floor: median 0.02, overall 0.04, argmax agreement >= 0.9);
@@ -84,13 +85,53 @@ static void test_demo_loads(struct test_ctx *t)
     }
 }
 
-/* Logits of the fixture sequence at one backend level vs the reference. */
-static void check_logits(struct test_ctx *t, const struct dsv4_checkpoint *ck, const char *level)
+static int cmp_double(const void *a, const void *b)
 {
-    const struct dsv4_tensor *tt = dsv4_checkpoint_find(ck, "logits.tokens");
-    const struct dsv4_tensor *tl = dsv4_checkpoint_find(ck, "logits.logits");
-    CHECK(tt && tl);
-    if (!tt || !tl) return;
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* lg [T, V] against the fixture's F16 logits; exact: the reference arithmetic (argmax taken
+ * on lg rounded to F16 as the fixture is), else the optimised ops' noise floor. */
+static void compare_logits(struct test_ctx *t, const struct dsv4_tensor *tl, const float *lg, int T, int V, bool exact,
+                           const char *what)
+{
+    double dd = 0, rr = 0, *rel = malloc(sizeof(double) * (size_t)T);
+    int    agree = 0;
+    for (int r = 0; rel && r < T; r++) {
+        double d2 = 0, r2 = 0;
+        int    am = 0, ar = 0;
+        float  bm = -INFINITY, br = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)tl->data + ((size_t)r * (size_t)V + (size_t)v) * 2, 2);
+            float b = dsv4_f32_from_f16(h), a = lg[(size_t)r * (size_t)V + (size_t)v];
+            float a16 = exact ? dsv4_f32_from_f16(dsv4_f16_from_f32(a)) : a;
+            d2 += ((double)a - b) * ((double)a - b);
+            r2 += (double)b * b;
+            if (a16 > bm) bm = a16, am = v;
+            if (b > br) br = b, ar = v;
+        }
+        rel[r] = r2 > 0 ? sqrt(d2 / r2) : 0;
+        dd += d2;
+        rr += r2;
+        agree += am == ar;
+    }
+    if (!rel) return;
+    qsort(rel, (size_t)T, sizeof(double), cmp_double);
+    double med = rel[T / 2], overall = rr > 0 ? sqrt(dd / rr) : 0, agree_f = (double)agree / T;
+    if (exact)
+        CHECKF(med <= 1e-3 && overall <= 2e-3 && agree == T, "%s, exact path: median %.2e overall %.2e argmax %d/%d",
+               what, med, overall, agree, T);
+    else
+        CHECKF(med <= 0.02 && overall <= 0.04 && agree_f >= 0.9, "%s, optimised path: median %.2e overall %.2e argmax %.3f",
+               what, med, overall, agree_f);
+    free(rel);
+}
+
+/* Logits of the fixture sequence through the library at one backend level ("ref" or NULL). */
+static void check_logits(struct test_ctx *t, const struct dsv4_tensor *tt, const struct dsv4_tensor *tl, const char *level)
+{
     int                       T = (int)tt->shape[0], V = (int)tl->shape[1];
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
@@ -107,58 +148,50 @@ static void check_logits(struct test_ctx *t, const struct dsv4_checkpoint *ck, c
     sp.max_chunk    = T;
     dsv4_session *s = NULL;
     float        *lg = malloc(sizeof(float) * (size_t)T * (size_t)V);
-    rc               = dsv4_session_create(e, &sp, &s, &err);
+    rc               = lg ? dsv4_session_create(e, &sp, &s, &err) : DSV4_ENOMEM;
     if (rc == DSV4_OK) rc = dsv4_session_eval(s, (const int32_t *)tt->data, T, lg, NULL, NULL, &err);
     CHECKF(rc == DSV4_OK, "%s", err.msg);
-    if (rc == DSV4_OK) {
-        double dd = 0, rr = 0, *rel = malloc(sizeof(double) * (size_t)T);
-        int    agree = 0;
-        bool   exact = level != NULL;
-        for (int r = 0; r < T; r++) {
-            double d2 = 0, r2 = 0;
-            int    am = 0, ar = 0;
-            float  bm = -INFINITY, br = -INFINITY;
-            for (int v = 0; v < V; v++) {
-                uint16_t h;
-                memcpy(&h, (const uint8_t *)tl->data + ((size_t)r * (size_t)V + (size_t)v) * 2, 2);
-                float b = dsv4_f32_from_f16(h), a = lg[(size_t)r * (size_t)V + (size_t)v];
-                float a16 = exact ? dsv4_f32_from_f16(dsv4_f16_from_f32(a)) : a;
-                d2 += ((double)a - b) * ((double)a - b);
-                r2 += (double)b * b;
-                if (a16 > bm) bm = a16, am = v;
-                if (b > br) br = b, ar = v;
-            }
-            rel[r] = r2 > 0 ? sqrt(d2 / r2) : 0;
-            dd += d2;
-            rr += r2;
-            agree += am == ar;
-        }
-        double med = 0;
-        for (int i = 0; i < T; i++) { /* median by selection: T is small */
-            int below = 0;
-            for (int j = 0; j < T; j++) below += rel[j] < rel[i];
-            if (below == T / 2) med = rel[i];
-        }
-        double overall = sqrt(dd / rr), agree_f = (double)agree / T;
-        if (exact)
-            CHECKF(med <= 1e-3 && overall <= 2e-3 && agree == T, "exact path: median %.2e overall %.2e argmax %d/%d",
-                   med, overall, agree, T);
-        else
-            CHECKF(med <= 0.02 && overall <= 0.04 && agree_f >= 0.9,
-                   "optimised path: median %.2e overall %.2e argmax %.3f", med, overall, agree_f);
-        free(rel);
-    }
+    if (rc == DSV4_OK) compare_logits(t, tl, lg, T, V, level != NULL, "library");
     free(lg);
     dsv4_session_free(s);
     dsv4_engine_close(e);
+}
+
+/* The same through `dsv4 logits` (float32 [T, V] file), fed in chunks of 7. */
+static void check_logits_cli(struct test_ctx *t, const struct dsv4_tensor *tt, const struct dsv4_tensor *tl,
+                             const char *env)
+{
+    const char *bin = demo_bin(t);
+    if (!bin) return;
+    int    T = (int)tt->shape[0], V = (int)tl->shape[1];
+    char  *ids = ids_list(tt), *cmd = malloc(strlen(ids) + 1024), *out = NULL, path[512];
+    snprintf(path, sizeof(path), "%s/demo-logits.f32", t->tmpdir);
+    sprintf(cmd, "%s%s logits -m %s --tokens %s --chunk 7 --out %s 2>&1", env, bin, DEMO_MODEL, ids, path);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc == 0, "dsv4 logits exit %d:\n%s", rc, out ? out : "");
+    size_t n  = 0;
+    float *lg = rc == 0 ? test_read_file(path, &n) : NULL;
+    CHECKF(!rc && lg && n == sizeof(float) * (size_t)T * (size_t)V, "dsv4 logits wrote %zu bytes", n);
+    if (lg && n == sizeof(float) * (size_t)T * (size_t)V) compare_logits(t, tl, lg, T, V, *env != 0, "dsv4 logits");
+    free(lg);
+    free(out);
+    free(cmd);
+    free(ids);
 }
 
 static void test_demo_logits(struct test_ctx *t)
 {
     struct dsv4_checkpoint ck;
     if (!open_fixture(t, &ck)) return;
-    check_logits(t, &ck, "ref");
-    check_logits(t, &ck, NULL);
+    const struct dsv4_tensor *tt = dsv4_checkpoint_find(&ck, "logits.tokens");
+    const struct dsv4_tensor *tl = dsv4_checkpoint_find(&ck, "logits.logits");
+    CHECK(tt && tl);
+    if (tt && tl) {
+        check_logits(t, tt, tl, "ref");
+        check_logits(t, tt, tl, NULL);
+        check_logits_cli(t, tt, tl, "DSV4_CPU=ref ");
+        check_logits_cli(t, tt, tl, "");
+    }
     dsv4_checkpoint_close(&ck);
 }
 
