@@ -123,7 +123,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
                "                  [--chunk N] [--csv FILE] [--threads N]\n"
-               "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][:...]   one projection alone: M tokens, N outputs, K inputs\n");
+               "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][,i16][:...]   one projection alone: M tokens,\n"
+               "                  N outputs, K inputs; i16: on interleaved 16-row tiles\n");
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
@@ -157,6 +158,11 @@ static int bench_gemm(const char *spec, int n_threads)
             }
             p += n;
         }
+        bool tiles = false;
+        if (!strncmp(p, ",i16", 4)) {
+            tiles = true;
+            p += 4;
+        }
         if (*p == ':') p++;
         enum dsv4_wfmt wf = !strcmp(fmt, "fp4") ? DSV4_WFMT_FP4 : !strcmp(fmt, "bf16") ? DSV4_WFMT_BF16 : DSV4_WFMT_FP8;
         /* bytes of weights and of scales: FP8 e4m3 + 128x128 e8m0, FP4 packed + per-32 e8m0 */
@@ -182,6 +188,18 @@ static int bench_gemm(const char *spec, int n_threads)
             for (size_t i = 0; i < (size_t)M * (size_t)K; i++) x[i] = dsv4_round_bf16((float)((i * 2654435761u) % 1000) / 500.0f - 1);
             struct dsv4_linear  l  = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc };
             enum dsv4_act       act = wf == DSV4_WFMT_BF16 ? DSV4_ACT_NONE : DSV4_ACT_FP8;
+            void               *wi = NULL, *si = NULL;
+            if (tiles && dsv4_i16_eligible(&l)) { /* interleaved 16-row tiles, as loaded on bf16 levels */
+                size_t wb, sb;
+                dsv4_i16_sizes(&l, &wb, &sb);
+                wi = malloc(wb);
+                si = sb ? malloc(sb) : NULL;
+                if (wi && (si || !sb)) {
+                    dsv4_i16_pack(&l, 0, dsv4_i16_groups(&l), wi, si);
+                    l.wi = wi;
+                    l.si = si;
+                }
+            }
             struct dsv4_backend be = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = slen };
             be.ops->linear(&be, &l, M, x, K, y, N, act, DSV4_OUT_BF16); /* warm up */
             double best = 1e30, spent = 0;
@@ -192,8 +210,10 @@ static int bench_gemm(const char *spec, int n_threads)
                 if (t < best) best = t;
                 spent += t;
             }
-            printf("%8d %8d %8d %5s %10.3f %10.1f %10.1f\n", M, N, K, fmt, best * 1e3, 2.0 * M * N * (double)K / best / 1e9,
-                   (double)(nw + ns) / best / 1e9);
+            printf("%8d %8d %8d %5s %10.3f %10.1f %10.1f%s\n", M, N, K, fmt, best * 1e3, 2.0 * M * N * (double)K / best / 1e9,
+                   (double)(nw + ns) / best / 1e9, l.wi ? "  (i16 tiles)" : "");
+            free(wi);
+            free(si);
         }
         free(w);
         free(sc);

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include "backend/cpu/cpu.h"
 #include "model/runtime.h"
@@ -65,6 +67,112 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
     return DSV4_OK;
 }
 
+/* Every projection of the model, in a fixed order (unbound ones have n_out 0). */
+static void each_linear(struct dsv4_model *m, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
+{
+    const struct dsv4_config *c = &m->cfg;
+    fn(&m->w.head, ud);
+    for (int il = 0; il <= c->n_layer; il++) {
+        if (il == c->n_layer && !m->w.has_mtp) break;
+        struct dsv4_layer_w *L = il < c->n_layer ? &m->w.layers[il] : &m->w.mtp;
+        struct dsv4_linear  *ls[] = { &L->wq_a,          &L->wq_b,         &L->wkv,          &L->wo_a,
+                                      &L->wo_b,          &L->comp.wkv,     &L->comp.wgate,   &L->idx.wq_b,
+                                      &L->idx.weights_proj, &L->idx.comp.wkv, &L->idx.comp.wgate, &L->gate,
+                                      &L->shared.w1,     &L->shared.w3,    &L->shared.w2,    &L->e_proj,
+                                      &L->h_proj };
+        for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) fn(ls[i], ud);
+        for (int e = 0; L->experts && e < c->n_exp; e++) {
+            fn(&L->experts[e].w1, ud);
+            fn(&L->experts[e].w3, ud);
+            fn(&L->experts[e].w2, ud);
+        }
+    }
+}
+
+struct tiles_plan {
+    size_t             bytes, n, replaced;
+    uint8_t           *at;      /* packing: next free byte */
+    struct dsv4_pool  *pool;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+static void plan_tiles(struct dsv4_linear *l, void *ud)
+{
+    struct tiles_plan *P = ud;
+    if (!dsv4_i16_eligible(l)) return;
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    P->bytes += align64(wb) + align64(sb);
+    P->n++;
+    P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
+}
+
+struct pack_job {
+    const struct dsv4_linear *l;
+    void                     *wi, *si;
+};
+
+static void pack_groups(void *ctx, int64_t g0, int64_t g1, int tid)
+{
+    (void)tid;
+    const struct pack_job *J = ctx;
+    dsv4_i16_pack(J->l, (int)g0, (int)g1, J->wi, J->si);
+}
+
+static void pack_tiles(struct dsv4_linear *l, void *ud)
+{
+    struct tiles_plan *P = ud;
+    if (!dsv4_i16_eligible(l)) return;
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
+    dsv4_pool_for(P->pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
+    l->wi = J.wi;
+    l->si = J.si;
+    P->at += align64(wb) + align64(sb);
+}
+
+/*
+ * On the levels with VDPBF16PS, the projections are copied once into interleaved 16-row
+ * tiles (backend/cpu/repack.c), the layout of the kernels that give the same bits at any
+ * batch size and run the prefill GEMM near the machine's peak. The copy is anonymous memory
+ * (transparent huge pages asked for); the checkpoint's pages are no longer touched by the
+ * kernels, so the page cache may drop them. DSV4_TILES=0 keeps the release layout.
+ */
+static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct dsv4_logger *lg, struct dsv4_err *err)
+{
+    const char *env = getenv("DSV4_TILES");
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || (env && !strcmp(env, "0"))) return DSV4_OK;
+    struct tiles_plan P = { .pool = cpu->pool };
+    each_linear(m, plan_tiles, &P);
+    if (!P.bytes) return DSV4_OK;
+    double t0 = now_s();
+    void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
+                            "(DSV4_TILES=0 runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
+    madvise(mem, P.bytes, MADV_HUGEPAGE);
+    m->tiles          = mem;
+    m->tiles_bytes    = P.bytes;
+    m->tiles_replaced = P.replaced;
+    P.at           = mem;
+    dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
+    each_linear(m, pack_tiles, &P);
+    dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    return DSV4_OK;
+}
+
 int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
 {
@@ -113,6 +221,11 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision re
     }
     dsv4_log(lg, DSV4_LOG_INFO, "cpu backend: %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
              cpu->n_threads);
+    rc = make_tiles(m, cpu, lg, err);
+    if (rc) {
+        dsv4_model_free(m);
+        return rc;
+    }
     return DSV4_OK;
 fail_ck:
     dsv4_checkpoint_close(&m->ck);
@@ -123,6 +236,7 @@ fail_cfg:
 
 void dsv4_model_free(struct dsv4_model *m)
 {
+    if (m->tiles) munmap(m->tiles, m->tiles_bytes);
     dsv4_prof_finish(m->prof, stderr);
     dsv4_cpu_free(m->backend_impl);
     dsv4_checkpoint_close(&m->ck);

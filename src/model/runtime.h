@@ -24,6 +24,9 @@ struct dsv4_model {
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* DSV4_PROFILE: ops is then dsv4_prof_ops */
+    void                          *tiles;       /* interleaved copies of the projections (mmap), or NULL */
+    size_t                         tiles_bytes;
+    size_t                         tiles_replaced; /* checkpoint bytes the tiles stand in for (no longer read) */
 };
 
 int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,

@@ -234,7 +234,9 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
         struct dsv4_model_stats ms;
         dsv4_model_stats(&m->cfg, &m->ck, &ms);
         plan->mem_available = avail;
-        plan->weights_bytes = (size_t)ms.bytes_total;
+        /* checkpoint pages that stay in use: all but those the interleaved tiles replaced
+         * (the tiles themselves are allocated already, so they are out of `avail`) */
+        plan->weights_bytes = (size_t)ms.bytes_total - (m->tiles_replaced < ms.bytes_total ? m->tiles_replaced : 0);
         plan->margin        = total / 20 > ((size_t)512 << 20) ? total / 20 : ((size_t)512 << 20);
         size_t used         = plan->weights_bytes + plan->margin;
         plan->mem_limit     = avail > used ? avail - used : 0;

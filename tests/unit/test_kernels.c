@@ -387,6 +387,119 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
     dsv4_cpu_free(cpu);
 }
 
+/* Interleaved 16-row tiles (repack.c) and their kernels: the layout element by element, the
+ * eligibility rules, GEMV and GEMM against the exact sums on awkward shapes (partial groups,
+ * a view at a row offset, every token count up to 6 and 31 for the GEMM), and GEMM == GEMV
+ * bit for bit. */
+static void test_i16_kernels(struct test_ctx *t)
+{
+    if (dsv4_cpu_detect() < DSV4_CPU_AVX512BF16) { /* nothing to run these kernels on */
+        fprintf(stderr, "    (i16 kernels not tested: no AVX512-BF16 on this CPU)\n");
+        return;
+    }
+    const struct dsv4_kernels *k = &dsv4_kernels_avx512bf16;
+    struct { enum dsv4_wfmt fmt; int n_out, n_in; } shapes[] = {
+        { DSV4_WFMT_FP8, 5, 384 },  { DSV4_WFMT_FP8, 260, 1024 }, { DSV4_WFMT_FP8, 48, 128 },
+        { DSV4_WFMT_FP4, 66, 512 }, { DSV4_WFMT_FP4, 16, 32 },    { DSV4_WFMT_FP4, 130, 2048 },
+        { DSV4_WFMT_BF16, 64, 1024 }, { DSV4_WFMT_BF16, 9, 224 },
+    };
+    unsigned long long seed = 5;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        struct rand_lin r;
+        make_lin(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, false, seed++);
+        int K = r.l.n_in, O = r.l.n_out, G = dsv4_i16_groups(&r.l), P = K / 2;
+        CHECKF(dsv4_i16_eligible(&r.l), "%s %dx%d should be eligible", dsv4_wfmt_name(r.l.fmt), O, K);
+        size_t wb, sb;
+        dsv4_i16_sizes(&r.l, &wb, &sb);
+        uint8_t *wi = malloc(wb), *sci = sb ? malloc(sb) : NULL;
+        dsv4_i16_pack(&r.l, 0, G / 2, wi, sci); /* in two parts, as threads do */
+        dsv4_i16_pack(&r.l, G / 2, G, wi, sci);
+        /* the layout: every element where repack.c's header says */
+        int bad = 0;
+        for (int g = 0; g < G && !bad; g++)
+            for (int p = 0; p < P && !bad; p++)
+                for (int lane = 0; lane < 16 && !bad; lane++) {
+                    int row = 16 * g + lane;
+                    for (int j = 0; j < 2 && !bad; j++) {
+                        int k_in = 2 * p + j;
+                        double want = row < O ? wval(&r.l, row, k_in) : 0, got;
+                        if (r.l.fmt == DSV4_WFMT_FP8) {
+                            uint8_t c = wi[((size_t)g * P + p) * 32 + lane * 2 + j];
+                            int     n_kb = (K + 127) / 128;
+                            got = dsv4_f32_from_e4m3(c) * (row < O ? dsv4_f32_from_e8m0(r.s[(row / 128) * n_kb + k_in / 128]) : 1);
+                        } else if (r.l.fmt == DSV4_WFMT_FP4) {
+                            uint8_t c = wi[((size_t)g * P + p) * 16 + lane];
+                            got = dsv4_f32_from_e2m1(j ? c >> 4 : c & 15) *
+                                  dsv4_f32_from_e8m0(sci[((size_t)g * (K / 32) + k_in / 32) * 16 + lane]);
+                        } else {
+                            uint16_t h;
+                            memcpy(&h, wi + (((size_t)g * P + p) * 16 + lane) * 4 + j * 2, 2);
+                            got = dsv4_f32_from_bf16(h);
+                        }
+                        bad = got != want;
+                        CHECKF(!bad, "%s %dx%d: tile element (g %d, p %d, lane %d, %d) is %g, want %g",
+                               dsv4_wfmt_name(r.l.fmt), O, K, g, p, lane, j, got, want);
+                    }
+                }
+        r.l.wi = wi;
+        r.l.si = sci;
+        int       ntg = 31;
+        float    *x = malloc(sizeof(float) * (size_t)ntg * K), *y = malloc(sizeof(float) * (size_t)ntg * O);
+        float    *yv = malloc(sizeof(float) * (size_t)ntg * O);
+        uint16_t *xb = malloc(2 * (size_t)ntg * K), *panel = malloc(2 * DSV4_GEMM_PANEL * (size_t)K);
+        for (int i = 0; i < ntg * K; i++) {
+            x[i]  = dsv4_round_bf16(test_rand_f32(&seed) * 3.0f);
+            xb[i] = dsv4_bf16_from_f32(x[i]);
+        }
+        for (int nt = 1; nt <= 6; nt++) {
+            memset(y, 0, sizeof(float) * (size_t)ntg * O);
+            k->dotb_i16(&r.l, 0, O, nt, xb, K, y, O);
+            check_dot(t, "dotb_i16", &r.l, 0, O, nt, x, y);
+        }
+        memset(y, 0, sizeof(float) * (size_t)ntg * O);
+        k->gemmb_i16(&r.l, 0, O, ntg, xb, K, y, O, panel);
+        check_dot(t, "gemmb_i16", &r.l, 0, O, ntg, x, y);
+        memset(yv, 0, sizeof(float) * (size_t)ntg * O);
+        k->dotb_i16(&r.l, 0, O, ntg, xb, K, yv, O);
+        CHECKF(memcmp(y, yv, sizeof(float) * (size_t)ntg * O) == 0, "%s %dx%d: i16 GEMM and GEMV differ in bits",
+               dsv4_wfmt_name(r.l.fmt), O, K);
+        if (O > 32) { /* a view starting at row 16 (grouped wo_a), rows from 16 of it */
+            struct dsv4_linear view = r.l;
+            view.row_off = 16;
+            view.n_out   = O - 16;
+            memset(y, 0, sizeof(float) * (size_t)ntg * O);
+            k->dotb_i16(&view, 16, view.n_out, 3, xb, K, y, view.n_out);
+            check_dot(t, "dotb_i16 view", &view, 16, view.n_out, 3, x, y);
+            memset(y, 0, sizeof(float) * (size_t)ntg * O);
+            k->gemmb_i16(&view, 0, view.n_out, ntg, xb, K, y, view.n_out, panel);
+            check_dot(t, "gemmb_i16 view", &view, 0, view.n_out, ntg, x, y);
+        }
+        free(x);
+        free(y);
+        free(yv);
+        free(xb);
+        free(panel);
+        free(wi);
+        free(sci);
+        free_lin(&r);
+    }
+    /* not eligible: F32 scales, a scale outside the folding range, inputs not a multiple of 32, a view */
+    struct rand_lin r;
+    make_lin(&r, DSV4_WFMT_FP8, 16, 128, true, 1);
+    CHECK(!dsv4_i16_eligible(&r.l));
+    free_lin(&r);
+    make_lin(&r, DSV4_WFMT_FP4, 16, 64, false, 2);
+    r.s[3] = 250;
+    CHECK(!dsv4_i16_eligible(&r.l));
+    free_lin(&r);
+    make_lin(&r, DSV4_WFMT_BF16, 16, 40, false, 3);
+    CHECK(!dsv4_i16_eligible(&r.l));
+    r.l.n_in = 32;
+    r.l.row_off = 16;
+    CHECK(!dsv4_i16_eligible(&r.l));
+    free_lin(&r);
+}
+
 /* The activation quantiser of every level against the exact codec (dsv4_e4m3_from_f32,
  * tested exhaustively): through fast linear on a 128 x 128 FP8 identity (y = the quantised
  * x exactly, several rows at once so the rows are quantised in parallel), and the bf16
@@ -508,6 +621,7 @@ const struct test_case test_group_kernels[] = {
     { "fp8_all_codes_all_levels", test_fp8_all_codes },
     { "fast_ops_vs_reference", test_fast_ops_vs_ref },
     { "fast_activation_quantiser", test_fast_quantiser },
+    { "i16_tiles_and_kernels", test_i16_kernels },
     { "pool_parallel_for", test_pool },
     { NULL, NULL },
 };

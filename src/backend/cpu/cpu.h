@@ -59,7 +59,24 @@ struct dsv4_kernels {
      * scales and n_in % 32 == 0; NULL when the level has none. */
     void (*gemmb)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                   uint16_t *panel);
+    /* The same two on interleaved tiles (w->wi set, row_off and o0 multiples of 16): GEMV for
+     * a few tokens, GEMM with panels of 32 rows; both give the same bits for a row. */
+    void (*dotb_i16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                     int ldy);
+    void (*gemmb_i16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                      int ldy, uint16_t *panel);
 };
+
+/*
+ * Interleaved 16-row tiles ("i16", repack.c): whether a projection can be held so (FP8/FP4
+ * with e8m0 scales all within the range the kernels fold into bf16 exponents, or BF16; n_in
+ * a multiple of 32; a whole tensor), its sizes, and the packing of groups [g0, g1) of 16 rows
+ * (callers split the groups over threads). Kernels take the tiles when w->wi is set.
+ */
+bool dsv4_i16_eligible(const struct dsv4_linear *l);
+int  dsv4_i16_groups(const struct dsv4_linear *l);
+void dsv4_i16_sizes(const struct dsv4_linear *l, size_t *w_bytes, size_t *s_bytes);
+void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *si);
 
 /* Rows of a prefill GEMM panel: each panel is dequantised once and swept by every token, so
  * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */
@@ -70,6 +87,11 @@ extern const struct dsv4_kernels dsv4_kernels_avx2;
 extern const struct dsv4_kernels dsv4_kernels_avx512;
 extern const struct dsv4_kernels dsv4_kernels_avx512bf16;
 extern const struct dsv4_kernels dsv4_kernels_amx;
+/* The i16 kernels of the avx512bf16 table (x86_avx512bf16_i16.c); only after the CPU check. */
+void dsv4_avx512bf16_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                              int ldy);
+void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                               int ldy, uint16_t *panel);
 
 /* Backend state shared by contexts: pointed to by dsv4_backend.impl. */
 struct dsv4_cpu {

@@ -54,6 +54,16 @@ static int gemm_min_tokens(enum dsv4_wfmt fmt)
     return fmt == DSV4_WFMT_FP4 ? 12 : 6;
 }
 
+/* The same for weights held as interleaved tiles (x86_avx512bf16_i16.c), where the GEMV
+ * sweeps 4 tokens per decoded tile and the GEMM decodes each tile once into a panel. One
+ * thread, 2048 x 4096 (dsv4 bench --threads 1 --gemm M,2048,4096,FMT,i16): FP8 decoding is
+ * dear, the GEMM wins from 12 tokens; FP4 from about 20; BF16 has nothing to decode and the
+ * GEMV stays as fast up to hundreds of tokens (both near 480 GFLOP/s). */
+static int i16_gemm_min_tokens(enum dsv4_wfmt fmt)
+{
+    return fmt == DSV4_WFMT_FP8 ? 12 : fmt == DSV4_WFMT_FP4 ? 20 : 128;
+}
+
 static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)
 {
     return be->impl;
@@ -71,13 +81,24 @@ struct lin_job {
     enum dsv4_out              out;
     uint16_t                  *panels; /* per-thread GEMM panels, or NULL (GEMV kernels) */
     size_t                     panel_len;
+    bool                       i16; /* the weights' interleaved tiles (w->wi) */
 };
+
+/* Whether a projection runs on its interleaved tiles at this level. */
+static bool use_i16(const struct dsv4_cpu *cpu, const struct dsv4_linear *w)
+{
+    return w->wi && cpu->kb && cpu->kb->dotb_i16 && w->row_off % 16 == 0;
+}
 
 static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)
 {
     (void)tid;
     struct lin_job *j = ctx;
-    if (j->panels) {
+    if (j->i16) {
+        if (j->panels)
+            j->k->gemmb_i16(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy, j->panels + (size_t)tid * j->panel_len);
+        else j->k->dotb_i16(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy);
+    } else if (j->panels) {
         j->k->gemmb(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy, j->panels + (size_t)tid * j->panel_len);
     } else if (j->xb) {
         switch (j->w->fmt) {
@@ -198,16 +219,19 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
             j.xb = xb;
         }
     }
+    j.i16 = bf && use_i16(cpu, w);
     if (bf) {
         /* many tokens: dequantise weight panels once and sweep them with every token */
-        if (n_tok >= gemm_min_tokens(w->fmt) && cpu->kb->gemmb && !w->scale_f32 && w->n_in % 32 == 0) {
+        if (j.i16 ? n_tok >= i16_gemm_min_tokens(w->fmt)
+                  : n_tok >= gemm_min_tokens(w->fmt) && cpu->kb->gemmb && !w->scale_f32 && w->n_in % 32 == 0) {
             j.panel_len = (size_t)DSV4_GEMM_PANEL * (size_t)w->n_in;
             size_t off  = ((size_t)n_tok * (size_t)w->n_in + 31) / 2 + 16; /* floats after the bf16 x */
             DSV4_ASSERT(be->scratch_len >= off + (size_t)cpu->n_threads * j.panel_len / 2 + 16);
             j.panels = (uint16_t *)(void *)(be->scratch + off);
         }
     }
-    dsv4_pool_for(cpu->pool, w->n_out, j.panels ? DSV4_GEMM_PANEL : 4, 16, lin_rows, &j);
+    /* row ranges: whole panels for the GEMMs, whole 16-row groups for the tile GEMV */
+    dsv4_pool_for(cpu->pool, w->n_out, j.panels ? DSV4_GEMM_PANEL : j.i16 ? 16 : 4, 16, lin_rows, &j);
 }
 
 /* ------------------------------------------------------------------ grouped experts */
@@ -258,7 +282,12 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
         int   nt   = J->off[g + 1] - J->off[g];
         float *y   = J->out + (size_t)mat * J->n_pairs * (size_t)ldy + (size_t)J->off[g] * (size_t)ldy;
         const struct dsv4_kernels *k = J->cpu->k;
-        if (J->xb) {
+        if (J->xb && use_i16(J->cpu, w)) {
+            const uint16_t *x = J->xb + (size_t)J->off[g] * (size_t)K;
+            if (nt >= i16_gemm_min_tokens(w->fmt))
+                J->cpu->kb->gemmb_i16(w, row0, row1, nt, x, K, y, ldy, J->panels + (size_t)tid * J->panel_len);
+            else J->cpu->kb->dotb_i16(w, row0, row1, nt, x, K, y, ldy);
+        } else if (J->xb) {
             const uint16_t *x = J->xb + (size_t)J->off[g] * (size_t)K;
             if (nt >= gemm_min_tokens(w->fmt) && J->cpu->kb->gemmb && !w->scale_f32 && K % 32 == 0)
                 J->cpu->kb->gemmb(w, row0, row1, nt, x, K, y, ldy, J->panels + (size_t)tid * J->panel_len);
@@ -326,7 +355,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     DSV4_ASSERT(n_groups <= DSV4_MAX_EXPERTS);
     /* scratch: activations [n_pairs, max(d, f)] floats at the start, GEMM panels after */
     size_t xlen = (size_t)n_pairs * (size_t)(d > f ? d : f);
-    size_t plen = (size_t)16 * (size_t)(d > f ? d : f);
+    size_t plen = (size_t)DSV4_GEMM_PANEL * (size_t)(d > f ? d : f);
     DSV4_ASSERT(be->scratch_len >= xlen + (size_t)cpu->n_threads * plen / 2 + 32);
     float *xq = be->scratch;
     struct exp_job J = { .cpu = cpu, .experts = experts, .ids = ids, .off = off, .tile_off = tile_off,
@@ -628,13 +657,17 @@ int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int 
     const char *kb  = cpu->kb ? cpu->kb->name : k;
     bool        ref = cpu->ref;
     struct dsv4_op_impl all[] = {
-        { "linear_fp8 (decode)", ref ? "ref" : cpu->kb ? "avx512bf16 vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
-        { "linear_fp8 (prefill, >= 6 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 bf16 panels + 4x6 vdpbf16ps tiles" : k,
+        /* on the bf16 levels the projections are 16-row tiles made at load (DSV4_TILES=0: the
+         * release layout, decoded row by row, with 4x6 dot-product tiles for the GEMMs) */
+        { "linear_fp8 (< 12 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k,
           ref || (ksc && !cpu->kb) },
-        { "linear_fp4 (decode)", ref ? "ref" : cpu->kb ? "avx512bf16 scale-folded e2m1 table + vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
-        { "linear_fp4 (prefill, >= 12 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 bf16 panels + 4x6 vdpbf16ps tiles" : k,
+        { "linear_fp8 (>= 12 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k,
           ref || (ksc && !cpu->kb) },
-        { "linear_bf16", ref ? "ref" : kb, ref || (ksc && !cpu->kb) },
+        { "linear_fp4 (< 20 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k,
+          ref || (ksc && !cpu->kb) },
+        { "linear_fp4 (>= 20 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k,
+          ref || (ksc && !cpu->kb) },
+        { "linear_bf16", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps" : kb, ref || (ksc && !cpu->kb) },
         { "linear_f32", ref ? "ref" : k, ref || ksc },
         { "activation_quant_e4m3", ref ? "ref" : cpu->kb ? "avx512bf16 (straight to bf16, rows in parallel)" : "scalar bit rounding, rows in parallel", ref || !cpu->kb },
         { "attention (all layer kinds)", ref ? "ref" : k, ref || ksc },

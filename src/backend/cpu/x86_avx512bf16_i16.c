@@ -1,0 +1,264 @@
+/*
+ * x86_avx512bf16_i16.c - projections on interleaved 16-row tiles (repack.c) with VDPBF16PS.
+ *
+ * A tile register holds input pair p of 16 consecutive rows as bf16 (codes decoded exactly,
+ * the e8m0 scale folded into the exponent as in x86_avx512bf16.c); the token's pair of
+ * activations is broadcast, and one VDPBF16PS adds both products into 16 per-row sums. Every
+ * output is thus one f32 lane summed over p in order, from zero, in both kernels:
+ *   GEMV (a few tokens): up to 4 groups (64 rows) x 4 tokens, weights decoded once per step;
+ *   GEMM (many tokens):  32 rows decoded once into a bf16 panel (BF16 tiles are read in
+ *                        place), then 2 x 14 register tiles (2 weight loads and 14
+ *                        broadcasts per 28 VDPBF16PS).
+ * Same weights, same order: a row's result has the same bits at any token count, so the
+ * forward pass stays chunk- and batch-invariant. No horizontal sums, and the outputs of a
+ * group are 16 consecutive floats.
+ *
+ * Shapes as in cpu.h; o0 and w->row_off are multiples of 16 (the caller aligns row ranges).
+ */
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/x86_bf16_conv.h"
+
+enum { I16_FP8, I16_FP4, I16_BF16 };
+
+/* Software prefetch distance in each group's stream of tiles. Without prefetching the
+ * decoding GEMVs keep too few misses in flight (see prefetch_next in x86_bf16_conv.h). */
+enum { I16_PF = 2048 };
+
+static inline int kind_of(const struct dsv4_linear *w)
+{
+    return w->fmt == DSV4_WFMT_FP8 ? I16_FP8 : w->fmt == DSV4_WFMT_FP4 ? I16_FP4 : I16_BF16;
+}
+
+/* Bytes of one (group, pair) tile. */
+static inline size_t tile_bytes(int kind)
+{
+    return kind == I16_FP8 ? 32 : kind == I16_FP4 ? 16 : 64;
+}
+
+/*
+ * Exponent adds of group g for the 32-input block b: FP8 one value (its 128x128 block), FP4
+ * one per row (both words of each dword lane), BF16 none. Eligible tensors have every scale
+ * in [10, 240], so folded weights stay normal bf16 (repack.c).
+ */
+static inline __attribute__((always_inline)) __m512i block_adds(int kind, const struct dsv4_linear *w, int g, int b)
+{
+    if (kind == I16_FP8) {
+        int n_kb = (w->n_in + 127) / 128;
+        int e    = ((const uint8_t *)w->scale)[(size_t)(g * 16 / 128) * (size_t)n_kb + (size_t)(b / 4)];
+        return _mm512_set1_epi16((short)((e - 127) * 128));
+    }
+    if (kind == I16_FP4) {
+        const uint8_t *s = (const uint8_t *)w->si + ((size_t)g * (size_t)(w->n_in / 32) + (size_t)b) * 16;
+        __m512i        a = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s)),
+                                                              _mm512_set1_epi32(127)),
+                                             7);
+        return _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(a, 16));
+    }
+    return _mm512_setzero_si512();
+}
+
+/* Tile (g, p) as 32 bf16 with the scale folded in (adds from block_adds). */
+static inline __attribute__((always_inline)) __m512i tile_bf16(int kind, const uint8_t *wi, size_t P, int g, size_t p,
+                                                               __m512i adds)
+{
+    const uint8_t *t = wi + ((size_t)g * P + p) * tile_bytes(kind);
+    if (kind == I16_BF16) return _mm512_loadu_si512(t);
+    __m512i v;
+    if (kind == I16_FP8) {
+        v = e4m3_bf16(t);
+    } else {
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)t));
+        v         = _mm512_permutexvar_epi16(_mm512_or_si512(d, _mm512_slli_epi32(d, 12)), _mm512_loadu_si512(e2m1_twice));
+    }
+    return _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7fff)), v, adds);
+}
+
+/* The activation pair p of a token row, broadcast to every lane. */
+static inline __attribute__((always_inline)) __m512bh pair_bcast(const uint16_t *xt, size_t p)
+{
+    int32_t v;
+    memcpy(&v, xt + 2 * p, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+
+/* Stores 16 outputs of group g (absolute) for rows [o0, o1) of the view. */
+static inline __attribute__((always_inline)) void store_group(const struct dsv4_linear *w, int g, int o0, int o1,
+                                                              float *yt, __m512 v)
+{
+    int o = g * 16 - w->row_off; /* view row of lane 0 (>= o0, a multiple of 16) */
+    (void)o0;
+    int n = o1 - o < 16 ? o1 - o : 16;
+    _mm512_mask_storeu_ps(yt + o, (__mmask16)((1u << n) - 1), v);
+}
+
+/* GB groups from g0 against NT tokens. */
+static inline __attribute__((always_inline)) void gemv_tile(int kind, int GB, int NT, const struct dsv4_linear *w,
+                                                            int g0, const uint16_t *x, int ldx, float *y, int ldy,
+                                                            int o0, int o1)
+{
+    const uint8_t *wi = w->wi;
+    size_t         P = (size_t)w->n_in / 2;
+    __m512         acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int b = 0; b < w->n_in / 32; b++) {
+        __m512i adds[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < GB; i++) adds[i] = block_adds(kind, w, g0 + i, b);
+        for (size_t p = (size_t)b * 16; p < (size_t)b * 16 + 16; p++) {
+            __m512i wv[4];
+            /* each group is its own sequential stream: every line, I16_PF bytes ahead */
+            if (((p * tile_bytes(kind)) & 63) == 0)
+#pragma GCC unroll 4
+                for (int i = 0; i < GB; i++)
+                    _mm_prefetch((const char *)wi + ((size_t)(g0 + i) * P + p) * tile_bytes(kind) + I16_PF, _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (int i = 0; i < GB; i++) wv[i] = tile_bf16(kind, wi, P, g0 + i, p, adds[i]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512bh xb = pair_bcast(x + (size_t)t * (size_t)ldx, p);
+#pragma GCC unroll 4
+                for (int i = 0; i < GB; i++) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], (__m512bh)wv[i], xb);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int i = 0; i < GB; i++) store_group(w, g0 + i, o0, o1, y + (size_t)t * (size_t)ldy, acc[i][t]);
+}
+
+#define GEMV_NT(kind, GB, nt_)                                                                                   \
+    switch (nt_) {                                                                                                \
+    case 1: gemv_tile(kind, GB, 1, w, g, xt, ldx, yt, ldy, o0, o1); break;                                        \
+    case 2: gemv_tile(kind, GB, 2, w, g, xt, ldx, yt, ldy, o0, o1); break;                                        \
+    case 3: gemv_tile(kind, GB, 3, w, g, xt, ldx, yt, ldy, o0, o1); break;                                        \
+    default: gemv_tile(kind, GB, 4, w, g, xt, ldx, yt, ldy, o0, o1); break;                                       \
+    }
+
+static inline __attribute__((always_inline)) void gemv(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
+                                                       const uint16_t *x, int ldx, float *y, int ldy)
+{
+    int g_end = (o1 + w->row_off + 15) / 16;
+    for (int g = (o0 + w->row_off) / 16; g < g_end;) {
+        int gb = g_end - g >= 4 ? 4 : 1;
+        for (int t0 = 0; t0 < nt; t0 += 4) {
+            const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+            float          *yt = y + (size_t)t0 * (size_t)ldy;
+            int             n  = nt - t0 < 4 ? nt - t0 : 4;
+            if (gb == 4) {
+                GEMV_NT(kind, 4, n)
+            } else {
+                GEMV_NT(kind, 1, n)
+            }
+        }
+        g += gb;
+    }
+}
+
+void dsv4_avx512bf16_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                              int ldy)
+{
+    switch (kind_of(w)) {
+    case I16_FP8: gemv(I16_FP8, w, o0, o1, nt, x, ldx, y, ldy); break;
+    case I16_FP4: gemv(I16_FP4, w, o0, o1, nt, x, ldx, y, ldy); break;
+    default: gemv(I16_BF16, w, o0, o1, nt, x, ldx, y, ldy); break;
+    }
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+/* Groups g and g + 1 (when ng == 2) as bf16 into panel[p][2][32] (only the first half of
+ * each p when ng == 1), with the scales folded in: the tiles the GEMV decodes, once for all
+ * tokens. */
+static void i16_panel(int kind, const struct dsv4_linear *w, int g, int ng, uint16_t *panel)
+{
+    const uint8_t *wi = w->wi;
+    size_t         P  = (size_t)w->n_in / 2;
+    for (int b = 0; b < w->n_in / 32; b++) {
+        __m512i adds[2];
+        for (int i = 0; i < ng; i++) adds[i] = block_adds(kind, w, g + i, b);
+        for (size_t p = (size_t)b * 16; p < (size_t)b * 16 + 16; p++)
+            for (int i = 0; i < ng; i++) {
+                if (((p * tile_bytes(kind)) & 63) == 0)
+                    _mm_prefetch((const char *)wi + ((size_t)(g + i) * P + p) * tile_bytes(kind) + I16_PF, _MM_HINT_T0);
+                _mm512_storeu_si512(panel + (p * 2 + (size_t)i) * 32, tile_bf16(kind, wi, P, g + i, p, adds[i]));
+            }
+    }
+}
+
+/* NG (1 or 2) x 16 rows x NT (<= 14) tokens over the panel: up to 28 accumulators. */
+static inline __attribute__((always_inline)) void gemm_tile(int NG, int NT, const uint16_t *w0p, const uint16_t *w1p,
+                                                            size_t stride, size_t P, const uint16_t *x, int ldx,
+                                                            __m512 acc[2][14])
+{
+#pragma GCC unroll 14
+    for (int t = 0; t < 14; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (size_t p = 0; p < P; p++) {
+        __m512bh w0 = (__m512bh)_mm512_loadu_si512(w0p + p * stride);
+        __m512bh w1 = NG == 2 ? (__m512bh)_mm512_loadu_si512(w1p + p * stride) : w0;
+#pragma GCC unroll 14
+        for (int t = 0; t < NT; t++) {
+            __m512bh xb = pair_bcast(x + (size_t)t * (size_t)ldx, p);
+            acc[0][t]   = _mm512_dpbf16_ps(acc[0][t], w0, xb);
+            if (NG == 2) acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, xb);
+        }
+    }
+}
+
+#define GEMM_NT(NG)                                                                                          \
+    switch (n) {                                                                                             \
+    case 1: gemm_tile(NG, 1, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 2: gemm_tile(NG, 2, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 3: gemm_tile(NG, 3, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 4: gemm_tile(NG, 4, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 5: gemm_tile(NG, 5, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 6: gemm_tile(NG, 6, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 7: gemm_tile(NG, 7, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 8: gemm_tile(NG, 8, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 9: gemm_tile(NG, 9, w0p, w1p, stride, P, xt, ldx, acc); break;                                                 \
+    case 10: gemm_tile(NG, 10, w0p, w1p, stride, P, xt, ldx, acc); break;                                               \
+    case 11: gemm_tile(NG, 11, w0p, w1p, stride, P, xt, ldx, acc); break;                                               \
+    case 12: gemm_tile(NG, 12, w0p, w1p, stride, P, xt, ldx, acc); break;                                               \
+    case 13: gemm_tile(NG, 13, w0p, w1p, stride, P, xt, ldx, acc); break;                                               \
+    default: gemm_tile(NG, 14, w0p, w1p, stride, P, xt, ldx, acc); break;                                               \
+    }
+
+enum { GEMM_TT = 14 };
+
+void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
+                               int ldy, uint16_t *panel)
+{
+    int    kind = kind_of(w), g_end = (o1 + w->row_off + 15) / 16;
+    size_t P    = (size_t)w->n_in / 2;
+    for (int g = (o0 + w->row_off) / 16; g < g_end; g += 2) {
+        int ng = g_end - g >= 2 ? 2 : 1;
+        /* BF16 tiles are read where they are; FP8/FP4 are decoded once into the panel */
+        const uint16_t *w0p = panel, *w1p = panel + 32;
+        size_t          stride = 64;
+        if (kind == I16_FP8) i16_panel(I16_FP8, w, g, ng, panel);
+        else if (kind == I16_FP4) i16_panel(I16_FP4, w, g, ng, panel);
+        else {
+            w0p    = (const uint16_t *)w->wi + (size_t)g * P * 32;
+            w1p    = w0p + P * 32;
+            stride = 32;
+        }
+        for (int t0 = 0; t0 < nt; t0 += GEMM_TT) {
+            __m512          acc[2][14];
+            const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+            int             n  = nt - t0 < GEMM_TT ? nt - t0 : GEMM_TT;
+            if (ng == 2) {
+                GEMM_NT(2)
+            } else {
+                GEMM_NT(1)
+            }
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < ng; i++)
+                    store_group(w, g + i, o0, o1, y + (size_t)(t0 + t) * (size_t)ldy, acc[i][t]);
+        }
+    }
+}
