@@ -2,8 +2,9 @@
 """gemm_vs_onednn.py - dsv4's prefill projection against oneDNN's bf16 GEMM, same shapes,
 same run.
 
-dsv4 side: `dsv4 bench --gemm M,N,K:...` (FP8 weights with e8m0 block scales, activations
-quantised to e4m3, VDPBF16PS/AMX kernels: the full projection as the engine runs it).
+dsv4 side: `dsv4 bench --gemm M,N,K,fp8,i16:...` (FP8 weights with e8m0 block scales in the
+interleaved tiles made at load, activations quantised to e4m3, VDPBF16PS kernels: the full
+projection as the engine runs it).
 oneDNN side: torch.matmul on bf16 tensors (Debian's torch 1.13 dispatches bf16 matmul to
 oneDNN), the best a dense bf16 GEMM library does on this machine. Shapes: the projections of
 a V4-Flash layer for a 2048-token prefill chunk (and a routed expert with its average share
@@ -50,7 +51,8 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(2)
     sh = shapes(args.tokens)
-    spec = ":".join(f"{M},{N},{K}" for _, M, N, K in sh)
+    # ",i16": the interleaved 16-row tiles the engine repacks its projections into at load
+    spec = ":".join(f"{M},{N},{K},fp8,i16" for _, M, N, K in sh)
     out = subprocess.run([args.dsv4, "bench", "--gemm", spec], capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
     col = lines[1].split().index("GFLOP/s")  # the table's header names its columns

@@ -250,6 +250,7 @@ struct exp_job {
     const struct dsv4_expert_w *experts;
     const int                  *ids, *off, *tile_off; /* tile_off: [n_groups + 1] first tile of each group */
     int                         n_groups, phase, d, f, tiles_per_mat;
+    int                         tile_rows; /* 16, or 64 on interleaved tiles (4 groups: independent sums) */
     const float                *xq;   /* f32 kernels: dequantised activations [n_pairs, K] */
     const uint16_t             *xb;   /* bf16 kernels: the same as bf16 */
     float                      *out;  /* phase 1: g then v ([2][n_pairs, f]); phase 3: y [n_pairs, d] */
@@ -278,7 +279,8 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
             ldy = J->d;
             K   = J->f;
         }
-        int   row0 = (local % J->tiles_per_mat) * 16, row1 = row0 + 16 < w->n_out ? row0 + 16 : w->n_out;
+        int   row0 = (local % J->tiles_per_mat) * J->tile_rows;
+        int   row1 = row0 + J->tile_rows < w->n_out ? row0 + J->tile_rows : w->n_out;
         int   nt   = J->off[g + 1] - J->off[g];
         float *y   = J->out + (size_t)mat * J->n_pairs * (size_t)ldy + (size_t)J->off[g] * (size_t)ldy;
         const struct dsv4_kernels *k = J->cpu->k;
@@ -365,7 +367,10 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     /* phase 1: gate and up */
     prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant, xq, &xb);
     J.phase = 1;
-    J.tiles_per_mat = (f + 15) / 16;
+    /* on interleaved tiles a job covers 64 rows: the GEMV then keeps four independent sums in
+     * flight (16 rows were one dependent chain per token) and the GEMM two 32-row panels */
+    J.tile_rows     = use_i16(cpu, &e0->w1) ? 64 : 16;
+    J.tiles_per_mat = (f + J.tile_rows - 1) / J.tile_rows;
     J.xq = xq, J.xb = xb, J.out = scratch;
     for (int g = 0; g <= n_groups; g++) tile_off[g] = g * 2 * J.tiles_per_mat;
     dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
@@ -376,7 +381,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     /* phase 3: down */
     prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, xq, &xb);
     J.phase = 3;
-    J.tiles_per_mat = (d + 15) / 16;
+    J.tiles_per_mat = (d + J.tile_rows - 1) / J.tile_rows;
     J.xq = xq, J.xb = xb, J.out = y;
     for (int g = 0; g <= n_groups; g++) tile_off[g] = g * J.tiles_per_mat;
     dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);

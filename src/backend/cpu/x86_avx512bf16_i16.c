@@ -145,15 +145,17 @@ static inline __attribute__((always_inline)) void gemv(int kind, const struct ds
 {
     int g_end = (o1 + w->row_off + 15) / 16;
     for (int g = (o0 + w->row_off) / 16; g < g_end;) {
-        int gb = g_end - g >= 4 ? 4 : 1;
+        /* up to 4 groups at once: independent sums hide VDPBF16PS latency */
+        int gb = g_end - g >= 4 ? 4 : g_end - g;
         for (int t0 = 0; t0 < nt; t0 += 4) {
             const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
             float          *yt = y + (size_t)t0 * (size_t)ldy;
             int             n  = nt - t0 < 4 ? nt - t0 : 4;
-            if (gb == 4) {
-                GEMV_NT(kind, 4, n)
-            } else {
-                GEMV_NT(kind, 1, n)
+            switch (gb) {
+            case 1: GEMV_NT(kind, 1, n) break;
+            case 2: GEMV_NT(kind, 2, n) break;
+            case 3: GEMV_NT(kind, 3, n) break;
+            default: GEMV_NT(kind, 4, n) break;
             }
         }
         g += gb;
