@@ -59,7 +59,7 @@ help:
 	@echo "  make              build ./dsv4"
 	@echo "  make test         build and run every test (exits non-zero on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
-	@echo "  make test-tsan    the threaded groups (pool, scheduler) under -fsanitize=thread"
+	@echo "  make test-tsan    the threaded groups (pool, scheduler, server) under -fsanitize=thread"
 	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
@@ -112,7 +112,7 @@ test-san:
 
 # The groups that run threads of their own (thread pool, scheduler) under ThreadSanitizer.
 test-tsan:
-	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels kv sched" test
+	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels kv sched server" test
 
 # memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
 # prefill in chunks, decode, MTP.
