@@ -177,6 +177,7 @@ int cmd_run(int argc, char **argv)
     }
     double t2 = cli_now();
     printf("\n");
+    fflush(stdout); /* the text, then the figures on stderr */
     fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n", n_ids,
             t1 - t0, n_ids / (t1 - t0), generated, t2 - t1, generated > 0 ? generated / (t2 - t1) : 0.0);
     rc = 0;
