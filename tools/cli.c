@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -135,9 +136,25 @@ bool cli_write_f32(const char *cmd, const char *path, const float *data, size_t 
     return true;
 }
 
+/* Errors and warnings always; informational lines (backend chosen, weights repacked at load)
+ * when stderr is a terminal or DSV4_LOG=info; DSV4_LOG=debug adds debug lines. */
+static enum dsv4_log_level log_threshold(void)
+{
+    static int t = -1;
+    if (t < 0) {
+        const char *e = getenv("DSV4_LOG");
+        t = e && !strcmp(e, "debug") ? DSV4_LOG_DEBUG
+          : e && !strcmp(e, "info")  ? DSV4_LOG_INFO
+          : e && !strcmp(e, "warn")  ? DSV4_LOG_WARN
+          : isatty(2)                ? DSV4_LOG_INFO
+                                     : DSV4_LOG_WARN;
+    }
+    return (enum dsv4_log_level)t;
+}
+
 void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
 {
-    if (level > DSV4_LOG_WARN) return;
+    if (level > log_threshold()) return;
     fprintf(stderr, "dsv4 %s: %s%s\n", (const char *)ud, level == DSV4_LOG_WARN ? "warning: " : "", msg);
 }
 

@@ -5,10 +5,12 @@
  * and one model.safetensors whose header carries {"format": "dsv4-native", "version": "1"}
  * in __metadata__, whose data area starts on a 4096-byte boundary and whose every tensor
  * starts on one (gaps filled by "__pad.N" U8 tensors, so the file stays valid safetensors
- * that any reader opens). Tensors are stored in the layouts the CPU kernels read directly
- * (the release's row-major codes with block scales, see docs/PERF.md), grouped by layer in
- * forward order, so a decode step walks the file front to back. Opening it is one mmap and
- * one JSON header parse; nothing is copied or converted at start-up.
+ * that any reader opens). Tensors keep the release's layouts (row-major codes with block
+ * scales), grouped by layer in forward order, so a decode step walks the file front to back.
+ * With --tiles, every projection the AVX512-BF16 kernels run on interleaved 16-row tiles also
+ * gets them stored beside it ("NAME.i16", U8, and "SCALE.i16" for FP4's scales; about as many
+ * bytes again), so that level loads with no repacking either. Opening it is one mmap and one
+ * JSON header parse.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu.h"
 #include "cli.h"
 #include "model/model.h"
 
@@ -48,21 +51,78 @@ static int rank_of(const char *name)
     return 0;
 }
 
-static int cmp_tensor(const void *a, const void *b)
+/* One tensor of the output: a source tensor, or the tiles (part 0) or FP4 scale tiles (part
+ * 1) of a projection, made when written. */
+struct out_tensor {
+    char                      name[300];
+    const struct dsv4_tensor *src;
+    const struct dsv4_linear *lin;
+    int                       part;
+    uint64_t                  nbytes;
+};
+
+static int cmp_out(const void *a, const void *b)
 {
-    const struct dsv4_tensor *x = *(const struct dsv4_tensor *const *)a, *y = *(const struct dsv4_tensor *const *)b;
-    int                       rx = rank_of(x->name), ry = rank_of(y->name);
+    const struct out_tensor *x = a, *y = b;
+    int                      rx = rank_of(x->name), ry = rank_of(y->name);
     if (rx != ry) return rx < ry ? -1 : 1;
     return strcmp(x->name, y->name);
+}
+
+struct tile_list {
+    struct out_tensor *out;
+    size_t             n;
+};
+
+static void add_tiles(struct dsv4_linear *l, void *ud)
+{
+    struct tile_list *T = ud;
+    if (!dsv4_i16_eligible(l) || !l->wt) return;
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    struct out_tensor *o = &T->out[T->n++];
+    snprintf(o->name, sizeof(o->name), "%s.i16", l->wt->name);
+    o->lin = l, o->part = 0, o->nbytes = wb;
+    if (sb && l->st) {
+        o = &T->out[T->n++];
+        snprintf(o->name, sizeof(o->name), "%s.i16", l->st->name);
+        o->lin = l, o->part = 1, o->nbytes = sb;
+    }
+}
+
+static void count_linear(struct dsv4_linear *l, void *ud)
+{
+    (void)l;
+    *(size_t *)ud += 2;
+}
+
+/* The bytes of out entry o: the source tensor's, or tiles packed into buf (grown as needed). */
+static const void *out_bytes(const struct out_tensor *o, uint8_t **buf, size_t *cap)
+{
+    if (o->src) return o->src->data;
+    size_t wb, sb;
+    dsv4_i16_sizes(o->lin, &wb, &sb);
+    if (*cap < wb + sb) {
+        free(*buf);
+        *cap = wb + sb;
+        *buf = malloc(*cap);
+        if (!*buf) {
+            *cap = 0;
+            return NULL;
+        }
+    }
+    dsv4_i16_pack(o->lin, 0, dsv4_i16_groups(o->lin), *buf, sb ? *buf + wb : NULL);
+    return o->part ? *buf + wb : *buf;
 }
 
 int cmd_convert(int argc, char **argv)
 {
     const char *src = NULL, *dst = NULL;
-    bool        quiet = false;
+    bool        quiet = false, tiles = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dsv4 convert -m HF_DIR -o OUT_DIR [-q]\n");
+            printf("usage: dsv4 convert -m HF_DIR -o OUT_DIR [--tiles] [-q]\n"
+                   "  --tiles  also store the interleaved 16-row tiles of the projections (AVX512-BF16 kernels)\n");
             return 0;
         } else if (!strcmp(argv[i], "-m")) {
             if (!(src = cli_value("convert", argc, argv, &i))) return 2;
@@ -70,6 +130,8 @@ int cmd_convert(int argc, char **argv)
             if (!(dst = cli_value("convert", argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "-q")) {
             quiet = true;
+        } else if (!strcmp(argv[i], "--tiles")) {
+            tiles = true;
         } else {
             fprintf(stderr, "dsv4 convert: unknown option '%s'\n", argv[i]);
             return 2;
@@ -94,46 +156,71 @@ int cmd_convert(int argc, char **argv)
     int rc = dsv4_weights_bind(&w, &cfg, &ck, &arena, &rep, &err);
     for (int i = 0; i < rep.n_problems; i++) fprintf(stderr, "dsv4 convert: %s\n", rep.problems[i].text);
     dsv4_bind_report_free(&rep);
-    dsv4_arena_free(&arena);
     if (rc) {
         fprintf(stderr, "dsv4 convert: %s\n", err.msg);
+        dsv4_arena_free(&arena);
         dsv4_checkpoint_close(&ck);
         return 1;
     }
     if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "dsv4 convert: cannot create %s: %s\n", dst, strerror(errno));
+        dsv4_arena_free(&arena);
         dsv4_checkpoint_close(&ck);
         return 1;
     }
-    const struct dsv4_tensor **order = malloc(sizeof(*order) * ck.n_tensors);
-    size_t                     n     = 0;
-    uint64_t                   total = 0;
-    for (size_t i = 0; i < ck.n_tensors; i++) {
-        if (!strncmp(ck.tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX))) continue;
-        order[n++] = &ck.tensors[i];
-        total += ck.tensors[i].nbytes;
+    size_t n_lin = 0;
+    if (tiles) dsv4_weights_each_linear(&w, &cfg, count_linear, &n_lin);
+    struct out_tensor *order = calloc(ck.n_tensors + n_lin + 1, sizeof(*order));
+    size_t             n     = 0;
+    uint64_t           total = 0;
+    for (size_t i = 0; order && i < ck.n_tensors; i++) {
+        const struct dsv4_tensor *t = &ck.tensors[i];
+        size_t                    l = strlen(t->name);
+        /* padding, and tiles of an earlier conversion (made again below when asked for) */
+        if (!strncmp(t->name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) || (l > 4 && !strcmp(t->name + l - 4, ".i16")))
+            continue;
+        snprintf(order[n].name, sizeof(order[n].name), "%s", t->name);
+        order[n].src    = t;
+        order[n].nbytes = t->nbytes;
+        n++;
     }
-    qsort(order, n, sizeof(*order), cmp_tensor);
+    if (order && tiles) {
+        struct tile_list T = { order + n, 0 };
+        dsv4_weights_each_linear(&w, &cfg, add_tiles, &T);
+        n += T.n;
+    }
+    for (size_t i = 0; i < n; i++) total += order[i].nbytes;
+    if (order) qsort(order, n, sizeof(*order), cmp_out);
     char *out = dsv4_path_join(dst, "model.safetensors");
     struct dsv4_st_writer *wr;
-    rc = dsv4_st_writer_open(&wr, out, &err);
+    rc = order ? dsv4_st_writer_open(&wr, out, &err) : dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
     if (rc == DSV4_OK) {
         dsv4_st_writer_set_alignment(wr, 4096);
         dsv4_st_writer_set_metadata(wr, "format", "dsv4-native");
         dsv4_st_writer_set_metadata(wr, "version", "1");
-        for (size_t i = 0; i < n && rc == DSV4_OK; i++)
-            rc = dsv4_st_writer_add(wr, order[i]->name, order[i]->dtype, order[i]->ndim, order[i]->shape, &err);
+        if (tiles) dsv4_st_writer_set_metadata(wr, "tiles", "i16");
+        for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
+            const struct out_tensor *o = &order[i];
+            int64_t                  len = (int64_t)o->nbytes;
+            rc = o->src ? dsv4_st_writer_add(wr, o->name, o->src->dtype, o->src->ndim, o->src->shape, &err)
+                        : dsv4_st_writer_add(wr, o->name, DSV4_DTYPE_U8, 1, &len, &err);
+        }
         uint64_t done = 0, shown = 0;
         bool     tty  = !quiet && isatty(2);
+        uint8_t *buf  = NULL;
+        size_t   cap  = 0;
         for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
-            rc = dsv4_st_writer_write(wr, order[i]->data, (size_t)order[i]->nbytes, &err);
-            done += order[i]->nbytes;
+            const void *data = out_bytes(&order[i], &buf, &cap);
+            rc = data ? dsv4_st_writer_write(wr, data, (size_t)order[i].nbytes, &err)
+                      : dsv4_err_set(&err, DSV4_ENOMEM, "out of memory packing %s", order[i].name);
+            done += order[i].nbytes;
             if (tty && (done - shown > ((uint64_t)256 << 20) || i + 1 == n)) {
                 fprintf(stderr, "\rdsv4 convert: %5.1f%% of %.2f GB", 100.0 * (double)done / (double)(total ? total : 1),
                         (double)total / 1e9);
                 shown = done;
             }
         }
+        free(buf);
         if (tty) fprintf(stderr, "\n");
         if (rc) dsv4_st_writer_abort(wr);
         else rc = dsv4_st_writer_close(wr, &err);
@@ -153,6 +240,7 @@ int cmd_convert(int argc, char **argv)
         fprintf(stderr, "dsv4 convert: wrote %zu tensors (%.2f GB, page-aligned) to %s\n", n, (double)total / 1e9, out);
     free(out);
     free(order);
+    dsv4_arena_free(&arena);
     dsv4_checkpoint_close(&ck);
     return rc ? 1 : 0;
 }

@@ -39,6 +39,9 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
 {
     printf("checkpoint   %s: %d shard%s, %zu tensors, %.1f MiB\n", dir, ck->n_files, ck->n_files == 1 ? "" : "s",
            ck->n_tensors, mib((double)st->bytes_total));
+    if (st->bytes_tiles)
+        printf("tiles        %.1f MiB of interleaved 16-row tiles (dsv4 convert --tiles), used instead of their tensors\n",
+               mib((double)st->bytes_tiles));
     printf("model        DeepSeek-V4: %d layers + %d MTP, d_model %d, vocab %d, max context %d\n", c->n_layer,
            c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
     printf("layers       %d SWA, %d CSA, %d HCA: ", st->n_swa, st->n_csa, st->n_hca);

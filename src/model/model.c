@@ -67,30 +67,9 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
     return DSV4_OK;
 }
 
-/* Every projection of the model, in a fixed order (unbound ones have n_out 0). */
-static void each_linear(struct dsv4_model *m, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
-{
-    const struct dsv4_config *c = &m->cfg;
-    fn(&m->w.head, ud);
-    for (int il = 0; il <= c->n_layer; il++) {
-        if (il == c->n_layer && !m->w.has_mtp) break;
-        struct dsv4_layer_w *L = il < c->n_layer ? &m->w.layers[il] : &m->w.mtp;
-        struct dsv4_linear  *ls[] = { &L->wq_a,          &L->wq_b,         &L->wkv,          &L->wo_a,
-                                      &L->wo_b,          &L->comp.wkv,     &L->comp.wgate,   &L->idx.wq_b,
-                                      &L->idx.weights_proj, &L->idx.comp.wkv, &L->idx.comp.wgate, &L->gate,
-                                      &L->shared.w1,     &L->shared.w3,    &L->shared.w2,    &L->e_proj,
-                                      &L->h_proj };
-        for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) fn(ls[i], ud);
-        for (int e = 0; L->experts && e < c->n_exp; e++) {
-            fn(&L->experts[e].w1, ud);
-            fn(&L->experts[e].w3, ud);
-            fn(&L->experts[e].w2, ud);
-        }
-    }
-}
-
 struct tiles_plan {
-    size_t             bytes, n, replaced;
+    const struct dsv4_checkpoint *ck;
+    size_t             bytes, n, n_stored, replaced;
     uint8_t           *at;      /* packing: next free byte */
     struct dsv4_pool  *pool;
 };
@@ -107,15 +86,32 @@ static size_t align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
+/* The tiles `dsv4 convert --tiles` stored for tensor t ("NAME.i16", docs/FORMAT.md), when
+ * present with the expected size; NULL otherwise. */
+static const void *stored_tiles(const struct dsv4_checkpoint *ck, const struct dsv4_tensor *t, size_t bytes)
+{
+    char name[300];
+    if (!t || snprintf(name, sizeof(name), "%s.i16", t->name) >= (int)sizeof(name)) return NULL;
+    const struct dsv4_tensor *s = dsv4_checkpoint_find(ck, name);
+    return s && s->dtype == DSV4_DTYPE_U8 && s->ndim == 1 && s->nbytes == bytes ? s->data : NULL;
+}
+
 static void plan_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tiles_plan *P = ud;
     if (!dsv4_i16_eligible(l)) return;
     size_t wb, sb;
     dsv4_i16_sizes(l, &wb, &sb);
+    const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+    P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
+    if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
+        l->wi = wi;
+        l->si = si;
+        P->n_stored++;
+        return;
+    }
     P->bytes += align64(wb) + align64(sb);
     P->n++;
-    P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
 }
 
 struct pack_job {
@@ -133,7 +129,7 @@ static void pack_groups(void *ctx, int64_t g0, int64_t g1, int tid)
 static void pack_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tiles_plan *P = ud;
-    if (!dsv4_i16_eligible(l)) return;
+    if (l->wi || !dsv4_i16_eligible(l)) return; /* stored tiles, or none */
     size_t wb, sb;
     dsv4_i16_sizes(l, &wb, &sb);
     struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
@@ -154,8 +150,10 @@ static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct d
 {
     const char *env = getenv("DSV4_TILES");
     if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || (env && !strcmp(env, "0"))) return DSV4_OK;
-    struct tiles_plan P = { .pool = cpu->pool };
-    each_linear(m, plan_tiles, &P);
+    struct tiles_plan P = { .pool = cpu->pool, .ck = &m->ck };
+    dsv4_weights_each_linear(&m->w, &m->cfg, plan_tiles, &P);
+    m->tiles_replaced = P.replaced;
+    if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
     if (!P.bytes) return DSV4_OK;
     double t0 = now_s();
     void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -163,12 +161,11 @@ static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct d
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
                             "(DSV4_TILES=0 runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
     madvise(mem, P.bytes, MADV_HUGEPAGE);
-    m->tiles          = mem;
-    m->tiles_bytes    = P.bytes;
-    m->tiles_replaced = P.replaced;
+    m->tiles       = mem;
+    m->tiles_bytes = P.bytes;
     P.at           = mem;
     dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
-    each_linear(m, pack_tiles, &P);
+    dsv4_weights_each_linear(&m->w, &m->cfg, pack_tiles, &P);
     dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
     return DSV4_OK;
 }

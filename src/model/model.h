@@ -177,13 +177,17 @@ int  dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg,
                        const struct dsv4_checkpoint *ck, struct dsv4_arena *arena,
                        struct dsv4_bind_report *report, struct dsv4_err *err);
 void dsv4_bind_report_free(struct dsv4_bind_report *r);
+/* Calls fn on every projection of w, in a fixed order (unbound ones have n_out 0). */
+void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *c,
+                              void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
 
 /* ------------------------------------------------------------------ sizes (inspect, planning) */
 
 struct dsv4_model_stats {
     uint64_t params_by_dtype[DSV4_DTYPE_COUNT]; /* elements */
     uint64_t bytes_by_dtype[DSV4_DTYPE_COUNT];
-    uint64_t bytes_total;
+    uint64_t bytes_total;             /* the checkpoint's tensors, stored tiles included */
+    uint64_t bytes_tiles;             /* of which interleaved tiles (`dsv4 convert --tiles`) */
     uint64_t bytes_per_token;         /* weights read to decode one token (batch 1) */
     uint64_t bytes_experts_per_token; /* of which routed experts */
     uint64_t active_params;           /* parameters touched per token (embedding: one row) */

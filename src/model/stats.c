@@ -45,6 +45,13 @@ void dsv4_model_stats(const struct dsv4_config *c, const struct dsv4_checkpoint 
         const struct dsv4_tensor *t     = &ck->tensors[i];
         uint64_t                  numel = dsv4_tensor_numel(t);
         if (strncmp(t->name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) == 0) continue; /* alignment padding */
+        size_t nl = strlen(t->name);
+        if (nl > 4 && !strcmp(t->name + nl - 4, ".i16")) {
+            /* tiles stored by `dsv4 convert --tiles`: read instead of their tensor, not as well */
+            st->bytes_tiles += t->nbytes;
+            st->bytes_total += t->nbytes;
+            continue;
+        }
         /* packed FP4 experts hold two parameters per I8 element */
         uint64_t params = (is_expert_tensor(t->name) && (t->dtype == DSV4_DTYPE_I8 || t->dtype == DSV4_DTYPE_U8) &&
                            c->expert_wfmt == DSV4_WFMT_FP4) ? numel * 2 : numel;

@@ -274,6 +274,23 @@ static void check_tid2eid(struct binder *b, const struct dsv4_layer_w *L)
     }
 }
 
+/*
+ * "NAME.i16": the interleaved 16-row tiles of tensor NAME stored by `dsv4 convert --tiles`
+ * (docs/FORMAT.md), a 1-D U8 tensor. Expected when NAME is a bound tensor; its size is checked
+ * where the tiles are used (model.c), which repacks on a mismatch.
+ */
+static bool stored_tiles_of_used(const struct dsv4_checkpoint *ck, const uint8_t *used, const struct dsv4_tensor *t)
+{
+    size_t n = strlen(t->name);
+    char   base[256];
+    if (n <= 4 || n - 4 >= sizeof(base) || strcmp(t->name + n - 4, ".i16") != 0) return false;
+    if (t->dtype != DSV4_DTYPE_U8 || t->ndim != 1) return false;
+    memcpy(base, t->name, n - 4);
+    base[n - 4] = 0;
+    const struct dsv4_tensor *bt = dsv4_checkpoint_find(ck, base);
+    return bt && used[bt - ck->tensors];
+}
+
 int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
                       struct dsv4_arena *arena, struct dsv4_bind_report *rep, struct dsv4_err *err)
 {
@@ -308,6 +325,7 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
     for (size_t i = 0; i < ck->n_tensors; i++) {
         if (b.used[i] || strncmp(ck->tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) == 0) continue;
         const struct dsv4_tensor *t = &ck->tensors[i];
+        if (stored_tiles_of_used(ck, b.used, t)) continue;
         char                      s[64];
         problem(&b, "tensor %s: unexpected (%s %s in %s) - not part of this config's model", t->name,
                 dsv4_dtype_name(t->dtype), dsv4_shape_str(t->ndim, t->shape, s, sizeof(s)),
@@ -327,4 +345,26 @@ void dsv4_bind_report_free(struct dsv4_bind_report *r)
 {
     free(r->problems);
     memset(r, 0, sizeof(*r));
+}
+
+/* Every projection of the model, in a fixed order (unbound ones have n_out 0). */
+void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *c,
+                              void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
+{
+    fn(&w->head, ud);
+    for (int il = 0; il <= c->n_layer; il++) {
+        if (il == c->n_layer && !w->has_mtp) break;
+        struct dsv4_layer_w *L = il < c->n_layer ? &w->layers[il] : &w->mtp;
+        struct dsv4_linear  *ls[] = { &L->wq_a,          &L->wq_b,         &L->wkv,          &L->wo_a,
+                                      &L->wo_b,          &L->comp.wkv,     &L->comp.wgate,   &L->idx.wq_b,
+                                      &L->idx.weights_proj, &L->idx.comp.wkv, &L->idx.comp.wgate, &L->gate,
+                                      &L->shared.w1,     &L->shared.w3,    &L->shared.w2,    &L->e_proj,
+                                      &L->h_proj };
+        for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) fn(ls[i], ud);
+        for (int e = 0; L->experts && e < c->n_exp; e++) {
+            fn(&L->experts[e].w1, ud);
+            fn(&L->experts[e].w3, ud);
+            fn(&L->experts[e].w2, ud);
+        }
+    }
 }

@@ -244,6 +244,32 @@ static void test_convert_roundtrip(struct test_ctx *t)
     int32_t *toks = random_tokens(40, 2048, 8);
     float   *la = run_chunked(t, a, toks, 40, 40, NULL), *lb = run_chunked(t, b, toks, 40, 40, NULL);
     CHECK(la && lb && memcmp(la, lb, sizeof(float) * 40 * 2048) == 0);
+    free(lb);
+    dsv4_engine_close(b);
+    /* --tiles, from the native checkpoint: every tiled projection's tiles stored beside it
+     * ("NAME.i16"), the checkpoint still valid, and the same logits (the tiles are the ones
+     * the loader would make) */
+    char out2[320];
+    snprintf(out2, sizeof(out2), "%s/tiny-b-tiles", t->tmpdir);
+    snprintf(cmd, sizeof(cmd), "%s convert -q --tiles -m %s -o %s && %s inspect -m %s", bin, out, out2, bin, out2);
+    CHECKF(test_run(cmd, &txt) == 0, "convert --tiles / inspect: %s", txt);
+    free(txt);
+    snprintf(path, sizeof(path), "%s/model.safetensors", out2);
+    CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);
+    int n_tiles = 0, n_i16_scales = 0;
+    for (size_t i = 0; i < ck.n_tensors; i++) {
+        size_t l = strlen(ck.tensors[i].name);
+        if (l > 4 && !strcmp(ck.tensors[i].name + l - 4, ".i16")) {
+            n_tiles++;
+            n_i16_scales += strstr(ck.tensors[i].name, ".scale.i16") != NULL;
+            CHECK(ck.tensors[i].dtype == DSV4_DTYPE_U8 && ck.tensors[i].offset % 4096 == 0);
+        }
+    }
+    CHECKF(n_tiles > 100 && n_i16_scales > 10, "%d tile tensors, %d of FP4 scales", n_tiles, n_i16_scales);
+    dsv4_checkpoint_close(&ck);
+    CHECK(dsv4_engine_open(&b, out2, NULL, &err) == DSV4_OK);
+    lb = run_chunked(t, b, toks, 40, 7, NULL);
+    CHECK(la && lb && memcmp(la, lb, sizeof(float) * 40 * 2048) == 0);
     free(la);
     free(lb);
     free(toks);
