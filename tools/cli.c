@@ -164,3 +164,43 @@ double cli_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+bool cli_revision(const char *cmd, int argc, char **argv, int *i, enum dsv4_revision *rev)
+{
+    const char *v = cli_value(cmd, argc, argv, i);
+    if (!v) return false;
+    if (!strcmp(v, "current")) *rev = DSV4_REVISION_CURRENT;
+    else if (!strcmp(v, "initial")) *rev = DSV4_REVISION_INITIAL;
+    else {
+        fprintf(stderr, "dsv4 %s: --revision must be current or initial\n", cmd);
+        return false;
+    }
+    return true;
+}
+
+int cli_sampler_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_sampler_params *sp, bool *seeded)
+{
+    const char *a = argv[*i], *v;
+    double      fv;
+    long long   iv;
+    if (!strcmp(a, "--temp")) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 0, 100, &fv)) return -1;
+        sp->temperature = (float)fv;
+    } else if (!strcmp(a, "--top-k")) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &iv)) return -1;
+        sp->top_k = (int)iv;
+    } else if (!strcmp(a, "--top-p")) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 1e-9, 1, &fv)) return -1;
+        sp->top_p = (float)fv;
+    } else if (!strcmp(a, "--min-p")) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 0, 1, &fv)) return -1;
+        sp->min_p = (float)fv;
+    } else if (!strcmp(a, "--seed")) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 0, (1LL << 62), &iv)) return -1;
+        sp->seed = (uint64_t)iv;
+        if (seeded) *seeded = true;
+    } else {
+        return 0;
+    }
+    return 1;
+}

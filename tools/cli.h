@@ -49,5 +49,13 @@ double cli_now(void);
 
 /* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* The value of --revision (argv[*i] is the option): current or initial; prints the error. */
+bool cli_revision(const char *cmd, int argc, char **argv, int *i, enum dsv4_revision *rev);
+/*
+ * The sampling options of generating commands, argv[*i] being an option: --temp, --top-k,
+ * --top-p, --min-p, --seed (sets *seeded when given). Returns 1 when it was one of them (its
+ * value consumed), 0 when it is another option, -1 on a bad value (message printed).
+ */
+int cli_sampler_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_sampler_params *sp, bool *seeded);
 
 #endif

@@ -346,13 +346,7 @@ int cmd_batch(int argc, char **argv)
             sp.tier_max_running[1] = (int)b;
             sp.tier_max_running[2] = (int)c;
         } else if (!strcmp(o, "--revision")) {
-            if (!(v = cli_value("batch", argc, argv, &i))) return 2;
-            if (!strcmp(v, "current")) ep.revision = DSV4_REVISION_CURRENT;
-            else if (!strcmp(v, "initial")) ep.revision = DSV4_REVISION_INITIAL;
-            else {
-                fprintf(stderr, "dsv4 batch: --revision must be current or initial\n");
-                return 2;
-            }
+            if (!cli_revision("batch", argc, argv, &i, &ep.revision)) return 2;
         } else {
             fprintf(stderr, "dsv4 batch: unknown option '%s'\n", o);
             usage(stderr);

@@ -414,8 +414,7 @@ static int exchange(struct chat *c, const char *line)
 int cmd_chat(int argc, char **argv)
 {
     const char *dir = NULL;
-    long long   max_reply = 256, ctx = 0, iv;
-    double      fv;
+    long long   max_reply = 256, ctx = 0;
     bool        seeded = false;
     struct chat c      = { 0 };
     dsv4_chat_params_default(&c.cp);
@@ -427,6 +426,9 @@ int cmd_chat(int argc, char **argv)
     dsv4_engine_params_default(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         so = cli_sampler_option("chat", argc, argv, &i, &sp, &seeded);
+        if (so < 0) return 2;
+        if (so > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -440,30 +442,8 @@ int cmd_chat(int argc, char **argv)
             if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 1, 1 << 24, &max_reply)) return 2;
         } else if (!strcmp(a, "--ctx")) {
             if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 16, 1 << 30, &ctx)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_float("chat", a, v, 0, 100, &fv)) return 2;
-            sp.temperature = (float)fv;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 0, 1 << 24, &iv)) return 2;
-            sp.top_k = (int)iv;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_float("chat", a, v, 1e-9, 1, &fv)) return 2;
-            sp.top_p = (float)fv;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_float("chat", a, v, 0, 1, &fv)) return 2;
-            sp.min_p = (float)fv;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 0, (1LL << 62), &iv)) return 2;
-            sp.seed = (uint64_t)iv;
-            seeded  = true;
         } else if (!strcmp(a, "--revision")) {
-            if (!(v = cli_value("chat", argc, argv, &i))) return 2;
-            if (!strcmp(v, "current")) ep.revision = DSV4_REVISION_CURRENT;
-            else if (!strcmp(v, "initial")) ep.revision = DSV4_REVISION_INITIAL;
-            else {
-                fprintf(stderr, "dsv4 chat: --revision must be current or initial\n");
-                return 2;
-            }
+            if (!cli_revision("chat", argc, argv, &i, &ep.revision)) return 2;
         } else {
             fprintf(stderr, "dsv4 chat: unknown option '%s'\n", a);
             usage(stderr);

@@ -44,13 +44,7 @@ int cmd_logits(int argc, char **argv)
         } else if (!strcmp(a, "--chunk")) {
             if (!(v = cli_value("logits", argc, argv, &i)) || !cli_parse_int("logits", a, v, 1, 1 << 20, &chunk)) return 2;
         } else if (!strcmp(a, "--revision")) {
-            if (!(v = cli_value("logits", argc, argv, &i))) return 2;
-            if (!strcmp(v, "current")) ep.revision = DSV4_REVISION_CURRENT;
-            else if (!strcmp(v, "initial")) ep.revision = DSV4_REVISION_INITIAL;
-            else {
-                fprintf(stderr, "dsv4 logits: --revision must be current or initial\n");
-                return 2;
-            }
+            if (!cli_revision("logits", argc, argv, &i, &ep.revision)) return 2;
         } else {
             fprintf(stderr, "dsv4 logits: unknown option '%s'\n", a);
             usage(stderr);

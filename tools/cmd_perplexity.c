@@ -193,13 +193,7 @@ int cmd_perplexity(int argc, char **argv)
                 !cli_parse_int("perplexity", a, v, 1, 1LL << 40, &max_tokens))
                 return 2;
         } else if (!strcmp(a, "--revision")) {
-            if (!(v = cli_value("perplexity", argc, argv, &i))) return 2;
-            if (!strcmp(v, "current")) ep.revision = DSV4_REVISION_CURRENT;
-            else if (!strcmp(v, "initial")) ep.revision = DSV4_REVISION_INITIAL;
-            else {
-                fprintf(stderr, "dsv4 perplexity: --revision must be current or initial\n");
-                return 2;
-            }
+            if (!cli_revision("perplexity", argc, argv, &i, &ep.revision)) return 2;
         } else {
             fprintf(stderr, "dsv4 perplexity: unknown option '%s'\n", a);
             usage(stderr);

@@ -25,8 +25,7 @@ static void usage(FILE *f)
 int cmd_run(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *tok_text = NULL;
-    long long   n_gen = 64, ctx = 0, iv;
-    double      fv;
+    long long   n_gen = 64, ctx = 0;
     bool        bos = false, print_ids = false;
     struct dsv4_sampler_params sp;
     dsv4_sampler_params_default(&sp);
@@ -34,6 +33,9 @@ int cmd_run(int argc, char **argv)
     dsv4_engine_params_default(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         so = cli_sampler_option("run", argc, argv, &i, &sp, NULL);
+        if (so < 0) return 2;
+        if (so > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -47,29 +49,8 @@ int cmd_run(int argc, char **argv)
             if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 0, 1 << 24, &n_gen)) return 2;
         } else if (!strcmp(a, "--ctx")) {
             if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 1, 1 << 30, &ctx)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_float("run", a, v, 0, 100, &fv)) return 2;
-            sp.temperature = (float)fv;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 0, 1 << 24, &iv)) return 2;
-            sp.top_k = (int)iv;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_float("run", a, v, 1e-9, 1, &fv)) return 2;
-            sp.top_p = (float)fv;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_float("run", a, v, 0, 1, &fv)) return 2;
-            sp.min_p = (float)fv;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 0, (1LL << 62), &iv)) return 2;
-            sp.seed = (uint64_t)iv;
         } else if (!strcmp(a, "--revision")) {
-            if (!(v = cli_value("run", argc, argv, &i))) return 2;
-            if (!strcmp(v, "current")) ep.revision = DSV4_REVISION_CURRENT;
-            else if (!strcmp(v, "initial")) ep.revision = DSV4_REVISION_INITIAL;
-            else {
-                fprintf(stderr, "dsv4 run: --revision must be current or initial\n");
-                return 2;
-            }
+            if (!cli_revision("run", argc, argv, &i, &ep.revision)) return 2;
         } else if (!strcmp(a, "--bos")) {
             bos = true;
         } else if (!strcmp(a, "--ids")) {

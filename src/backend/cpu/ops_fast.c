@@ -549,29 +549,6 @@ static void fast_mix(struct dsv4_backend *be, int n, int hc, int d, const float 
     }
 }
 
-static void sinkhorn(int hc, double *c, int iters, double eps)
-{
-    for (int j = 0; j < hc; j++) {
-        double *row = c + j * hc, mx = row[0], sum = 0;
-        for (int k = 1; k < hc; k++) mx = fmax(mx, row[k]);
-        for (int k = 0; k < hc; k++) sum += (row[k] = exp(row[k] - mx));
-        for (int k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0)
-            for (int j = 0; j < hc; j++) {
-                double sum = 0;
-                for (int k = 0; k < hc; k++) sum += c[j * hc + k];
-                for (int k = 0; k < hc; k++) c[j * hc + k] /= sum + eps;
-            }
-        for (int k = 0; k < hc; k++) {
-            double sum = 0;
-            for (int j = 0; j < hc; j++) sum += c[j * hc + k];
-            for (int j = 0; j < hc; j++) c[j * hc + k] /= sum + eps;
-        }
-    }
-}
-
 static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                         const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
                         float *post, float *comb)
@@ -590,7 +567,7 @@ static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const flo
                 post[r * hc + j] = (float)(2.0 * sigmoid((double)(mix[hc + j] * scale[1] + base[hc + j])));
             }
             for (int m = 0; m < hc * hc; m++) c[m] = mix[2 * hc + m] * scale[2] + base[2 * hc + m];
-            sinkhorn(hc, c, iters, hc_eps);
+            dsv4_ref_sinkhorn(hc, c, iters, hc_eps);
             for (int m = 0; m < hc * hc; m++) comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
             const float *Xr = X + (size_t)r * (size_t)hc * (size_t)d;
             float       *ur = u + (size_t)r * (size_t)d;

@@ -101,7 +101,7 @@ static void hc_mix(int hc, int d, const float *X, const float *fn, int n_mix, do
 
 /* Sinkhorn on c[hc][hc] (row j = source stream, column k = destination), model-v4.md §3.2,
  * in double; the result is rounded to f32 by the caller. */
-static void sinkhorn(int hc, double *c, int iters, double eps)
+void dsv4_ref_sinkhorn(int hc, double *c, int iters, double eps)
 {
     for (int j = 0; j < hc; j++) {
         double *row = c + j * hc, mx = row[0], sum = 0;
@@ -139,7 +139,7 @@ void dsv4_ref_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float 
             post[r * hc + j] = (float)(2.0 * sigmoid(rf32(mix[hc + j] * scale[1] + base[hc + j])));
         }
         for (int m = 0; m < hc * hc; m++) c[m] = rf32(mix[2 * hc + m] * scale[2] + base[2 * hc + m]);
-        sinkhorn(hc, c, iters, hc_eps);
+        dsv4_ref_sinkhorn(hc, c, iters, hc_eps);
         for (int m = 0; m < hc * hc; m++) comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
         float *ur = u + (size_t)r * (size_t)d;
         for (int i = 0; i < d; i++) {
