@@ -144,7 +144,7 @@ static int bench_gemm(const char *spec, int n_threads)
         char fmt[8] = "fp8";
         if (sscanf(p, "%d,%d,%d%n", &M, &N, &K, &used) != 3 || M < 1 || N < 1 || K < 128 || K % 128 || M > 65536 ||
             N > 1 << 20 || K > 1 << 16) {
-            fprintf(stderr, "dsv4 bench: --gemm wants M,N,K[,fp8|fp4|bf16] with K a multiple of 128 (got '%s')\n", p);
+            fprintf(stderr, "dsv4 bench: --gemm wants M,N,K[,fp8|fp4|bf16][,i16] with K a multiple of 128 (got '%s')\n", p);
             rc = 2;
             break;
         }
