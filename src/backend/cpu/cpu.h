@@ -36,6 +36,8 @@ int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
  * (codes times block scales) and x already dequantised (bf16-exact values when the
  * activations were quantised). nt is small (decode); prefill GEMMs use gemm_bf16.
  */
+struct dsv4_attn_bf16;
+struct dsv4_idx_bf16;
 struct dsv4_kernels {
     const char *name;
     void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
@@ -65,7 +67,52 @@ struct dsv4_kernels {
                      int ldy);
     void (*gemmb_i16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
                       int ldy, uint16_t *panel);
+    /* Attention and indexer scores of one query on bf16 dot products (NULL: the f32 path;
+     * see struct dsv4_attn_bf16): decode row pairs [p0, p1), then head-group pairs [u0, u1);
+     * the indexer's query panel, then key blocks [b0, b1) of DSV4_ATTN_NR keys with a
+     * per-thread buffer s of dsv4_idx_bf16_s_floats floats. */
+    void (*attn_rows)(const struct dsv4_attn_bf16 *a, int p0, int p1);
+    void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
+    void (*idx_query)(const struct dsv4_idx_bf16 *x);
+    void (*idx_keys)(const struct dsv4_idx_bf16 *x, int b0, int b1, float *s);
 };
+
+/*
+ * One query's attention on the bf16 kernels (x86_avx512bf16_attn.c): heads in groups of 16
+ * (the lanes of a register), rows padded to n_pad, a multiple of DSV4_ATTN_NR (pad rows are
+ * zero and get probability zero). Needs d_head % 32 == 0. Scratch, all from the caller:
+ * kr [n_pad][d_head] rows as bf16; vp [n_pad/2][d_head][2] row pairs interleaved; per head
+ * group g of G = ceil(n_head/16): qp [G][d_head/2][16][2] query, s [G][n_pad][16] scores,
+ * pp [G][n_pad/2][16][2] probabilities, den [G][16] denominators.
+ */
+enum { DSV4_ATTN_NR = 12 };
+struct dsv4_attn_bf16 {
+    int                   n_head, d_head, d_rope, n_rows, n_pad;
+    enum dsv4_row_fmt     fmt;
+    const uint8_t *const *rows;
+    const float          *q, *sink;
+    float                 scale;
+    float                *o;
+    uint16_t             *kr, *vp, *qp, *pp;
+    float                *s, *den;
+};
+/* The indexer's scores of one query against n_keys FP4 keys in blocks of block_keys (qp:
+ * [G][d/2][16][2]); each thread's buffer holds one block's dot products and bf16 keys. */
+struct dsv4_idx_bf16 {
+    int                   n_head, d, n_keys, block_keys;
+    const float          *q, *w;
+    const uint8_t *const *blocks;
+    float                *score;
+    uint16_t             *qp;
+};
+static inline int dsv4_idx_bf16_s_floats(int n_head, int d)
+{
+    return (n_head + 31) / 32 * 32 * DSV4_ATTN_NR + DSV4_ATTN_NR * d / 2;
+}
+void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
+void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
+void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);
+void dsv4_avx512bf16_idx_keys(const struct dsv4_idx_bf16 *x, int b0, int b1, float *s);
 
 /*
  * Interleaved 16-row tiles ("i16", repack.c): whether a projection can be held so (FP8/FP4

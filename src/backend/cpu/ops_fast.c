@@ -33,6 +33,8 @@ static int max_in(const struct dsv4_config *c)
     return imax(m, imax(c->d_ff_exp, c->d_idx_head));
 }
 
+static size_t attn_bf16_floats(int n_head, int d_head, int n_rows);
+
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
 {
     /* the MTP block projects hc streams per row (h_proj); the grouped experts hold every
@@ -42,6 +44,12 @@ size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int ma
     if (pairs > rows) rows = pairs;
     size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
     size_t attn = (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
+    size_t ab   = attn_bf16_floats(c->n_head, c->d_head, max_attn_rows);
+    if (ab > attn) attn = ab;
+    /* the indexer's bf16 query panel and per-thread buffers (scores and keys of one block) */
+    size_t ix = (size_t)(c->n_idx_head + 15) / 16 * 8 * (size_t)c->d_idx_head
+              + (size_t)(n_threads > 0 ? n_threads : 1) * ((size_t)dsv4_idx_bf16_s_floats(c->n_idx_head, c->d_idx_head) + 16) + 64;
+    if (ix > attn) attn = ix;
     return x + attn;
 }
 
@@ -454,16 +462,77 @@ static void attn_heads(void *ctx, int64_t h0, int64_t h1, int tid)
     }
 }
 
+/* The bf16 path (x86_avx512bf16_attn.c): rows decoded in pairs over the threads, then pairs
+ * of 16-head groups over the threads. */
+struct attn_bf16_job {
+    struct dsv4_attn_bf16      a;
+    const struct dsv4_kernels *kb;
+};
+
+static void attn_rows_job(void *ctx, int64_t p0, int64_t p1, int tid)
+{
+    (void)tid;
+    const struct attn_bf16_job *J = ctx;
+    J->kb->attn_rows(&J->a, (int)p0, (int)p1);
+}
+
+static bool attn_bf16_ok(const struct dsv4_cpu *cpu, int d_head, int d_rope, enum dsv4_row_fmt fmt)
+{
+    return cpu->kb && cpu->kb->attn_rows && d_head % 32 == 0 && (fmt == DSV4_ROW_BF16 || (d_head - d_rope) % 64 == 0);
+}
+
+/* Floats of scratch the bf16 attention needs for n_rows rows (layout in cpu.h). */
+static size_t attn_bf16_floats(int n_head, int d_head, int n_rows)
+{
+    size_t G = (size_t)(n_head + 15) / 16, npad = (size_t)(n_rows + DSV4_ATTN_NR - 1) / DSV4_ATTN_NR * DSV4_ATTN_NR;
+    size_t D = (size_t)d_head;
+    /* kr + vp (bf16), qp (bf16), s (f32), pp (bf16), den, and 64-byte alignment of each */
+    return npad * D + G * 8 * D + G * 16 * npad + G * 8 * npad + G * 16 + 6 * 16;
+}
+
+static float *align64(float *p)
+{
+    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+static void attn_heads_job(void *ctx, int64_t u0, int64_t u1, int tid)
+{
+    (void)tid;
+    const struct attn_bf16_job *J = ctx;
+    J->kb->attn_heads(&J->a, (int)u0, (int)u1);
+}
+
 static void fast_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
                            const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
                            float scale, float *o)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
+    DSV4_ASSERT(n_head <= (int)(sizeof(((struct attn_job *)0)->den) / sizeof(float)));
+    if (attn_bf16_ok(cpu, d_head, d_rope, fmt)) {
+        size_t need = attn_bf16_floats(n_head, d_head, n_rows);
+        DSV4_ASSERT(be->scratch_len >= need);
+        int    G = (n_head + 15) / 16, npad = (n_rows + DSV4_ATTN_NR - 1) / DSV4_ATTN_NR * DSV4_ATTN_NR;
+        size_t D = (size_t)d_head;
+        float *f = align64(be->scratch + be->scratch_len - need);
+        struct attn_bf16_job J = { .kb = cpu->kb };
+        struct dsv4_attn_bf16 *a = &J.a;
+        *a = (struct dsv4_attn_bf16){ .n_head = n_head, .d_head = d_head, .d_rope = d_rope, .n_rows = n_rows,
+                                      .n_pad = npad, .fmt = fmt, .rows = rows, .q = q, .sink = sink, .scale = scale,
+                                      .o = o };
+        a->kr  = (uint16_t *)f, f = align64(f + (size_t)npad * D / 2);
+        a->vp  = (uint16_t *)f, f = align64(f + (size_t)npad * D / 2);
+        a->qp  = (uint16_t *)f, f = align64(f + (size_t)G * 8 * D);
+        a->s   = f, f = align64(f + (size_t)G * 16 * (size_t)npad);
+        a->pp  = (uint16_t *)f, f = align64(f + (size_t)G * 8 * (size_t)npad);
+        a->den = f;
+        dsv4_pool_for(cpu->pool, npad / 2, 1, 8, attn_rows_job, &J);
+        dsv4_pool_for(cpu->pool, (G + 1) / 2, 1, 1, attn_heads_job, &J);
+        return;
+    }
     /* decoded rows and scores at the end of the scratch (see the file header) */
     size_t           need = (size_t)n_rows * (size_t)d_head + (size_t)n_head * (size_t)n_rows;
     DSV4_ASSERT(be->scratch_len >= need);
     float           *kbuf = be->scratch + be->scratch_len - need;
-    DSV4_ASSERT(n_head <= (int)(sizeof(((struct attn_job *)0)->den) / sizeof(float)));
     struct attn_job  j    = { .be = be, .rows = rows, .n_rows = n_rows, .d_head = d_head, .d_rope = d_rope, .fmt = fmt,
                               .q = q, .sink = sink, .scale = scale, .kbuf = kbuf,
                               .sbuf = kbuf + (size_t)n_rows * (size_t)d_head, .o = o };
@@ -500,12 +569,40 @@ static void idx_keys(void *ctx, int64_t j0, int64_t j1, int tid)
     }
 }
 
+struct idx_bf16_job {
+    const struct dsv4_idx_bf16 *x;
+    const struct dsv4_kernels  *kb;
+    float                      *s;      /* per-thread buffers */
+    size_t                      s_len;
+};
+
+static void idx_bf16_keys(void *ctx, int64_t b0, int64_t b1, int tid)
+{
+    struct idx_bf16_job *J = ctx;
+    J->kb->idx_keys(J->x, (int)b0, (int)b1, J->s + (size_t)tid * J->s_len);
+}
+
 static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                                 const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
 {
     DSV4_ASSERT(d <= 4096);
-    struct idx_job J = { cpu_of(be)->k, n_head, d, q, w, blocks, block_keys, score };
-    dsv4_pool_for(cpu_of(be)->pool, n_keys, 1, 64, idx_keys, &J);
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (cpu->kb && cpu->kb->idx_keys && d % 32 == 0) {
+        int    nb = (n_keys + DSV4_ATTN_NR - 1) / DSV4_ATTN_NR, G = (n_head + 15) / 16;
+        size_t sl = (size_t)dsv4_idx_bf16_s_floats(n_head, d) + 16;
+        size_t need = (size_t)G * 8 * (size_t)d + (size_t)cpu->n_threads * sl + 32;
+        DSV4_ASSERT(be->scratch_len >= need);
+        float *f = align64(be->scratch + be->scratch_len - need);
+        struct dsv4_idx_bf16 x = { .n_head = n_head, .d = d, .n_keys = n_keys, .block_keys = block_keys, .q = q, .w = w,
+                                   .blocks = blocks, .score = score };
+        x.qp = (uint16_t *)f, f = align64(f + (size_t)G * 8 * (size_t)d);
+        cpu->kb->idx_query(&x);
+        struct idx_bf16_job J = { &x, cpu->kb, f, sl };
+        dsv4_pool_for(cpu->pool, nb, 1, 4, idx_bf16_keys, &J);
+        return;
+    }
+    struct idx_job J = { cpu->k, n_head, d, q, w, blocks, block_keys, score };
+    dsv4_pool_for(cpu->pool, n_keys, 1, 64, idx_keys, &J);
 }
 
 /* ------------------------------------------------------------------ hyper-connections */

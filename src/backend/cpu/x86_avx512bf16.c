@@ -594,4 +594,8 @@ const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
     .gemmb      = gemm_rows,
     .dotb_i16   = dsv4_avx512bf16_dotb_i16,
     .gemmb_i16  = dsv4_avx512bf16_gemmb_i16,
+    .attn_rows  = dsv4_avx512bf16_attn_rows,
+    .attn_heads = dsv4_avx512bf16_attn_heads,
+    .idx_query  = dsv4_avx512bf16_idx_query,
+    .idx_keys   = dsv4_avx512bf16_idx_keys,
 };
