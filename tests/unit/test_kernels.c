@@ -335,6 +335,36 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
             free(s2);
         }
 
+    /* FP4 simulation and per-head RMS norm: the same bits as the reference, on random rows
+     * of several magnitudes, rows of exact e2m1 ties (odd multiples of a quarter step), signed
+     * zeros and a NaN */
+    {
+        int    n = 7, d = 160, ld = 170;
+        float *a = malloc(sizeof(float) * n * ld), *b = malloc(sizeof(float) * n * ld);
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < ld; i++) {
+                float v = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 20) - 10);
+                if (r == 1) v = (float)((int)(test_rand_u64(&seed) % 25) - 12) * 0.25f; /* ties at 0.25, 0.75, 2.5... */
+                if (r == 2 && i % 5 == 0) v = i % 2 ? -0.0f : 0.0f;
+                if (r == 3 && i == 17) v = NAN;
+                a[r * ld + i] = v;
+            }
+        memcpy(b, a, sizeof(float) * n * ld);
+        fast.ops->fp4_sim(&fast, n, d, ld, a, 32);
+        ref.ops->fp4_sim(&ref, n, d, ld, b, 32);
+        int bad = 0;
+        for (int i = 0; i < n * ld; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+        CHECKF(!bad, "fp4_sim: %d values differ from the reference", bad);
+        for (int i = 0; i < n * ld; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * (float)(1 + i % 7));
+        fast.ops->head_rms(&fast, 3, 5, 68, a, 1e-6);
+        ref.ops->head_rms(&ref, 3, 5, 68, b, 1e-6);
+        bad = 0;
+        for (int i = 0; i < 3 * 5 * 68; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+        CHECKF(!bad, "head_rms: %d values differ from the reference", bad);
+        free(a);
+        free(b);
+    }
+
     /* hyper-connection pre / post / head */
     {
         int    n = 3, hc = 4, d = 96, mix = (2 + hc) * hc;

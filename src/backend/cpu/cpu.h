@@ -71,6 +71,12 @@ struct dsv4_kernels {
      * see struct dsv4_attn_bf16): decode row pairs [p0, p1), then head-group pairs [u0, u1);
      * the indexer's query panel, then key blocks [b0, b1) of DSV4_ATTN_NR keys with a
      * per-thread buffer s of dsv4_idx_bf16_s_floats floats. */
+    /* Row ops with the reference's results (AVX-512 and up; NULL elsewhere): the FP4
+     * simulation with blocks of 32 (d % 32 == 0); sum of bf16(v[i]^2) in double; and
+     * v[i] = bf16(v[i] * r). */
+    void (*fp4_sim_rows)(float *x, int n, int d, int ld);
+    double (*sumsq_bf16)(const float *v, int d);
+    void (*scale_bf16)(float *v, int d, float r);
     void (*attn_rows)(const struct dsv4_attn_bf16 *a, int p0, int p1);
     void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
     void (*idx_query)(const struct dsv4_idx_bf16 *x);
@@ -109,6 +115,9 @@ static inline int dsv4_idx_bf16_s_floats(int n_head, int d)
 {
     return (n_head + 31) / 32 * 32 * DSV4_ATTN_NR + DSV4_ATTN_NR * d / 2;
 }
+void   dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld);
+double dsv4_avx512_sumsq_bf16(const float *v, int d);
+void   dsv4_avx512_scale_bf16(float *v, int d, float r);
 void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);

@@ -605,6 +605,57 @@ static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, cons
     dsv4_pool_for(cpu->pool, n_keys, 1, 64, idx_keys, &J);
 }
 
+/* ------------------------------------------------------------------ row ops */
+
+struct rows_job {
+    const struct dsv4_kernels *k;
+    float                     *x;
+    int                        d, ld;
+    double                     eps;
+};
+
+static void fp4_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    struct rows_job *J = ctx;
+    J->k->fp4_sim_rows(J->x + (size_t)r0 * (size_t)J->ld, (int)(r1 - r0), J->d, J->ld);
+}
+
+static void fast_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->fp4_sim_rows || block != 32 || d % 32) {
+        dsv4_ref_fp4_sim(be, n, d, ld, x, block);
+        return;
+    }
+    struct rows_job J = { cpu->k, x, d, ld, 0 };
+    dsv4_pool_for(cpu->pool, n, 1, 64, fp4_rows, &J);
+}
+
+/* Per-head RMS norm with the reference's roundings (dsv4_ref_head_rms). */
+static void head_rms_rows(void *ctx, int64_t v0, int64_t v1, int tid)
+{
+    (void)tid;
+    struct rows_job *J = ctx;
+    for (int64_t h = v0; h < v1; h++) {
+        float *v = J->x + (size_t)h * (size_t)J->d;
+        double m = rbf16(J->k->sumsq_bf16(v, J->d) / J->d);
+        double e = rbf16(m + J->eps);
+        J->k->scale_bf16(v, J->d, rbf16(1.0 / sqrt(e)));
+    }
+}
+
+static void fast_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->sumsq_bf16) {
+        dsv4_ref_head_rms(be, n, n_head, d_head, q, eps);
+        return;
+    }
+    struct rows_job J = { cpu->k, q, d_head, d_head, eps };
+    dsv4_pool_for(cpu->pool, (int64_t)n * n_head, 1, 16, head_rms_rows, &J);
+}
+
 /* ------------------------------------------------------------------ hyper-connections */
 
 static double sigmoid(double x)
@@ -712,10 +763,10 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .name           = "cpu",
     .linear         = fast_linear,
     .rmsnorm        = dsv4_ref_rmsnorm,
-    .head_rms       = dsv4_ref_head_rms,
+    .head_rms       = fast_head_rms,
     .rope           = dsv4_ref_rope,
     .fp8_sim        = dsv4_ref_fp8_sim,
-    .fp4_sim        = dsv4_ref_fp4_sim,
+    .fp4_sim        = fast_fp4_sim,
     .hadamard       = dsv4_ref_hadamard,
     .hc_pre         = fast_hc_pre,
     .hc_post        = fast_hc_post,
