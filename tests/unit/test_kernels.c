@@ -507,13 +507,18 @@ static void test_i16_kernels(struct test_ctx *t)
             x[i]  = dsv4_round_bf16(test_rand_f32(&seed) * 3.0f);
             xb[i] = dsv4_bf16_from_f32(x[i]);
         }
-        for (int nt = 1; nt <= 6; nt++) {
-            memset(y, 0, sizeof(float) * (size_t)ntg * O);
-            k->dotb_i16(&r.l, 0, O, nt, xb, K, y, O);
-            check_dot(t, "dotb_i16", &r.l, 0, O, nt, x, y);
-        }
         memset(y, 0, sizeof(float) * (size_t)ntg * O);
         k->gemmb_i16(&r.l, 0, O, ntg, xb, K, y, O, panel);
+        /* the GEMV's tilings: 4 groups x up to 4 tokens, 2 groups x up to 12, passes of 12 */
+        static const int nts[] = { 1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 16, 25 };
+        for (size_t i = 0; i < sizeof(nts) / sizeof(nts[0]); i++) {
+            int nt = nts[i];
+            memset(yv, 0, sizeof(float) * (size_t)ntg * O);
+            k->dotb_i16(&r.l, 0, O, nt, xb, K, yv, O);
+            check_dot(t, "dotb_i16", &r.l, 0, O, nt, x, yv);
+            CHECKF(memcmp(y, yv, sizeof(float) * (size_t)nt * O) == 0, "%s %dx%d: i16 GEMV of %d tokens and GEMM differ in bits",
+                   dsv4_wfmt_name(r.l.fmt), O, K, nt);
+        }
         check_dot(t, "gemmb_i16", &r.l, 0, O, ntg, x, y);
         memset(yv, 0, sizeof(float) * (size_t)ntg * O);
         k->dotb_i16(&r.l, 0, O, ntg, xb, K, yv, O);
@@ -526,6 +531,9 @@ static void test_i16_kernels(struct test_ctx *t)
             memset(y, 0, sizeof(float) * (size_t)ntg * O);
             k->dotb_i16(&view, 16, view.n_out, 3, xb, K, y, view.n_out);
             check_dot(t, "dotb_i16 view", &view, 16, view.n_out, 3, x, y);
+            memset(y, 0, sizeof(float) * (size_t)ntg * O);
+            k->dotb_i16(&view, 16, view.n_out, 9, xb, K, y, view.n_out);
+            check_dot(t, "dotb_i16 view", &view, 16, view.n_out, 9, x, y);
             memset(y, 0, sizeof(float) * (size_t)ntg * O);
             k->gemmb_i16(&view, 0, view.n_out, ntg, xb, K, y, view.n_out, panel);
             check_dot(t, "gemmb_i16 view", &view, 0, view.n_out, ntg, x, y);

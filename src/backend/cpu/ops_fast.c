@@ -63,13 +63,14 @@ static int gemm_min_tokens(enum dsv4_wfmt fmt)
 }
 
 /* The same for weights held as interleaved tiles (x86_avx512bf16_i16.c), where the GEMV
- * sweeps 4 tokens per decoded tile and the GEMM decodes each tile once into a panel. One
- * thread, 2048 x 4096 (dsv4 bench --threads 1 --gemm M,2048,4096,FMT,i16): FP8 decoding is
- * dear, the GEMM wins from 12 tokens; FP4 from about 20; BF16 has nothing to decode and the
- * GEMV stays as fast up to hundreds of tokens (both near 480 GFLOP/s). */
+ * decodes each tile once per pass of up to 12 tokens (4 below 5 tokens) and the GEMM once
+ * into a panel for all of them. One thread, 2048 x 4096 (dsv4 bench --threads 1 --gemm
+ * M,2048,4096,FMT,i16), GFLOP/s GEMV / GEMM: FP8 at 12 tokens 332 / 262, 24: 334 / 332,
+ * 48: 317 / 377; FP4 at 12: 411 / 278, 24: 410 / 358, 48: 403 / 394, 64: 392 / 412. BF16
+ * has nothing to decode and the GEMV stays as fast up to hundreds of tokens. */
 static int i16_gemm_min_tokens(enum dsv4_wfmt fmt)
 {
-    return fmt == DSV4_WFMT_FP8 ? 12 : fmt == DSV4_WFMT_FP4 ? 20 : 128;
+    return fmt == DSV4_WFMT_FP8 ? 24 : fmt == DSV4_WFMT_FP4 ? 56 : 128;
 }
 
 static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)

@@ -140,10 +140,78 @@ static inline __attribute__((always_inline)) void gemv_tile(int kind, int GB, in
     default: gemv_tile(kind, GB, 4, w, g, xt, ldx, yt, ldy, o0, o1); break;                                       \
     }
 
+/* NG (1 or 2) groups from g0 against NT (<= WIDE_NT) tokens: each tile decoded once for up to
+ * 12 tokens (the 4 x 4 tile decodes it once per 4), the same sums in the same order. */
+enum { WIDE_NT = 12 };
+static inline __attribute__((always_inline)) void gemv_wide(int kind, int NG, int NT, const struct dsv4_linear *w,
+                                                            int g0, const uint16_t *x, int ldx, float *y, int ldy,
+                                                            int o0, int o1)
+{
+    const uint8_t *wi = w->wi;
+    size_t         P  = (size_t)w->n_in / 2;
+    __m512         acc[2][WIDE_NT];
+#pragma GCC unroll 12
+    for (int t = 0; t < WIDE_NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (int b = 0; b < w->n_in / 32; b++) {
+        __m512i a0 = block_adds(kind, w, g0, b), a1 = NG == 2 ? block_adds(kind, w, g0 + 1, b) : a0;
+        for (size_t p = (size_t)b * 16; p < (size_t)b * 16 + 16; p++) {
+            if (((p * tile_bytes(kind)) & 63) == 0)
+#pragma GCC unroll 2
+                for (int i = 0; i < NG; i++)
+                    _mm_prefetch((const char *)wi + ((size_t)(g0 + i) * P + p) * tile_bytes(kind) + I16_PF, _MM_HINT_T0);
+            __m512bh w0 = (__m512bh)tile_bf16(kind, wi, P, g0, p, a0);
+            __m512bh w1 = NG == 2 ? (__m512bh)tile_bf16(kind, wi, P, g0 + 1, p, a1) : w0;
+#pragma GCC unroll 12
+            for (int t = 0; t < NT; t++) {
+                __m512bh xb = pair_bcast(x + (size_t)t * (size_t)ldx, p);
+                acc[0][t]   = _mm512_dpbf16_ps(acc[0][t], w0, xb);
+                if (NG == 2) acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, xb);
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+        for (int i = 0; i < NG; i++) store_group(w, g0 + i, o0, o1, y + (size_t)t * (size_t)ldy, acc[i][t]);
+}
+
+#define GEMV_WIDE(kind, NG)                                                                                   \
+    switch (n) {                                                                                              \
+    case 1: gemv_wide(kind, NG, 1, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 2: gemv_wide(kind, NG, 2, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 3: gemv_wide(kind, NG, 3, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 4: gemv_wide(kind, NG, 4, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 5: gemv_wide(kind, NG, 5, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 6: gemv_wide(kind, NG, 6, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 7: gemv_wide(kind, NG, 7, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 8: gemv_wide(kind, NG, 8, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 9: gemv_wide(kind, NG, 9, w, g, xt, ldx, yt, ldy, o0, o1); break;                                    \
+    case 10: gemv_wide(kind, NG, 10, w, g, xt, ldx, yt, ldy, o0, o1); break;                                  \
+    case 11: gemv_wide(kind, NG, 11, w, g, xt, ldx, yt, ldy, o0, o1); break;                                  \
+    default: gemv_wide(kind, NG, 12, w, g, xt, ldx, yt, ldy, o0, o1); break;                                  \
+    }
+
 static inline __attribute__((always_inline)) void gemv(int kind, const struct dsv4_linear *w, int o0, int o1, int nt,
                                                        const uint16_t *x, int ldx, float *y, int ldy)
 {
     int g_end = (o1 + w->row_off + 15) / 16;
+    if (nt > 4) {
+        /* two groups x up to 12 tokens per pass: fewer decodes of each tile; the tokens split
+         * evenly over the passes (16 as 8 + 8, not 12 + 4) */
+        int passes = (nt + WIDE_NT - 1) / WIDE_NT, per = (nt + passes - 1) / passes;
+        for (int g = (o0 + w->row_off) / 16; g < g_end; g += 2)
+            for (int t0 = 0; t0 < nt; t0 += per) {
+                const uint16_t *xt = x + (size_t)t0 * (size_t)ldx;
+                float          *yt = y + (size_t)t0 * (size_t)ldy;
+                int             n  = nt - t0 < per ? nt - t0 : per;
+                if (g_end - g >= 2) {
+                    GEMV_WIDE(kind, 2)
+                } else {
+                    GEMV_WIDE(kind, 1)
+                }
+            }
+        return;
+    }
     for (int g = (o0 + w->row_off) / 16; g < g_end;) {
         /* up to 4 groups at once: independent sums hide VDPBF16PS latency */
         int gb = g_end - g >= 4 ? 4 : g_end - g;
