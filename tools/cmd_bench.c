@@ -339,7 +339,11 @@ int cmd_bench(int argc, char **argv)
             }
         }
         double tp = cli_now() - t0, prefill_tps = ctx / tp;
-        double prefill_gf = 2.0 * (double)st.active_params * ctx / tp / 1e9;
+        /* projection and expert FLOPs of every prompt token; the head runs once per chunk
+         * (only the last row's logits are asked for); attention is not counted */
+        double head_p     = (double)c->vocab_size * (double)c->d_model;
+        int    n_chunks   = (ctx + (int)chunk - 1) / (int)chunk;
+        double prefill_gf = 2.0 * (((double)st.active_params - head_p) * ctx + head_p * n_chunks) / tp / 1e9;
         for (int bi = 0; bi < n_batch; bi++) {
             int B = batches[bi];
             for (int b = 1; b < B; b++) {

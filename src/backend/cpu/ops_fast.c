@@ -698,31 +698,78 @@ static void fast_mix(struct dsv4_backend *be, int n, int hc, int d, const float 
     }
 }
 
+/* The per-row part of hc_pre after the mix (rows in parallel): pre and post weights, the
+ * Sinkhorn-normalised combination, and u = bf16(sum_j pre_j X_j). */
+struct hc_pre_job {
+    const struct dsv4_kernels *k;
+    int                        r0, hc, d, iters;
+    const float               *mixbuf, *X, *scale, *base;
+    double                     hc_eps;
+    float                     *u, *post, *comb;
+};
+
+static void hc_pre_rows(void *ctx, int64_t a, int64_t b, int tid)
+{
+    (void)tid;
+    const struct hc_pre_job *J = ctx;
+    int hc = J->hc, d = J->d, n_mix = (2 + hc) * hc;
+    const float *scale = J->scale, *base = J->base;
+    for (int64_t r = J->r0 + a; r < J->r0 + b; r++) {
+        const float *mix = J->mixbuf + (size_t)(r - J->r0) * (size_t)n_mix;
+        double       c[DSV4_MAX_HC * DSV4_MAX_HC];
+        float        pre[DSV4_MAX_HC];
+        for (int j = 0; j < hc; j++) {
+            pre[j]              = (float)(sigmoid((double)(mix[j] * scale[0] + base[j])) + J->hc_eps);
+            J->post[r * hc + j] = (float)(2.0 * sigmoid((double)(mix[hc + j] * scale[1] + base[hc + j])));
+        }
+        for (int m = 0; m < hc * hc; m++) c[m] = mix[2 * hc + m] * scale[2] + base[2 * hc + m];
+        dsv4_ref_sinkhorn(hc, c, J->iters, J->hc_eps);
+        for (int m = 0; m < hc * hc; m++) J->comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
+        const float *Xr = J->X + (size_t)r * (size_t)hc * (size_t)d;
+        float       *ur = J->u + (size_t)r * (size_t)d;
+        for (int i = 0; i < d; i++) ur[i] = pre[0] * Xr[i];
+        for (int j = 1; j < hc; j++) J->k->axpy(ur, pre[j], Xr + (size_t)j * (size_t)d, d);
+        for (int i = 0; i < d; i++) ur[i] = dsv4_round_bf16(ur[i]);
+    }
+}
+
 static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                         const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
                         float *post, float *comb)
 {
     int   n_mix = (2 + hc) * hc;
     float mixbuf[(2 + DSV4_MAX_HC) * DSV4_MAX_HC * 64];
+    struct hc_pre_job J = { cpu_of(be)->k, 0, hc, d, iters, mixbuf, X, scale, base, hc_eps, u, post, comb };
     for (int r0 = 0; r0 < n; r0 += 64) {
         int nr = n - r0 < 64 ? n - r0 : 64;
         fast_mix(be, nr, hc, d, X + (size_t)r0 * (size_t)hc * (size_t)d, fn, n_mix, norm_eps, mixbuf);
-        for (int r = r0; r < r0 + nr; r++) {
-            const float *mix = mixbuf + (size_t)(r - r0) * (size_t)n_mix;
-            double       c[DSV4_MAX_HC * DSV4_MAX_HC];
-            float        pre[DSV4_MAX_HC];
-            for (int j = 0; j < hc; j++) {
-                pre[j]           = (float)(sigmoid((double)(mix[j] * scale[0] + base[j])) + hc_eps);
-                post[r * hc + j] = (float)(2.0 * sigmoid((double)(mix[hc + j] * scale[1] + base[hc + j])));
-            }
-            for (int m = 0; m < hc * hc; m++) c[m] = mix[2 * hc + m] * scale[2] + base[2 * hc + m];
-            dsv4_ref_sinkhorn(hc, c, iters, hc_eps);
-            for (int m = 0; m < hc * hc; m++) comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
-            const float *Xr = X + (size_t)r * (size_t)hc * (size_t)d;
-            float       *ur = u + (size_t)r * (size_t)d;
-            for (int i = 0; i < d; i++) ur[i] = pre[0] * Xr[i];
-            for (int j = 1; j < hc; j++) cpu_of(be)->k->axpy(ur, pre[j], Xr + (size_t)j * (size_t)d, d);
-            for (int i = 0; i < d; i++) ur[i] = dsv4_round_bf16(ur[i]);
+        J.r0 = r0;
+        dsv4_pool_for(cpu_of(be)->pool, nr, 1, 2, hc_pre_rows, &J);
+    }
+}
+
+/* hc_post, rows in parallel: X_out[k] = bf16(post_k f + sum_j comb[j][k] X_j). */
+struct hc_post_job {
+    const struct dsv4_kernels *k;
+    int                        hc, d;
+    const float               *f, *Xres, *post, *comb;
+    float                     *Xout;
+};
+
+static void hc_post_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct hc_post_job *J = ctx;
+    int hc = J->hc, d = J->d;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *fr = J->f + (size_t)r * (size_t)d;
+        const float *Xr = J->Xres + (size_t)r * (size_t)hc * (size_t)d;
+        const float *c  = J->comb + (size_t)r * (size_t)(hc * hc);
+        for (int kk = 0; kk < hc; kk++) {
+            float *Yr = J->Xout + ((size_t)r * (size_t)hc + (size_t)kk) * (size_t)d;
+            for (int i = 0; i < d; i++) Yr[i] = J->post[r * hc + kk] * fr[i];
+            for (int j = 0; j < hc; j++) J->k->axpy(Yr, c[j * hc + kk], Xr + (size_t)j * (size_t)d, d);
+            for (int i = 0; i < d; i++) Yr[i] = dsv4_round_bf16(Yr[i]);
         }
     }
 }
@@ -730,18 +777,8 @@ static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const flo
 static void fast_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
                          const float *post, const float *comb, float *Xout)
 {
-    const struct dsv4_kernels *k = cpu_of(be)->k;
-    for (int r = 0; r < n; r++) {
-        const float *fr = f + (size_t)r * (size_t)d;
-        const float *Xr = Xres + (size_t)r * (size_t)hc * (size_t)d;
-        const float *c  = comb + (size_t)r * (size_t)(hc * hc);
-        for (int kk = 0; kk < hc; kk++) {
-            float *Yr = Xout + ((size_t)r * (size_t)hc + (size_t)kk) * (size_t)d;
-            for (int i = 0; i < d; i++) Yr[i] = post[r * hc + kk] * fr[i];
-            for (int j = 0; j < hc; j++) k->axpy(Yr, c[j * hc + kk], Xr + (size_t)j * (size_t)d, d);
-            for (int i = 0; i < d; i++) Yr[i] = dsv4_round_bf16(Yr[i]);
-        }
-    }
+    struct hc_post_job J = { cpu_of(be)->k, hc, d, f, Xres, post, comb, Xout };
+    dsv4_pool_for(cpu_of(be)->pool, n, 1, 2, hc_post_rows, &J);
 }
 
 static void fast_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
