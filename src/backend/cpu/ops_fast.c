@@ -4,10 +4,13 @@
  *
  * What is parallel and how:
  *   linear      output rows across threads; activations quantised once by the caller
- *   attention   rows decoded once (threads over rows), scores and P.V threads over heads
- *   indexer     keys across threads
- *   hc_*        the mix projections through the SIMD dot product
- * Ops whose cost is O(d) per row (norms, RoPE, FP8/FP4 simulation, Hadamard) and the
+ *   attention   bf16 levels: rows decoded to bf16 in pairs (threads over row pairs), then
+ *               pairs of 16-head groups over the threads (x86_avx512bf16_attn.c); other
+ *               levels: f32 rows decoded once, scores and P.V threads over heads
+ *   indexer     keys across threads (bf16 levels: blocks of 12 keys, heads in lanes)
+ *   hc_*        the mix projections through the SIMD dot product, then rows in parallel
+ *   head_rms, fp4_sim  rows in parallel on AVX-512 with the reference's bits
+ * The other ops whose cost is O(d) per row (norms, RoPE, FP8 simulation, Hadamard) and the
  * router/expert glue reuse the reference code; their projections go through fast linear.
  *
  * Scratch (dsv4_backend.scratch), sized by dsv4_cpu_scratch_floats: the dequantised
@@ -838,15 +841,17 @@ int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int 
         { "linear_bf16", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps" : kb, ref || (ksc && !cpu->kb) },
         { "linear_f32", ref ? "ref" : k, ref || ksc },
         { "activation_quant_e4m3", ref ? "ref" : cpu->kb ? "avx512bf16 (straight to bf16, rows in parallel)" : "scalar bit rounding, rows in parallel", ref || !cpu->kb },
-        { "attention (all layer kinds)", ref ? "ref" : k, ref || ksc },
-        { "indexer_scores", ref ? "ref" : k, ref || ksc },
+        { "attention (all layer kinds)", ref ? "ref" : cpu->kb ? "avx512bf16 (heads in lanes, bf16 rows once per query)" : k, ref || ksc },
+        { "indexer_scores", ref ? "ref" : cpu->kb ? "avx512bf16 (heads in lanes)" : k, ref || ksc },
         { "hc_pre / hc_head (mix)", ref ? "ref" : k, ref || ksc },
-        { "hc_post", ref ? "ref" : k, ref || ksc },
+        { "hc_post (rows in parallel)", ref ? "ref" : k, ref || ksc },
         { "compressor pooling", "scalar", true },
         { "router (glue; gate via linear_bf16)", "scalar", true },
         { "expert (glue; projections via linear)", "scalar", true },
-        { "rmsnorm / head_rms / rope", "scalar", true },
-        { "fp8_sim / fp4_sim / hadamard", "scalar", true },
+        { "head_rms / fp4_sim", ref ? "ref" : cpu->k->sumsq_bf16 ? "avx512 (reference bits), rows in parallel" : "scalar",
+          ref || !cpu->k->sumsq_bf16 },
+        { "rmsnorm / rope", "scalar", true },
+        { "fp8_sim / hadamard", "scalar", true },
     };
     int n = (int)(sizeof(all) / sizeof(all[0]));
     if (n > max) n = max;
