@@ -830,14 +830,14 @@ int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int 
     struct dsv4_op_impl all[] = {
         /* on the bf16 levels the projections are 16-row tiles made at load (DSV4_TILES=0: the
          * release layout, decoded row by row, with 4x6 dot-product tiles for the GEMMs) */
-        { "linear_fp8 (< 12 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k,
-          ref || (ksc && !cpu->kb) },
-        { "linear_fp8 (>= 12 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k,
-          ref || (ksc && !cpu->kb) },
-        { "linear_fp4 (< 20 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k,
-          ref || (ksc && !cpu->kb) },
-        { "linear_fp4 (>= 20 tokens)", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k,
-          ref || (ksc && !cpu->kb) },
+        { cpu->kb ? "linear_fp8 (< 24 tokens)" : "linear_fp8 (< 6 tokens)",
+          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
+        { cpu->kb ? "linear_fp8 (>= 24 tokens)" : "linear_fp8 (>= 6 tokens)",
+          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k, ref || (ksc && !cpu->kb) },
+        { cpu->kb ? "linear_fp4 (< 56 tokens)" : "linear_fp4 (< 12 tokens)",
+          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
+        { cpu->kb ? "linear_fp4 (>= 56 tokens)" : "linear_fp4 (>= 12 tokens)",
+          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k, ref || (ksc && !cpu->kb) },
         { "linear_bf16", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps" : kb, ref || (ksc && !cpu->kb) },
         { "linear_f32", ref ? "ref" : k, ref || ksc },
         { "activation_quant_e4m3", ref ? "ref" : cpu->kb ? "avx512bf16 (straight to bf16, rows in parallel)" : "scalar bit rounding, rows in parallel", ref || !cpu->kb },
