@@ -14,11 +14,11 @@
 #include "backend/backend.h"
 
 enum { OP_LINEAR, OP_RMSNORM, OP_HEAD_RMS, OP_ROPE, OP_FP8_SIM, OP_FP4_SIM, OP_HADAMARD, OP_HC_PRE, OP_HC_POST,
-       OP_HC_HEAD, OP_ATTENTION, OP_INDEXER, OP_ROUTER, OP_EXPERT, OP_EXPERTS, OP_STEP, OP_COUNT };
+       OP_HC_HEAD, OP_ATTENTION, OP_INDEXER, OP_ROUTER, OP_EXPERT, OP_EXPERTS, OP_STEP, OP_EMBED, OP_COUNT };
 
 static const char *const op_names[OP_COUNT] = { "linear", "rmsnorm", "head_rms", "rope", "fp8_sim", "fp4_sim",
                                                 "hadamard", "hc_pre", "hc_post", "hc_head", "attention",
-                                                "indexer_scores", "router", "expert", "experts", "step" };
+                                                "indexer_scores", "router", "expert", "experts", "step", "embed" };
 
 struct event {
     uint64_t t0, dur; /* ns */
@@ -82,8 +82,7 @@ static void end(struct dsv4_prof *p)
 
 void dsv4_prof_begin(struct dsv4_prof *p, const char *name)
 {
-    (void)name;
-    if (p) begin(p, OP_STEP, 0);
+    if (p) begin(p, strcmp(name, "embed") ? OP_STEP : OP_EMBED, 0);
 }
 
 void dsv4_prof_end(struct dsv4_prof *p)

@@ -201,6 +201,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     S->seqs   = seqs;
     S->n_seqs = n_seqs;
     dsv4_prof_begin(S->be.prof, "step");
+    dsv4_prof_begin(S->be.prof, "embed");
     size_t sd = (size_t)c->hc * (size_t)c->d_model;
     int    r  = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -217,6 +218,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
             for (int j = 1; j < c->hc; j++) memcpy(x + (size_t)j * (size_t)c->d_model, x, sizeof(float) * (size_t)c->d_model);
         }
     }
+    dsv4_prof_end(S->be.prof);
     float *X = S->X, *Xn = S->Xn;
     for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
     main_heads(m, S, X);

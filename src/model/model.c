@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu.h"
 #include "model/runtime.h"
@@ -69,6 +70,7 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
 
 struct tiles_plan {
     const struct dsv4_checkpoint *ck;
+    bool              *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
     size_t             bytes, n, n_stored, replaced;
     uint8_t           *at;      /* packing: next free byte */
     struct dsv4_pool  *pool;
@@ -104,6 +106,8 @@ static void plan_tiles(struct dsv4_linear *l, void *ud)
     dsv4_i16_sizes(l, &wb, &sb);
     const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
     P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
+    if (l->wt) P->gone[l->wt - P->ck->tensors] = true;
+    if (l->st) P->gone[l->st - P->ck->tensors] = true;
     if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
         l->wi = wi;
         l->si = si;
@@ -126,6 +130,15 @@ static void pack_groups(void *ctx, int64_t g0, int64_t g1, int tid)
     dsv4_i16_pack(J->l, (int)g0, (int)g1, J->wi, J->si);
 }
 
+/* madvise over the whole pages inside [p, p + n), so that advice never reaches a
+ * neighbouring tensor's bytes; advice the kernel does not know is ignored. */
+static void advise_inside(const void *p, size_t n, int advice)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, advice);
+}
+
 static void pack_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tiles_plan *P = ud;
@@ -137,6 +150,31 @@ static void pack_tiles(struct dsv4_linear *l, void *ud)
     l->wi = J.wi;
     l->si = J.si;
     P->at += align64(wb) + align64(sb);
+#ifdef MADV_PAGEOUT
+    /* the source pages are not read again: give them back now, or the page cache, full of
+     * them, pushes out the tensors that are read in place (the embedding, a 1 GB table of
+     * which each token touches one row) */
+    if (l->wt) advise_inside(l->wt->data, l->wt->nbytes, MADV_PAGEOUT);
+    if (l->st) advise_inside(l->st->data, l->st->nbytes, MADV_PAGEOUT);
+#endif
+}
+
+/* Asks the kernel to read ahead every tensor that will be read in place (not the ones the
+ * tiles replaced, nor stored tiles that are not used), so that the first requests do not
+ * fault them in from disk row by row. gone: as in struct tiles_plan, or NULL. */
+static void prefetch_in_place(const struct dsv4_model *m, const bool *gone, bool tiles_used,
+                              const struct dsv4_logger *lg)
+{
+    const struct dsv4_checkpoint *ck = &m->ck;
+    size_t bytes = 0;
+    for (size_t i = 0; i < ck->n_tensors; i++) {
+        const struct dsv4_tensor *t = &ck->tensors[i];
+        size_t nl = strlen(t->name);
+        if ((gone && gone[i]) || (!tiles_used && nl > 4 && !strcmp(t->name + nl - 4, ".i16"))) continue;
+        advise_inside(t->data, t->nbytes, MADV_WILLNEED);
+        bytes += t->nbytes;
+    }
+    dsv4_log(lg, DSV4_LOG_INFO, "read-ahead asked for %.2f GB of weights read in place", (double)bytes / 1e9);
 }
 
 /*
@@ -149,24 +187,33 @@ static void pack_tiles(struct dsv4_linear *l, void *ud)
 static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct dsv4_logger *lg, struct dsv4_err *err)
 {
     const char *env = getenv("DSV4_TILES");
-    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || (env && !strcmp(env, "0"))) return DSV4_OK;
-    struct tiles_plan P = { .pool = cpu->pool, .ck = &m->ck };
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || (env && !strcmp(env, "0"))) {
+        prefetch_in_place(m, NULL, false, lg);
+        return DSV4_OK;
+    }
+    struct tiles_plan P = { .pool = cpu->pool, .ck = &m->ck, .gone = calloc(m->ck.n_tensors + 1, sizeof(bool)) };
+    if (!P.gone) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     dsv4_weights_each_linear(&m->w, &m->cfg, plan_tiles, &P);
     m->tiles_replaced = P.replaced;
     if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
-    if (!P.bytes) return DSV4_OK;
-    double t0 = now_s();
-    void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
-                            "(DSV4_TILES=0 runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
-    madvise(mem, P.bytes, MADV_HUGEPAGE);
-    m->tiles       = mem;
-    m->tiles_bytes = P.bytes;
-    P.at           = mem;
-    dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
-    dsv4_weights_each_linear(&m->w, &m->cfg, pack_tiles, &P);
-    dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    if (P.bytes) {
+        double t0  = now_s();
+        void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            free(P.gone);
+            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
+                                "(DSV4_TILES=0 runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
+        }
+        madvise(mem, P.bytes, MADV_HUGEPAGE);
+        m->tiles       = mem;
+        m->tiles_bytes = P.bytes;
+        P.at           = mem;
+        dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
+        dsv4_weights_each_linear(&m->w, &m->cfg, pack_tiles, &P);
+        dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    }
+    prefetch_in_place(m, P.gone, true, lg);
+    free(P.gone);
     return DSV4_OK;
 }
 
