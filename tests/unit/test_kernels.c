@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ref.h"
+#include "backend/cpu/ref_num.h"
 #include "core/pool.h"
 #include "test_cases.h"
 
@@ -363,6 +364,35 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
         CHECKF(!bad, "head_rms: %d values differ from the reference", bad);
         free(a);
         free(b);
+    }
+
+    /* the grouped experts' SwiGLU on AVX-512 against the reference expression in double
+     * (ref_moe.c), with and without the clamp, gates far out in both tails */
+    if (cpu->k->swiglu_bf16) {
+        int    n = 200000; /* the final bf16 rounding hides most f32-level slips: many values */
+        float *g = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+        for (int lim = 0; lim < 2; lim++) {
+            double limit = lim ? 7.0 : 0.0;
+            float  w     = dsv4_round_bf16(0.37f + test_rand_f32(&seed) * 0.1f);
+            for (int i = 0; i < n; i++) {
+                g[i] = test_rand_f32(&seed) * (i % 10 == 0 ? 200.0f : 12.0f);
+                v[i] = test_rand_f32(&seed) * 10.0f;
+                double gg = g[i], vv = v[i];
+                if (limit > 0) {
+                    vv = fmin(fmax(vv, -limit), limit);
+                    gg = fmin(gg, limit);
+                }
+                double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
+                want[i]  = rbf16(rf32((double)w * h));
+            }
+            cpu->k->swiglu_bf16(g, v, n, w, limit);
+            int bad = 0;
+            for (int i = 0; i < n; i++) bad += memcmp(&g[i], &want[i], 4) != 0;
+            CHECKF(!bad, "swiglu (limit %g): %d of %d values differ from the reference expression", limit, bad, n);
+        }
+        free(g);
+        free(v);
+        free(want);
     }
 
     /* hyper-connection pre / post / head */

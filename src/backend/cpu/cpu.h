@@ -77,6 +77,10 @@ struct dsv4_kernels {
     void (*fp4_sim_rows)(float *x, int n, int d, int ld);
     double (*sumsq_bf16)(const float *v, int d);
     void (*scale_bf16)(float *v, int d, float r);
+    /* The grouped experts' SwiGLU of one (token, expert) pair in place of its gate row g (n
+     * values, up row v, routing weight w, clamp limit if > 0), the reference's expression and
+     * rounding points in double. */
+    void (*swiglu_bf16)(float *g, const float *v, int n, float w, double limit);
     void (*attn_rows)(const struct dsv4_attn_bf16 *a, int p0, int p1);
     void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
     void (*idx_query)(const struct dsv4_idx_bf16 *x);
@@ -118,6 +122,7 @@ static inline int dsv4_idx_bf16_s_floats(int n_head, int d)
 void   dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld);
 double dsv4_avx512_sumsq_bf16(const float *v, int d);
 void   dsv4_avx512_scale_bf16(float *v, int d, float r);
+void   dsv4_avx512_swiglu_bf16(float *g, const float *v, int n, float w, double limit);
 void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);

@@ -330,17 +330,23 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
 /* Phase 2 of the grouped experts, pairs in parallel: g[p] = bf16(w[p] * silu(min(g, limit))
  * * clamp(v, limit)), the reference expert's rounding points. */
 struct swiglu_job {
-    float       *g;
-    const float *v, *row_w;
-    int          f;
-    double       limit;
+    const struct dsv4_kernels *k;
+    float                     *g;
+    const float               *v, *row_w;
+    int                        f;
+    double                     limit;
 };
 
 static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
 {
     (void)tid;
     const struct swiglu_job *J = ctx;
-    for (int64_t p = p0; p < p1; p++)
+    for (int64_t p = p0; p < p1; p++) {
+        if (J->k->swiglu_bf16) {
+            size_t k = (size_t)p * (size_t)J->f;
+            J->k->swiglu_bf16(J->g + k, J->v + k, J->f, J->row_w[p], J->limit);
+            continue;
+        }
         for (int i = 0; i < J->f; i++) {
             size_t k  = (size_t)p * (size_t)J->f + (size_t)i;
             double gg = J->g[k], vv = J->v[k];
@@ -352,6 +358,7 @@ static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
             h        = rf32((double)J->row_w[p] * h);
             J->g[k]  = rbf16(h);
         }
+    }
 }
 
 static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
@@ -388,7 +395,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
     /* phase 2: h = silu(min(g, limit)) * clamp(v) * w, bf16 (as the reference expert) */
     float *gbuf = scratch;
-    struct swiglu_job S = { .g = gbuf, .v = scratch + (size_t)n_pairs * (size_t)f, .row_w = row_w, .f = f, .limit = limit };
+    struct swiglu_job S = { .k = cpu->k, .g = gbuf, .v = scratch + (size_t)n_pairs * (size_t)f, .row_w = row_w, .f = f, .limit = limit };
     dsv4_pool_for(cpu->pool, n_pairs, 1, 1 + 4096 / f, swiglu_rows, &S);
     /* phase 3: down */
     prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, xq, &xb);

@@ -60,4 +60,5 @@ const struct dsv4_kernels dsv4_kernels_avx512 = {
     .fp4_sim_rows = dsv4_avx512_fp4_sim_rows,
     .sumsq_bf16   = dsv4_avx512_sumsq_bf16,
     .scale_bf16   = dsv4_avx512_scale_bf16,
+    .swiglu_bf16  = dsv4_avx512_swiglu_bf16,
 };
