@@ -196,4 +196,14 @@ static inline float dsv4_f32_from_e2m1(uint8_t code)
 /* Power-of-two scale 2^ceil(log2(x)) for x > 0, computed exactly on the float's bits. */
 float dsv4_pow2_ceil(float x);
 
+/* The same for a normal positive x, inline (the SIMD quantisers' per-block scale). */
+static inline float dsv4_pow2_ceil_normal(float x)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
+
 #endif /* DSV4_CORE_H */

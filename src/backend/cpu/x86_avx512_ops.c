@@ -32,17 +32,6 @@ static inline __m512 e2m1_nearest(__m512 v)
     return _mm512_maskz_mov_ps((__mmask16)~nan, _mm512_or_ps(q, sign));
 }
 
-/* 2^ceil(log2 x) of a normal positive x, on the bits (dsv4_pow2_ceil). */
-static inline float pow2_ceil(float x)
-{
-    uint32_t u;
-    __builtin_memcpy(&u, &x, 4);
-    if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
-    float r;
-    __builtin_memcpy(&r, &u, 4);
-    return r;
-}
-
 void dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld)
 {
     for (int r = 0; r < n; r++) {
@@ -54,7 +43,7 @@ void dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld)
             float  amax = _mm512_reduce_max_ps(m);
             float  fl   = 6.0f * 0x1p-126f;
             if (!(amax >= fl)) amax = fl;
-            __m512 s = _mm512_set1_ps(pow2_ceil(amax * (1.0f / 6.0f)));
+            __m512 s = _mm512_set1_ps(dsv4_pow2_ceil_normal(amax * (1.0f / 6.0f)));
             _mm512_storeu_ps(row + b, _mm512_mul_ps(e2m1_nearest(_mm512_div_ps(v0, s)), s));
             _mm512_storeu_ps(row + b + 16, _mm512_mul_ps(e2m1_nearest(_mm512_div_ps(v1, s)), s));
         }

@@ -547,21 +547,13 @@ static void to_bf16(const float *x, int n, uint16_t *out)
     for (; i < n; i++) out[i] = dsv4_bf16_from_f32(x[i]);
 }
 
-/* dsv4_act_scale(amax, 448, 1e-4) inline: 2^ceil(log2(max(amax, 1e-4) * f32(1/448))) on the
- * float's bits (the argument is then a normal positive float) */
+/* dsv4_act_scale(amax, 448, 1e-4) inline (the product is a normal positive float) */
 static inline float act_scale_e4m3(float amax)
 {
     if (!(amax >= 1e-4f)) amax = 1e-4f;
-    float    x = amax * (1.0f / 448.0f);
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
-    memcpy(&x, &u, 4);
-    return x;
+    return dsv4_pow2_ceil_normal(amax * (1.0f / 448.0f));
 }
 
-/* One row quantised to e4m3 per 128 (the scalar quantiser's rule, lane by lane: ties to
- * even, multiples of 2^-9 below 2^-6, saturation at 448, NaN to 448) and written as bf16. */
 /* 16 values of a block (scaled by inv) rounded to e4m3 and back, times s, as bf16. */
 static inline __m256i quant16(__m512 xv, __m512 inv, __m512 sv)
 {
