@@ -48,8 +48,10 @@ def main():
     ymax = max([v for s in tps.values() for _, v in s] + [1]) * 1.1
     print('<svg xmlns="http://www.w3.org/2000/svg" width="820" height="330" font-family="sans-serif">')
     if rows:
+        bws = [float(r["read_gbps"]) for r in rows]
         print(f'<text x="10" y="325" font-size="10">{rows[0]["machine"]} {rows[0]["backend"]} '
-              f'{rows[0]["threads"]} threads, read bandwidth {rows[0]["read_gbps"]} GB/s, commit {rows[0]["commit"]}</text>')
+              f'{rows[0]["threads"]} threads, read bandwidth {min(bws):.1f}-{max(bws):.1f} GB/s (measured around each row), '
+              f'commit {rows[0]["commit"]}</text>')
     print(panel(0, "decode tokens/s", tps, "decode_tok_s", ymax, "tokens/s"))
     print(panel(420, "share of read bandwidth", share, "bw_share", 110, "%"))
     print("</svg>")
