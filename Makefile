@@ -85,7 +85,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(LIB)
 
 $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
 
-$(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)\"
+$(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git describe --always --dirty 2>/dev/null || echo unknown)\"
 
 # ISA files: each compiled for its own instruction set, called only after a CPUID check.
 $(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
