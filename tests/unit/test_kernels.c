@@ -356,6 +356,67 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
         int bad = 0;
         for (int i = 0; i < n * ld; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
         CHECKF(!bad, "fp4_sim: %d values differ from the reference", bad);
+        /* FP8 simulation in blocks of 64 and 32, with a NaN and a negative zero */
+        for (int blk = 32; blk <= 64; blk *= 2) {
+            for (int r = 0; r < n; r++)
+                for (int i = 0; i < ld; i++)
+                    a[r * ld + i] = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 24) - 12);
+            a[2 * ld + 9] = NAN;
+            a[3 * ld + 1] = -0.0f;
+            memcpy(b, a, sizeof(float) * n * ld);
+            fast.ops->fp8_sim(&fast, n, 128, ld, a, blk); /* widths are whole blocks (d_nope = 7 x 64) */
+            ref.ops->fp8_sim(&ref, n, 128, ld, b, blk);
+            bad = 0;
+            for (int i = 0; i < n * ld; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "fp8_sim (block %d): %d values differ from the reference", blk, bad);
+        }
+        /* RMSNorm (rows of 160 with stride 170, in place too) */
+        {
+            uint16_t w[160];
+            for (int i = 0; i < 160; i++) w[i] = dsv4_bf16_from_f32(1.0f + 0.5f * test_rand_f32(&seed));
+            for (int i = 0; i < n * ld; i++) a[i] = b[i] = test_rand_f32(&seed) * (float)(1 + i % 13);
+            float *y1 = malloc(sizeof(float) * n * ld), *y2 = malloc(sizeof(float) * n * ld);
+            fast.ops->rmsnorm(&fast, n, d, a, ld, w, 1e-6, y1, ld);
+            ref.ops->rmsnorm(&ref, n, d, b, ld, w, 1e-6, y2, ld);
+            bad = 0;
+            for (int r = 0; r < n; r++)
+                for (int i = 0; i < d; i++) bad += memcmp(&y1[r * ld + i], &y2[r * ld + i], 4) != 0;
+            CHECKF(!bad, "rmsnorm: %d values differ from the reference", bad);
+            fast.ops->rmsnorm(&fast, n, d, a, ld, w, 1e-6, a, ld);
+            bad = 0;
+            for (int r = 0; r < n; r++)
+                for (int i = 0; i < d; i++) bad += memcmp(&a[r * ld + i], &y2[r * ld + i], 4) != 0;
+            CHECKF(!bad, "rmsnorm in place: %d values differ from the reference", bad);
+            free(y1);
+            free(y2);
+        }
+        /* RoPE forward and inverse, 3 vectors a row, d_rope 64 of 96 and 16 of 40 (a tail pair
+         * count below the vector width), positions up to 70000 */
+        for (int shape = 0; shape < 2; shape++) {
+            int   dr = shape ? 16 : 64, df = shape ? 40 : 96, nv = 3, rows = 4; /* rows * nv * df <= n * ld */
+            float freq[32];
+            int   pos[4] = { 0, 17, 4095, 70000 };
+            for (int i = 0; i < dr / 2; i++) freq[i] = powf(10000.0f, -2.0f * (float)i / (float)dr);
+            struct dsv4_rope_table rt = { dr, freq };
+            for (int inv = 0; inv < 2; inv++) {
+                for (int i = 0; i < rows * nv * df; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * 3);
+                fast.ops->rope(&fast, rows, nv, df, a, pos, &rt, inv);
+                ref.ops->rope(&ref, rows, nv, df, b, pos, &rt, inv);
+                bad = 0;
+                for (int i = 0; i < rows * nv * df; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+                CHECKF(!bad, "rope (d_rope %d, inverse %d): %d values differ from the reference", dr, inv, bad);
+            }
+        }
+        /* Hadamard of widths 8 to 256 */
+        for (int hd = 8; hd <= 256; hd *= 2) {
+            int rows = (n * ld) / hd < 4 ? (n * ld) / hd : 4;
+            for (int i = 0; i < rows * hd; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+            fast.ops->hadamard(&fast, rows, hd, a);
+            ref.ops->hadamard(&ref, rows, hd, b);
+            bad = 0;
+            for (int i = 0; i < rows * hd; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "hadamard (d %d): %d values differ from the reference", hd, bad);
+        }
         for (int i = 0; i < n * ld; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * (float)(1 + i % 7));
         fast.ops->head_rms(&fast, 3, 5, 68, a, 1e-6);
         ref.ops->head_rms(&ref, 3, 5, 68, b, 1e-6);
@@ -461,6 +522,12 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
             for (int i = 0; i < 13 * d; i++) bad += !(fabsf(y1[i] - y2[i]) <= 0.02f * fabsf(y2[i]) + 1e-4f);
             /* f32 vs double sums may flip a bf16 / e4m3 rounding of an intermediate: allow a few */
             CHECKF(bad <= 13 * d / 100, "grouped experts (fmt %d, limit %d): %d of %d outputs differ", fmt, lim, bad, 13 * d);
+            /* one expert over all 13 rows without routing weights (the shared expert) */
+            fast.ops->expert(&fast, &ex[1], 13, x, d, NULL, lim ? 0.5 : 0.0, y1, es);
+            ref.ops->expert(&ref, &ex[1], 13, x, d, NULL, lim ? 0.5 : 0.0, y2, es);
+            bad = 0;
+            for (int i = 0; i < 13 * d; i++) bad += !(fabsf(y1[i] - y2[i]) <= 0.02f * fabsf(y2[i]) + 1e-4f);
+            CHECKF(bad <= 13 * d / 100, "shared expert (fmt %d, limit %d): %d of %d outputs differ", fmt, lim, bad, 13 * d);
         }
         for (int i = 0; i < 9; i++) free_lin(&L[i]);
         free(x);

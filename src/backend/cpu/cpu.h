@@ -81,6 +81,12 @@ struct dsv4_kernels {
      * values, up row v, routing weight w, clamp limit if > 0), the reference's expression and
      * rounding points in double. */
     void (*swiglu_bf16)(float *g, const float *v, int n, float w, double limit);
+    /* FP8 cache simulation (block % 16 == 0), RMSNorm of one row, RoPE of one row's n_vec
+     * vectors given the pairs' cos and sin, Hadamard of n rows (d a power of two, 8..4096). */
+    void (*fp8_sim_rows)(float *x, int n, int d, int ld, int block);
+    void (*rmsnorm_row)(const float *x, int d, const uint16_t *w, double eps, float *y);
+    void (*rope_row)(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
+    void (*hadamard_rows)(float *x, int n, int d);
     void (*attn_rows)(const struct dsv4_attn_bf16 *a, int p0, int p1);
     void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
     void (*idx_query)(const struct dsv4_idx_bf16 *x);
@@ -123,6 +129,10 @@ void   dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld);
 double dsv4_avx512_sumsq_bf16(const float *v, int d);
 void   dsv4_avx512_scale_bf16(float *v, int d, float r);
 void   dsv4_avx512_swiglu_bf16(float *g, const float *v, int n, float w, double limit);
+void   dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block);
+void   dsv4_avx512_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
+void   dsv4_avx512_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
+void   dsv4_avx512_hadamard_rows(float *x, int n, int d);
 void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);

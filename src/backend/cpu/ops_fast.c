@@ -9,9 +9,10 @@
  *               levels: f32 rows decoded once, scores and P.V threads over heads
  *   indexer     keys across threads (bf16 levels: blocks of 12 keys, heads in lanes)
  *   hc_*        the mix projections through the SIMD dot product, then rows in parallel
- *   head_rms, fp4_sim  rows in parallel on AVX-512 with the reference's bits
- * The other ops whose cost is O(d) per row (norms, RoPE, FP8 simulation, Hadamard) and the
- * router/expert glue reuse the reference code; their projections go through fast linear.
+ *   row ops     RMSNorm, per-head RMS, RoPE, Hadamard, FP8/FP4 simulation and SwiGLU: rows
+ *               in parallel on AVX-512 with the reference's bits (x86_avx512_ops.c)
+ * The router and the expert/compressor glue reuse the reference code (O(d) per row); their
+ * projections go through fast linear.
  *
  * Scratch (dsv4_backend.scratch), sized by dsv4_cpu_scratch_floats: the dequantised
  * activations of the current projection at its start ([n_tok, n_in]), the decoded K/V rows
@@ -344,7 +345,7 @@ static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
     for (int64_t p = p0; p < p1; p++) {
         if (J->k->swiglu_bf16) {
             size_t k = (size_t)p * (size_t)J->f;
-            J->k->swiglu_bf16(J->g + k, J->v + k, J->f, J->row_w[p], J->limit);
+            J->k->swiglu_bf16(J->g + k, J->v + k, J->f, J->row_w ? J->row_w[p] : 1.0f, J->limit);
             continue;
         }
         for (int i = 0; i < J->f; i++) {
@@ -355,8 +356,8 @@ static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
                 gg = fmin(gg, J->limit);
             }
             double h = rf32(rf32(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
-            h        = rf32((double)J->row_w[p] * h);
-            J->g[k]  = rbf16(h);
+            if (J->row_w) h = rf32((double)J->row_w[p] * h);
+            J->g[k] = rbf16(h);
         }
     }
 }
@@ -404,6 +405,26 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     J.xq = xq, J.xb = xb, J.out = y;
     for (int g = 0; g <= n_groups; g++) tile_off[g] = g * J.tiles_per_mat;
     dsv4_pool_for(cpu->pool, tile_off[n_groups], 1, 1, exp_tiles, &J);
+}
+
+/* One expert over n rows (the shared expert): the reference's steps, with the projections on
+ * fast linear and SwiGLU rows in parallel (row_w NULL: no routing weight, as a weight of 1). */
+static void fast_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
+                        const float *row_w, double limit, float *y, float *scratch)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (e->w1.fmt == DSV4_WFMT_F32) {
+        dsv4_ref_expert(be, e, n, x, ldx, row_w, limit, y, scratch);
+        return;
+    }
+    int           f   = e->w1.n_out;
+    float        *g   = scratch, *v = scratch + (size_t)n * (size_t)f;
+    enum dsv4_act act = (e->w1.fmt == DSV4_WFMT_FP8 || e->w1.fmt == DSV4_WFMT_FP4) ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
+    be->ops->linear(be, &e->w1, n, x, ldx, g, f, act, DSV4_OUT_BF16); /* be->ops: seen by the profiler */
+    be->ops->linear(be, &e->w3, n, x, ldx, v, f, act, DSV4_OUT_BF16);
+    struct swiglu_job S = { .k = cpu->k, .g = g, .v = v, .row_w = row_w, .f = f, .limit = limit };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 4096 / f, swiglu_rows, &S);
+    be->ops->linear(be, &e->w2, n, g, f, y, e->w2.n_out, act, DSV4_OUT_BF16);
 }
 
 /* ------------------------------------------------------------------ attention */
@@ -621,7 +642,7 @@ static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, cons
 struct rows_job {
     const struct dsv4_kernels *k;
     float                     *x;
-    int                        d, ld;
+    int                        d, ld, block;
     double                     eps;
 };
 
@@ -639,8 +660,113 @@ static void fast_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x
         dsv4_ref_fp4_sim(be, n, d, ld, x, block);
         return;
     }
-    struct rows_job J = { cpu->k, x, d, ld, 0 };
+    struct rows_job J = { .k = cpu->k, .x = x, .d = d, .ld = ld };
     dsv4_pool_for(cpu->pool, n, 1, 64, fp4_rows, &J);
+}
+
+static void fp8_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    struct rows_job *J = ctx;
+    J->k->fp8_sim_rows(J->x + (size_t)r0 * (size_t)J->ld, (int)(r1 - r0), J->d, J->ld, J->block);
+}
+
+static void fast_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->fp8_sim_rows || block % 16 || d % block) {
+        dsv4_ref_fp8_sim(be, n, d, ld, x, block);
+        return;
+    }
+    struct rows_job J = { .k = cpu->k, .x = x, .d = d, .ld = ld, .block = block };
+    dsv4_pool_for(cpu->pool, n, 1, 16, fp8_rows, &J);
+}
+
+struct rmsnorm_job {
+    const struct dsv4_kernels *k;
+    const float               *x;
+    const uint16_t            *w;
+    int                        d, ldx, ldy;
+    double                     eps;
+    float                     *y;
+};
+
+static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct rmsnorm_job *J = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        J->k->rmsnorm_row(J->x + (size_t)r * (size_t)J->ldx, J->d, J->w, J->eps, J->y + (size_t)r * (size_t)J->ldy);
+}
+
+static void fast_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
+                         float *y, int ldy)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->rmsnorm_row) {
+        dsv4_ref_rmsnorm(be, n, d, x, ldx, w, eps, y, ldy);
+        return;
+    }
+    struct rmsnorm_job J = { cpu->k, x, w, d, ldx, ldy, eps, y };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 8192 / d, rmsnorm_rows, &J);
+}
+
+enum { ROPE_MAX_HALF = 256 };
+struct rope_job {
+    const struct dsv4_kernels    *k;
+    float                        *x;
+    const int                    *pos;
+    const struct dsv4_rope_table *t;
+    int                           n_vec, d_full;
+    bool                          inverse;
+};
+
+static void rope_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct rope_job *J = ctx;
+    int    half = J->t->d_rope / 2;
+    double c[ROPE_MAX_HALF], s[ROPE_MAX_HALF];
+    for (int64_t r = r0; r < r1; r++) {
+        /* the angles and their cos / sin exactly as dsv4_ref_rope computes them */
+        for (int i = 0; i < half; i++) {
+            double ang = rf32((double)J->pos[r] * J->t->freq[i]);
+            c[i]       = rf32(cos(ang));
+            s[i]       = rf32(sin(ang));
+            if (J->inverse) s[i] = -s[i];
+        }
+        J->k->rope_row(J->x + (size_t)r * (size_t)J->n_vec * (size_t)J->d_full, J->n_vec, J->d_full, J->t->d_rope, c, s);
+    }
+}
+
+static void fast_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
+                      const struct dsv4_rope_table *t, bool inverse)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->rope_row || t->d_rope / 2 > ROPE_MAX_HALF) {
+        dsv4_ref_rope(be, n, n_vec, d_full, x, pos, t, inverse);
+        return;
+    }
+    struct rope_job J = { cpu->k, x, pos, t, n_vec, d_full, inverse };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 64 / n_vec, rope_rows, &J);
+}
+
+static void hadamard_job(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    struct rows_job *J = ctx;
+    J->k->hadamard_rows(J->x + (size_t)r0 * (size_t)J->d, (int)(r1 - r0), J->d);
+}
+
+static void fast_hadamard(struct dsv4_backend *be, int n, int d, float *x)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->hadamard_rows || d < 8 || d > 4096 || (d & (d - 1))) {
+        dsv4_ref_hadamard(be, n, d, x);
+        return;
+    }
+    struct rows_job J = { .k = cpu->k, .x = x, .d = d };
+    dsv4_pool_for(cpu->pool, n, 1, 16, hadamard_job, &J);
 }
 
 /* Per-head RMS norm with the reference's roundings (dsv4_ref_head_rms). */
@@ -663,7 +789,7 @@ static void fast_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head
         dsv4_ref_head_rms(be, n, n_head, d_head, q, eps);
         return;
     }
-    struct rows_job J = { cpu->k, q, d_head, d_head, eps };
+    struct rows_job J = { .k = cpu->k, .x = q, .d = d_head, .ld = d_head, .eps = eps };
     dsv4_pool_for(cpu->pool, (int64_t)n * n_head, 1, 16, head_rms_rows, &J);
 }
 
@@ -810,19 +936,19 @@ static void fast_hc_head(struct dsv4_backend *be, int n, int hc, int d, const fl
 const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .name           = "cpu",
     .linear         = fast_linear,
-    .rmsnorm        = dsv4_ref_rmsnorm,
+    .rmsnorm        = fast_rmsnorm,
     .head_rms       = fast_head_rms,
-    .rope           = dsv4_ref_rope,
-    .fp8_sim        = dsv4_ref_fp8_sim,
+    .rope           = fast_rope,
+    .fp8_sim        = fast_fp8_sim,
     .fp4_sim        = fast_fp4_sim,
-    .hadamard       = dsv4_ref_hadamard,
+    .hadamard       = fast_hadamard,
     .hc_pre         = fast_hc_pre,
     .hc_post        = fast_hc_post,
     .hc_head        = fast_hc_head,
     .attention      = fast_attention,
     .indexer_scores = fast_indexer_scores,
     .router         = dsv4_ref_router,
-    .expert         = dsv4_ref_expert,
+    .expert         = fast_expert,
     .experts        = fast_experts,
 };
 
@@ -854,11 +980,12 @@ int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int 
         { "hc_post (rows in parallel)", ref ? "ref" : k, ref || ksc },
         { "compressor pooling", "scalar", true },
         { "router (glue; gate via linear_bf16)", "scalar", true },
-        { "expert (glue; projections via linear)", "scalar", true },
-        { "head_rms / fp4_sim", ref ? "ref" : cpu->k->sumsq_bf16 ? "avx512 (reference bits), rows in parallel" : "scalar",
-          ref || !cpu->k->sumsq_bf16 },
-        { "rmsnorm / rope", "scalar", true },
-        { "fp8_sim / hadamard", "scalar", true },
+        { "expert / experts SwiGLU", ref ? "ref" : cpu->k->swiglu_bf16 ? "avx512 double (reference roundings), rows in parallel" : "scalar",
+          ref || !cpu->k->swiglu_bf16 },
+        { "rmsnorm / head_rms / rope / hadamard", ref ? "ref" : cpu->k->rmsnorm_row ? "avx512 (reference bits), rows in parallel" : "scalar",
+          ref || !cpu->k->rmsnorm_row },
+        { "fp8_sim / fp4_sim", ref ? "ref" : cpu->k->fp8_sim_rows ? "avx512 (reference bits), rows in parallel" : "scalar",
+          ref || !cpu->k->fp8_sim_rows },
     };
     int n = (int)(sizeof(all) / sizeof(all[0]));
     if (n > max) n = max;

@@ -61,4 +61,8 @@ const struct dsv4_kernels dsv4_kernels_avx512 = {
     .sumsq_bf16   = dsv4_avx512_sumsq_bf16,
     .scale_bf16   = dsv4_avx512_scale_bf16,
     .swiglu_bf16  = dsv4_avx512_swiglu_bf16,
+    .fp8_sim_rows = dsv4_avx512_fp8_sim_rows,
+    .rmsnorm_row  = dsv4_avx512_rmsnorm_row,
+    .rope_row     = dsv4_avx512_rope_row,
+    .hadamard_rows = dsv4_avx512_hadamard_rows,
 };

@@ -1,12 +1,16 @@
 /*
- * x86_avx512_ops.c - the per-row ops that run on every query head on AVX-512 (F, DQ), with
- * the reference's results bit for bit: the FP4 simulation of the indexer queries and the
- * sums of squares of the per-head RMS norm. Only called after the CPU check (cpu.c).
+ * x86_avx512_ops.c - the per-row ops of the forward pass on AVX-512 (F, DQ), with the
+ * reference's results bit for bit: the same operations on the same values in the same
+ * precision (double where the reference computes in double), only several lanes at a time.
+ * The one exception is a sum over a row in double (RMS norms), whose order differs; it is
+ * then rounded to f32, so it shows only when the double sums straddle an f32 rounding point.
+ * Only called after the CPU check (cpu.c).
  */
 #include <immintrin.h>
 #include <math.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/x86_avx512_e4m3.h"
 
 /* f32 -> the nearest bf16 (ties to even) -> f32, as dsv4_round_bf16 for finite values. */
 static inline __m512 round_bf16(__m512 x)
@@ -137,5 +141,126 @@ void dsv4_avx512_swiglu_bf16(float *g, const float *v, int n, float w, double li
         double h = (double)(float)((double)(float)(gg * (1.0 / (1.0 + exp(-gg)))) * vv);
         h        = (double)(float)((double)w * h);
         g[i]     = dsv4_round_bf16((float)h);
+    }
+}
+
+void dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block)
+{
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t)r * (size_t)ld;
+        for (int b = 0; b < d; b += block) {
+            __m512 m = _mm512_setzero_ps();
+            for (int i = b; i < b + block; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(row + i)), m);
+            __m512 s = _mm512_set1_ps(e4m3_block_scale(_mm512_reduce_max_ps(m)));
+            for (int i = b; i < b + block; i += 16) {
+                __m512    v   = _mm512_loadu_ps(row + i);
+                __m512    q   = round_bf16(_mm512_mul_ps(e4m3_round(_mm512_div_ps(v, s)), s));
+                /* NaN stays NaN (quietened, as the codec's NaN code and the bf16 rounding give) */
+                __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                __m512i   qn  = _mm512_and_si512(_mm512_or_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x400000)),
+                                                 _mm512_set1_epi32((int)0xffff0000u));
+                _mm512_storeu_ps(row + i, _mm512_mask_mov_ps(q, nan, _mm512_castsi512_ps(qn)));
+            }
+        }
+    }
+}
+
+/* sum of x[i]^2 in double (each square exact) */
+static double sumsq_pd(const float *x, int d)
+{
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int     i  = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+        a0         = _mm512_fmadd_pd(lo, lo, a0);
+        a1         = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < d; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+/* 8 values v (double) -> f32 -> bf16, stored as f32 */
+static inline void store_bf16_pd(float *y, __m512d v)
+{
+    __m256 f = _mm512_cvtpd_ps(v);
+    _mm256_storeu_ps(y, _mm512_castps512_ps256(round_bf16(_mm512_castps256_ps512(f))));
+}
+
+void dsv4_avx512_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y)
+{
+    double ss  = sumsq_pd(x, d);
+    double inv = 1.0 / sqrt((double)(float)(ss / d) + eps);
+    __m512d iv = _mm512_set1_pd(inv);
+    int     i  = 0;
+    for (; i + 8 <= d; i += 8) {
+        __m512d xv = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        __m512  wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w + i)))), 16));
+        __m512d wv = _mm512_cvtps_pd(_mm512_castps512_ps256(wf));
+        store_bf16_pd(y + i, _mm512_mul_pd(wv, _mm512_mul_pd(xv, iv)));
+    }
+    for (; i < d; i++) y[i] = dsv4_round_bf16((float)((double)dsv4_f32_from_bf16(w[i]) * ((double)x[i] * inv)));
+}
+
+/* RoPE of one row's n_vec vectors: c[i], s[i] (f32 values in double) for the half = d_rope/2
+ * pairs; each pair (a, b) -> bf16(a c - b s), bf16(a s + b c) in double. */
+void dsv4_avx512_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s)
+{
+    int half = d_rope / 2;
+    /* even and odd elements of 16 interleaved floats, and back */
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd  = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i ilv  = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int v = 0; v < n_vec; v++) {
+        float *xr = x + (size_t)v * (size_t)d_full + (size_t)(d_full - d_rope);
+        int    i  = 0;
+        for (; i + 8 <= half; i += 8) {
+            __m512  p  = _mm512_loadu_ps(xr + 2 * i); /* 8 pairs */
+            __m512d a  = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_permutexvar_ps(even, p)));
+            __m512d b  = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_permutexvar_ps(odd, p)));
+            __m512d cv = _mm512_loadu_pd(c + i), sv = _mm512_loadu_pd(s + i);
+            __m256  ya = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(a, cv), _mm512_mul_pd(b, sv)));
+            __m256  yb = _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(a, sv), _mm512_mul_pd(b, cv)));
+            __m512  y  = _mm512_permutex2var_ps(_mm512_castps256_ps512(ya), ilv, _mm512_castps256_ps512(yb));
+            _mm512_storeu_ps(xr + 2 * i, round_bf16(y));
+        }
+        for (; i < half; i++) {
+            double a = xr[2 * i], b = xr[2 * i + 1];
+            xr[2 * i]     = dsv4_round_bf16((float)(a * c[i] - b * s[i]));
+            xr[2 * i + 1] = dsv4_round_bf16((float)(a * s[i] + b * c[i]));
+        }
+    }
+}
+
+/* The butterflies of stride len < 8 inside one register of 8 doubles: lane j pairs with
+ * j ^ len; the lower lane gets a + b, the upper b' = a - b. */
+static inline __m512d butterfly_in(__m512d v, int len)
+{
+    __m512d sw = len == 1 ? _mm512_permute_pd(v, 0x55) : len == 2 ? _mm512_permutex_pd(v, 0x4e)
+                                                               : _mm512_shuffle_f64x2(v, v, 0x4e);
+    __mmask8 upper = len == 1 ? 0xaa : len == 2 ? 0xcc : 0xf0;
+    return _mm512_mask_blend_pd(upper, _mm512_add_pd(v, sw), _mm512_sub_pd(sw, v));
+}
+
+void dsv4_avx512_hadamard_rows(float *x, int n, int d)
+{
+    /* d: a power of two, 8 <= d <= 4096 */
+    __m512d v[512];
+    double  scale = 1.0 / sqrt((double)d);
+    int     nv    = d / 8;
+    for (int r = 0; r < n; r++) {
+        float *xr = x + (size_t)r * (size_t)d;
+        for (int k = 0; k < nv; k++) v[k] = _mm512_cvtps_pd(_mm256_loadu_ps(xr + 8 * k));
+        for (int len = 1; len < 8 && len < d; len *= 2)
+            for (int k = 0; k < nv; k++) v[k] = butterfly_in(v[k], len);
+        for (int lv = 1; lv < nv; lv *= 2)
+            for (int k = 0; k < nv; k += 2 * lv)
+                for (int j = k; j < k + lv; j++) {
+                    __m512d a = v[j], b = v[j + lv];
+                    v[j]      = _mm512_add_pd(a, b);
+                    v[j + lv] = _mm512_sub_pd(a, b);
+                }
+        __m512d sc = _mm512_set1_pd(scale);
+        for (int k = 0; k < nv; k++) store_bf16_pd(xr + 8 * k, _mm512_mul_pd(v[k], sc));
     }
 }

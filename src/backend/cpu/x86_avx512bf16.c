@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/x86_avx512_e4m3.h"
 #include "backend/cpu/x86_bf16_conv.h"
 
 static inline float scale_at(const struct dsv4_linear *w, size_t idx)
@@ -547,33 +548,10 @@ static void to_bf16(const float *x, int n, uint16_t *out)
     for (; i < n; i++) out[i] = dsv4_bf16_from_f32(x[i]);
 }
 
-/* dsv4_act_scale(amax, 448, 1e-4) inline (the product is a normal positive float) */
-static inline float act_scale_e4m3(float amax)
-{
-    if (!(amax >= 1e-4f)) amax = 1e-4f;
-    return dsv4_pow2_ceil_normal(amax * (1.0f / 448.0f));
-}
-
-/* 16 values of a block (scaled by inv) rounded to e4m3 and back, times s, as bf16. */
+/* 16 values of a block (scaled by inv) rounded to e4m3 and back, times s, as bf16 (exact). */
 static inline __m256i quant16(__m512 xv, __m512 inv, __m512 sv)
 {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    __m512        v    = _mm512_mul_ps(xv, inv);
-    __m512        a    = _mm512_abs_ps(v);
-    /* subnormal codes: multiples of 2^-9, ties to even */
-    __m512 rs = _mm512_mul_ps(
-        _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        _mm512_set1_ps(1.0f / 512.0f));
-    /* normal: 3 mantissa bits, ties to even, on the float's bits */
-    __m512i u = _mm512_castps_si512(a);
-    u = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7ffff),
-                                                              _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1)))),
-                         _mm512_set1_epi32((int)0xfff00000u));
-    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-6f), _CMP_LT_OQ), _mm512_castsi512_ps(u), rs);
-    r        = _mm512_min_ps(r, _mm512_set1_ps(448.0f)); /* NaN -> 448, as fminf */
-    r        = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(v), sign)));
-    /* r * s is a bf16 value, so the conversion is exact */
-    return (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(r, sv));
+    return (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(e4m3_round(_mm512_mul_ps(xv, inv)), sv));
 }
 
 /* One row quantised to e4m3 per 128 (the scalar quantiser's rule, lane by lane: ties to
@@ -589,7 +567,7 @@ static void quant_bf16(const float *x, int n, uint16_t *out)
         /* max(|x|, m): a NaN |x| leaves m, as fmaxf does */
         for (k = b; k < full; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
         if (tail) m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(tail, x + k)), m);
-        float  s = act_scale_e4m3(_mm512_reduce_max_ps(m));
+        float  s = e4m3_block_scale(_mm512_reduce_max_ps(m));
         __m512 inv = _mm512_set1_ps(1.0f / s), sv = _mm512_set1_ps(s);
         for (k = b; k < full; k += 16) _mm256_storeu_si256((__m256i *)(out + k), quant16(_mm512_loadu_ps(x + k), inv, sv));
         if (tail) _mm256_mask_storeu_epi16(out + k, tail, quant16(_mm512_maskz_loadu_ps(tail, x + k), inv, sv));
