@@ -115,7 +115,7 @@ struct dsv4_session_params {
     bool mtp;       /* keep the MTP block's state so MTP logits can be asked for */
 };
 
-/* max_ctx 4096 (or the model's limit if smaller), max_chunk 256, no MTP. */
+/* max_ctx 4096 (or the model's limit if smaller), max_chunk 512, no MTP. */
 void dsv4_session_params_default(struct dsv4_session_params *params);
 
 /* Bytes a session with these parameters allocates (KV state plus step scratch). */

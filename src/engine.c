@@ -87,7 +87,9 @@ void dsv4_session_params_default(struct dsv4_session_params *p)
 {
     memset(p, 0, sizeof(*p));
     p->max_ctx   = 4096;
-    p->max_chunk = 256;
+    /* the scheduler's default step size: a 512-token chunk gives a routed expert ~12 tokens
+     * (flash-shaped prefill 505 tok/s against 444 at 256; the scratch is 549 MiB there) */
+    p->max_chunk = 512;
 }
 
 static int check_params(const dsv4_engine *e, const struct dsv4_session_params *p, struct dsv4_err *err)
