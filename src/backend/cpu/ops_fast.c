@@ -15,9 +15,10 @@
  * projections go through fast linear.
  *
  * Scratch (dsv4_backend.scratch), sized by dsv4_cpu_scratch_floats: the dequantised
- * activations of the current projection at its start ([n_tok, n_in]), the decoded K/V rows
- * and the scores of the current query at its end ([n_rows, d_head] then [n_head, n_rows]);
- * the size covers both at their largest, so they never overlap.
+ * activations of the current projection at its start ([n_tok, n_in]), then GEMM panels; the
+ * current query's attention buffers at its end (f32 rows and scores, or the bf16 layouts of
+ * struct dsv4_attn_bf16), or the indexer's query panel and per-thread key blocks; the size
+ * covers each at its largest, so the two ends never overlap.
  */
 #include <math.h>
 #include <string.h>
