@@ -123,6 +123,9 @@ float dsv4_f32_from_e5m2(uint8_t c)
 
 float dsv4_pow2_ceil(float x)
 {
+    /* frexpf leaves the exponent of an infinity unspecified (glibc: 0); say it: an infinite
+     * block maximum gives the scale 1, so the block saturates instead of turning into NaN */
+    if (isinf(x)) return 1.0f;
     int   e;
     float m = frexpf(x, &e); /* x = m * 2^e, m in [0.5, 1) */
     if (m == 0.5f) return x;

@@ -348,6 +348,7 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
                 if (r == 1) v = (float)((int)(test_rand_u64(&seed) % 25) - 12) * 0.25f; /* ties at 0.25, 0.75, 2.5... */
                 if (r == 2 && i % 5 == 0) v = i % 2 ? -0.0f : 0.0f;
                 if (r == 3 && i == 17) v = NAN;
+                if (r == 4 && i == 40) v = -INFINITY;
                 a[r * ld + i] = v;
             }
         memcpy(b, a, sizeof(float) * n * ld);
@@ -363,6 +364,9 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
                     a[r * ld + i] = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 24) - 12);
             a[2 * ld + 9] = NAN;
             a[3 * ld + 1] = -0.0f;
+            a[4 * ld + 3] = INFINITY; /* a block with an infinity saturates (scale 1), as the codec */
+            a[5 * ld + 70] = -INFINITY;
+            a[6 * ld + 5]  = -NAN; /* any NaN becomes the codec's +qNaN */
             memcpy(b, a, sizeof(float) * n * ld);
             fast.ops->fp8_sim(&fast, n, 128, ld, a, blk); /* widths are whole blocks (d_nope = 7 x 64) */
             ref.ops->fp8_sim(&ref, n, 128, ld, b, blk);
@@ -407,10 +411,14 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
                 CHECKF(!bad, "rope (d_rope %d, inverse %d): %d values differ from the reference", dr, inv, bad);
             }
         }
-        /* Hadamard of widths 8 to 256 */
+        /* Hadamard of widths 8 to 256; a NaN with every payload bit set (the bf16 rounding
+         * must not carry it into the sign or to zero) */
         for (int hd = 8; hd <= 256; hd *= 2) {
             int rows = (n * ld) / hd < 4 ? (n * ld) / hd : 4;
             for (int i = 0; i < rows * hd; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+            uint32_t ones = 0xffffffffu;
+            memcpy(&a[hd + 3], &ones, 4);
+            memcpy(&b[hd + 3], &ones, 4);
             fast.ops->hadamard(&fast, rows, hd, a);
             ref.ops->hadamard(&ref, rows, hd, b);
             bad = 0;
@@ -437,6 +445,7 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
             float  w     = dsv4_round_bf16(0.37f + test_rand_f32(&seed) * 0.1f);
             for (int i = 0; i < n; i++) {
                 g[i] = test_rand_f32(&seed) * (i % 10 == 0 ? 200.0f : 12.0f);
+                if (i < 4) g[i] = (float[]){ INFINITY, -INFINITY, -3e20f, 3e20f }[i]; /* the tails of exp */
                 v[i] = test_rand_f32(&seed) * 10.0f;
                 double gg = g[i], vv = v[i];
                 if (limit > 0) {

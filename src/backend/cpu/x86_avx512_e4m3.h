@@ -29,10 +29,12 @@ static inline __m512 e4m3_round(__m512 v)
         _mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u))));
 }
 
-/* The e4m3 block scale dsv4_act_scale(amax, 448, 1e-4) (the product is a normal float). */
+/* The e4m3 block scale dsv4_act_scale(amax, 448, 1e-4), inline for finite amax (the product
+ * is then a normal float); an infinite amax takes the codec's own rule. */
 static inline float e4m3_block_scale(float amax)
 {
     if (!(amax >= 1e-4f)) amax = 1e-4f;
+    if (!(amax < __builtin_inff())) return dsv4_act_scale(amax, 448.0f, 1e-4f);
     return dsv4_pow2_ceil_normal(amax * (1.0f / 448.0f));
 }
 

@@ -15,9 +15,13 @@
 /* f32 -> the nearest bf16 (ties to even) -> f32, as dsv4_round_bf16 for finite values. */
 static inline __m512 round_bf16(__m512 x)
 {
-    __m512i u    = _mm512_castps_si512(x);
-    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, bias), _mm512_set1_epi32((int)0xffff0000u)));
+    __m512i   u    = _mm512_castps_si512(x);
+    __m512i   bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    __m512i   r    = _mm512_and_si512(_mm512_add_epi32(u, bias), _mm512_set1_epi32((int)0xffff0000u));
+    /* NaN: quietened and truncated (the bias could carry a NaN into the sign bit or to 0) */
+    __mmask16 nan  = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512i   q    = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x400000)), _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, q));
 }
 
 /* The nearest e2m1 value (ties to even, |v| clamped to 6, NaN to +0) of v, as an f32:
@@ -47,7 +51,9 @@ void dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld)
             float  amax = _mm512_reduce_max_ps(m);
             float  fl   = 6.0f * 0x1p-126f;
             if (!(amax >= fl)) amax = fl;
-            __m512 s = _mm512_set1_ps(dsv4_pow2_ceil_normal(amax * (1.0f / 6.0f)));
+            /* an infinite amax takes the codec's own rule (dsv4_pow2_ceil) */
+            __m512 s = _mm512_set1_ps(amax < INFINITY ? dsv4_pow2_ceil_normal(amax * (1.0f / 6.0f))
+                                                      : dsv4_act_scale(amax, 6.0f, fl));
             _mm512_storeu_ps(row + b, _mm512_mul_ps(e2m1_nearest(_mm512_div_ps(v0, s)), s));
             _mm512_storeu_ps(row + b + 16, _mm512_mul_ps(e2m1_nearest(_mm512_div_ps(v1, s)), s));
         }
@@ -85,6 +91,9 @@ void dsv4_avx512_scale_bf16(float *v, int d, float r)
  * so results rounded to f32 agree with the reference's but for ties closer than 2^-50. */
 static inline __m512d exp_pd(__m512d x)
 {
+    /* beyond +-746 the result is inf or 0 anyway; clamping first keeps the reduction exact
+     * (constants first, so that a NaN passes through) */
+    x         = _mm512_min_pd(_mm512_set1_pd(746.0), _mm512_max_pd(_mm512_set1_pd(-746.0), x));
     __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
@@ -105,8 +114,6 @@ static inline __m512d exp_pd(__m512d x)
                                          1.0 / 6227020800.0 };
     __m512d p = _mm512_set1_pd(inv_fact[13]);
     for (int k = 12; k >= 0; k--) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(inv_fact[k]));
-    /* n is clamped so that huge |x| still scales to inf or 0 rather than NaN */
-    n = _mm512_min_pd(_mm512_max_pd(n, _mm512_set1_pd(-2000.0)), _mm512_set1_pd(2000.0));
     return _mm512_scalef_pd(p, n);
 }
 
@@ -155,11 +162,9 @@ void dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block)
             for (int i = b; i < b + block; i += 16) {
                 __m512    v   = _mm512_loadu_ps(row + i);
                 __m512    q   = round_bf16(_mm512_mul_ps(e4m3_round(_mm512_div_ps(v, s)), s));
-                /* NaN stays NaN (quietened, as the codec's NaN code and the bf16 rounding give) */
+                /* NaN becomes the codec's NaN code 0x7f, which decodes to the default +qNaN */
                 __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                __m512i   qn  = _mm512_and_si512(_mm512_or_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x400000)),
-                                                 _mm512_set1_epi32((int)0xffff0000u));
-                _mm512_storeu_ps(row + i, _mm512_mask_mov_ps(q, nan, _mm512_castsi512_ps(qn)));
+                _mm512_storeu_ps(row + i, _mm512_mask_mov_ps(q, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000))));
             }
         }
     }

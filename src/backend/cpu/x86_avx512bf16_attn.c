@@ -30,7 +30,7 @@ enum { SC_NR = 12, PV_ND = 8 };
  * which takes results down through the subnormals to zero. */
 static inline __m512 exp512(__m512 x)
 {
-    x          = _mm512_max_ps(x, _mm512_set1_ps(-110.0f));
+    x          = _mm512_max_ps(_mm512_set1_ps(-110.0f), x); /* constant first: a NaN passes */
     __m512 n   = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r   = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
