@@ -57,7 +57,7 @@ help:
 	@echo "dsv4 - DeepSeek-V4 inference engine"
 	@echo ""
 	@echo "  make              build ./dsv4"
-	@echo "  make test         build and run every test (exits non-zero on failure)"
+	@echo "  make test         install what the tests need, build, run every test (exit 1 on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
 	@echo "  make test-tsan    the threaded groups (pool, scheduler, server) under -fsanitize=thread"
 	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
@@ -68,6 +68,7 @@ help:
 	@echo "  make clean        remove build outputs"
 	@echo ""
 	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=..."
+	@echo "             TEST_GROUPS=\"kernels forward\"  TEST_FLAGS=--strict  NO_INSTALL=1"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -93,9 +94,18 @@ $(BUILD)/src/backend/cpu/x86_avx512.o $(BUILD)/src/backend/cpu/x86_avx512_ops.o:
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_attn.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
 $(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
 
-# TEST_GROUPS="a b": run only these groups (default: all).
-test: $(BIN) $(BUILD)/run_tests
-	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_GROUPS)
+# `make test` sets itself up as `make demo` does: the Debian packages it needs (as root; else
+# it names them), then the pinned npm packages of tests/tokenizer and tests/server whenever
+# they are missing or stale against their package-lock.json. Tests whose dependency could not
+# be installed are reported as skipped with the command that installs it.
+# TEST_GROUPS="a b": run only these groups (default: all). TEST_FLAGS=--strict (CI): a test
+# skipped for a missing dependency is a failure. NO_INSTALL=1: install nothing.
+TEST_FLAGS ?=
+test:
+	@tools/install_deps.sh test
+	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) $(BUILD)/run_tests
+	@tools/install_deps.sh npm $(BUILD)/run_tests
+	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) $(TEST_GROUPS)
 
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
 
@@ -137,19 +147,8 @@ golden: $(BIN)
 DEMO_MODEL ?= models/kjv-v4-tiny
 PROMPT     ?= And God said
 DEMO_ARGS  ?= -n 160 --temp 0.6 --top-p 0.9 --seed 2
-DEMO_PKGS  := build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev
 demo:
-	@missing=$$(command -v dpkg >/dev/null && for p in $(DEMO_PKGS); do \
-	    dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	        echo "installing" $$missing; \
-	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	            apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
-	    else \
-	        echo "make demo needs:" $$missing; echo "  sudo apt-get install" $$missing; exit 1; \
-	    fi; \
-	fi
+	@tools/install_deps.sh build
 	@echo "building $(BIN) ..." >&2
 	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) >/dev/null
 	@printf '%s' "$(PROMPT)"

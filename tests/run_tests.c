@@ -1,13 +1,17 @@
 /*
  * run_tests.c - the test runner behind `make test`.
  *
- *   run_tests              run every group
- *   run_tests GROUP...     run only these groups
- *   run_tests --list       list groups and tests
+ *   run_tests [--strict] [GROUP...]   run every group, or only these
+ *   run_tests --list                  list groups and tests, with what each needs here
+ *   run_tests --missing               the npm directories whose packages are missing or
+ *                                     stale, one per line (tests/install_deps.sh reads it)
  *
- * Prints one line per failed check, a line per test, and finally "N passed, N failed"
- * (counting tests); exits 1 if any test failed. Tests share a fresh temporary directory,
- * removed at the end unless DSV4_KEEP_TMP is set.
+ * Each test ends ok, FAIL or skip. A test is skipped when what it needs is missing (checked
+ * before it runs, tests/test_needs.c), when it calls test_skip(), or when it ran no check.
+ * Prints one line per failed check, a line per test, the reasons of the skips, and finally
+ * "N passed, N failed, N skipped" (counting tests). Exits 1 if any test failed; with
+ * --strict (CI) also if any test was skipped for a missing dependency or ran no check.
+ * Tests share a fresh temporary directory, removed at the end unless DSV4_KEEP_TMP is set.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +37,8 @@ static const struct group groups[] = {
 #undef X
 };
 
+enum { N_GROUPS = sizeof(groups) / sizeof(groups[0]) };
+
 void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
@@ -48,28 +54,85 @@ void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, 
     fputc('\n', stderr);
 }
 
-static bool selected(const char *g, int argc, char **argv)
+void test_skip(struct test_ctx *t, enum test_skip_kind kind, const char *fmt, ...)
 {
-    if (argc <= 1) return true;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], g) == 0) return true;
+    va_list ap;
+    t->skip = kind;
+    va_start(ap, fmt);
+    vsnprintf(t->skip_why, sizeof(t->skip_why), fmt, ap);
+    va_end(ap);
+}
+
+void test_not_here(struct test_ctx *t, const char *part)
+{
+    size_t n = strlen(t->not_here);
+    snprintf(t->not_here + n, sizeof(t->not_here) - n, "%s%s", n ? ", " : "", part);
+}
+
+static bool selected(const char *g, int n_sel, char **sel)
+{
+    if (n_sel == 0) return true;
+    for (int i = 0; i < n_sel; i++)
+        if (strcmp(sel[i], g) == 0) return true;
     return false;
+}
+
+static int list_tests(void)
+{
+    char why[512];
+    for (size_t g = 0; g < N_GROUPS; g++)
+        for (const struct test_case *c = groups[g].cases; c->name; c++) {
+            const char *miss = test_need_missing(c->needs, why, sizeof(why));
+            if (miss) printf("%s %s  [skips here: %s]\n", groups[g].name, c->name, miss);
+            else printf("%s %s\n", groups[g].name, c->name);
+        }
+    return 0;
+}
+
+static int list_missing(void)
+{
+    static const enum test_need npm[] = { TEST_NEEDS_NPM_TOKENIZER, TEST_NEEDS_NPM_SERVER };
+    char why[512];
+    for (size_t i = 0; i < sizeof(npm) / sizeof(npm[0]); i++)
+        if (test_need_missing(npm[i], why, sizeof(why))) printf("%s\n", test_need_npm_dir(npm[i]));
+    return 0;
+}
+
+/* One test: its needs, then the function; fills the result into t. */
+static double run_one(const struct test_case *c, struct test_ctx *t)
+{
+    char        why[512];
+    const char *miss = test_need_missing(c->needs, why, sizeof(why));
+    if (miss) {
+        test_skip(t, TEST_SKIP_MISSING, "%s", miss);
+        return 0;
+    }
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    c->fn(t);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (!t->failures && !t->skip && t->checks == 0)
+        test_skip(t, TEST_SKIP_MISSING, "ran no check (a test that checks nothing is not a pass)");
+    return (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
 }
 
 int main(int argc, char **argv)
 {
-    size_t ng = sizeof(groups) / sizeof(groups[0]);
-    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-        for (size_t g = 0; g < ng; g++)
-            for (const struct test_case *c = groups[g].cases; c->name; c++)
-                printf("%s %s\n", groups[g].name, c->name);
-        return 0;
+    bool   strict = false;
+    char **sel    = argv + 1;
+    int    n_sel  = argc - 1;
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) return list_tests();
+    if (argc > 1 && strcmp(argv[1], "--missing") == 0) return list_missing();
+    if (n_sel > 0 && strcmp(sel[0], "--strict") == 0) {
+        strict = true;
+        sel++;
+        n_sel--;
     }
-    for (int i = 1; i < argc; i++) {
+    for (int i = 0; i < n_sel; i++) {
         bool known = false;
-        for (size_t g = 0; g < ng; g++) known |= strcmp(argv[i], groups[g].name) == 0;
+        for (size_t g = 0; g < N_GROUPS; g++) known |= strcmp(sel[i], groups[g].name) == 0;
         if (!known) {
-            fprintf(stderr, "run_tests: unknown group '%s' (see --list)\n", argv[i]);
+            fprintf(stderr, "run_tests: unknown group '%s' (see --list)\n", sel[i]);
             return 2;
         }
     }
@@ -79,23 +142,38 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 2;
     }
-    int passed = 0, failed = 0;
-    for (size_t g = 0; g < ng; g++) {
-        if (!selected(groups[g].name, argc, argv)) continue;
+    int   passed = 0, failed = 0, skipped = 0, skipped_missing = 0;
+    char *notes = NULL; /* the skip reasons and parts not run, repeated at the end */
+    size_t notes_len = 0;
+    FILE *nf = open_memstream(&notes, &notes_len);
+    for (size_t g = 0; g < N_GROUPS; g++) {
+        if (!selected(groups[g].name, n_sel, sel)) continue;
         for (const struct test_case *c = groups[g].cases; c->name; c++) {
-            struct test_ctx t = { c->name, 0, 0, tmpdir };
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            c->fn(&t);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
-            if (t.failures) failed++;
-            else passed++;
-            printf("%s %-10s %-40s %5d checks %8.1f ms\n", t.failures ? "FAIL" : "ok  ",
-                   groups[g].name, c->name, t.checks, ms);
+            struct test_ctx t  = { .name = c->name, .tmpdir = tmpdir };
+            double          ms = run_one(c, &t);
+            const char     *res;
+            if (t.failures) {
+                failed++;
+                res = "FAIL";
+            } else if (t.skip) {
+                skipped++;
+                skipped_missing += t.skip == TEST_SKIP_MISSING;
+                res = "skip";
+            } else {
+                passed++;
+                res = "ok  ";
+            }
+            printf("%s %-10s %-40s %5d checks %8.1f ms", res, groups[g].name, c->name, t.checks, ms);
+            if (t.skip && !t.failures) printf("  %s", t.skip_why);
+            if (t.not_here[0]) printf("  (not run on this machine: %s)", t.not_here);
+            printf("\n");
             fflush(stdout);
+            if (nf && t.skip && !t.failures) fprintf(nf, "  skip %s %s: %s\n", groups[g].name, c->name, t.skip_why);
+            if (nf && t.not_here[0])
+                fprintf(nf, "  part %s %s not run on this machine: %s\n", groups[g].name, c->name, t.not_here);
         }
     }
+    if (nf) fclose(nf);
     if (!getenv("DSV4_KEEP_TMP")) {
         char cmd[256];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
@@ -103,6 +181,11 @@ int main(int argc, char **argv)
     } else {
         printf("temporary files kept in %s\n", tmpdir);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    if (notes && notes_len) printf("not run:\n%s", notes);
+    free(notes);
+    if (strict && skipped_missing)
+        printf("run_tests --strict: %d test%s skipped for a missing dependency or ran no check: CI must run them all\n",
+               skipped_missing, skipped_missing == 1 ? "" : "s");
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed || (strict && skipped_missing) ? 1 : 0;
 }

@@ -4,8 +4,15 @@
  * A test is a function `void fn(struct test_ctx *t)`; CHECK records a failed condition with
  * file:line and goes on (so one run shows every broken assertion of a test). Tests are
  * listed in the table of run_tests.c by group; `run_tests --list` shows them and
- * `run_tests GROUP...` runs some. The runner ends with "N passed, N failed" and exits
- * non-zero when anything failed.
+ * `run_tests GROUP...` runs some. The runner ends with "N passed, N failed, N skipped" and
+ * exits non-zero when anything failed.
+ *
+ * A test that cannot run here calls test_skip() with a one-line reason and returns; a test
+ * that ran no check is reported as skipped too, never as passed. A skip is of one of two
+ * kinds: TEST_SKIP_MISSING (something installable is absent: the reason names the command
+ * that installs it; `run_tests --strict`, which CI uses, fails on these) and
+ * TEST_SKIP_MACHINE (this machine cannot run it: an instruction set the CPU lacks).
+ * test_not_here() records levels a test could not cover without skipping the rest.
  */
 #ifndef DSV4_TEST_H
 #define DSV4_TEST_H
@@ -13,12 +20,27 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-struct test_ctx {
-    const char *name;
-    int         checks;
-    int         failures;
-    const char *tmpdir; /* a fresh directory for this test run (shared by all tests) */
+enum test_skip_kind {
+    TEST_SKIP_NONE = 0,
+    TEST_SKIP_MISSING, /* an installable dependency is absent (CI fails on these) */
+    TEST_SKIP_MACHINE, /* this machine cannot run it (CPU level) */
 };
+
+struct test_ctx {
+    const char         *name;
+    int                 checks;
+    int                 failures;
+    const char         *tmpdir;          /* a fresh directory for this test run (shared by all tests) */
+    enum test_skip_kind skip;            /* set by test_skip() */
+    char                skip_why[256];   /* its reason */
+    char                not_here[128];   /* parts not run on this machine (test_not_here) */
+};
+
+/* Marks the test skipped with a reason (printf format); the test returns right after. */
+void test_skip(struct test_ctx *t, enum test_skip_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Notes a part of a test this machine could not run (e.g. "avx512"); the rest still counts. */
+void test_not_here(struct test_ctx *t, const char *part);
 
 void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -55,5 +77,7 @@ int  test_write_file(const char *path, const void *data, size_t n);
 void *test_read_file(const char *path, size_t *n);
 /* Runs a shell command; returns its exit status (or -1). Output goes to out (malloc'd). */
 int  test_run(const char *cmd, char **out);
+/* Notes the CPU levels above top, up to highest (enum dsv4_cpu_level), as not run here. */
+void test_levels_not_here(struct test_ctx *t, int top, int highest);
 
 #endif

@@ -1,8 +1,26 @@
 #ifndef DSV4_TEST_CASES_H
 #define DSV4_TEST_CASES_H
 #include "test.h"
+
+/* What a test needs besides the build: the runner checks it first (tests/test_needs.c) and
+ * reports the test as skipped, with the command that provides it, when it is missing. */
+enum test_need {
+    TEST_NEEDS_NOTHING = 0,
+    TEST_NEEDS_NPM_TOKENIZER, /* tokenizers.js and DeepSeek-V3 tokenizer.json (tests/tokenizer) */
+    TEST_NEEDS_NPM_SERVER,    /* the official openai npm client (tests/server) */
+};
+
+/* Tables list a need only where there is one: { "name", fn } leaves it TEST_NEEDS_NOTHING. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 struct test_case {
     const char *name;
     void (*fn)(struct test_ctx *t);
+    enum test_need needs;
 };
+
+/* NULL when the need is met here; otherwise why not and the command that fixes it. */
+const char *test_need_missing(enum test_need need, char *buf, size_t cap);
+/* The npm directory an npm need installs into ("tests/tokenizer"), or NULL. */
+const char *test_need_npm_dir(enum test_need need);
 #endif

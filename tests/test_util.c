@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "backend/cpu/cpu.h"
 #include "test.h"
 
 int test_write_file(const char *path, const void *data, size_t n)
@@ -65,4 +66,9 @@ int test_run(const char *cmd, char **out)
     else free(buf);
     if (st == -1) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void test_levels_not_here(struct test_ctx *t, int top, int highest)
+{
+    for (int l = top + 1; l <= highest; l++) test_not_here(t, dsv4_cpu_level_name((enum dsv4_cpu_level)l));
 }

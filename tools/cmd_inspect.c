@@ -94,10 +94,22 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
                    dsv4_shape_str(t->ndim, t->shape, s, sizeof(s)), ck->file_names[t->file]);
         }
     }
+    for (int r = 0; r < ck->n_refused; r++) {
+        const struct dsv4_shard_refusal *f = &ck->refused[r];
+        printf("\nrefused      shard %s: %s\n", ck->file_names[f->file], f->msg);
+        if (f->n_names)
+            printf("             the model therefore lacks its %zu tensor%s (each listed below as missing)\n",
+                   f->n_names, f->n_names == 1 ? "" : "s");
+        else
+            printf("             no tensor names can be read from it (no index, header unreadable): the tensors "
+                   "listed below as missing are what the model lacks\n");
+    }
     if (rep->n_problems) {
         printf("\n%d problem%s (%d missing, %d wrong dtype, %d wrong shape, %d unexpected):\n", rep->n_problems,
                rep->n_problems == 1 ? "" : "s", rep->n_missing, rep->n_dtype, rep->n_shape, rep->n_unexpected);
         for (int i = 0; i < rep->n_problems; i++) printf("  %s\n", rep->problems[i].text);
+    } else if (ck->n_refused) {
+        printf("\nevery tensor the model needs is present, but a shard was refused (above)\n");
     } else {
         printf("\nok: every tensor present with the expected dtype and shape\n");
     }
@@ -111,7 +123,15 @@ static void print_json(const char *dir, const struct dsv4_config *c, const struc
     dsv4_kv_sizes(c, has_mtp, &kv);
     json_t *o = json_object();
     json_object_set_new(o, "checkpoint", json_string(dir));
-    json_object_set_new(o, "ok", json_boolean(rep->n_problems == 0));
+    json_object_set_new(o, "ok", json_boolean(rep->n_problems == 0 && ck->n_refused == 0));
+    json_t *refused = json_array();
+    for (int r = 0; r < ck->n_refused; r++) {
+        json_t *names = json_array();
+        for (size_t k = 0; k < ck->refused[r].n_names; k++) json_array_append_new(names, json_string(ck->refused[r].names[k]));
+        json_array_append_new(refused, json_pack("{s:s, s:s, s:o}", "shard", ck->file_names[ck->refused[r].file],
+                                                 "error", ck->refused[r].msg, "tensors", names));
+    }
+    json_object_set_new(o, "refused_shards", refused);
     json_object_set_new(o, "shards", json_integer(ck->n_files));
     json_object_set_new(o, "tensors", json_integer((json_int_t)ck->n_tensors));
     json_object_set_new(o, "bytes", json_integer((json_int_t)st->bytes_total));
@@ -203,7 +223,7 @@ int cmd_inspect(int argc, char **argv)
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
     int rc = dsv4_config_load(&cfg, dir, &err);
-    if (rc == DSV4_OK) rc = dsv4_checkpoint_open(&ck, dir, &err);
+    if (rc == DSV4_OK) rc = dsv4_checkpoint_open_lenient(&ck, dir, &err);
     if (rc) {
         if (as_json) print_error_json(dir, err.msg);
         else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
@@ -224,6 +244,7 @@ int cmd_inspect(int argc, char **argv)
     }
     dsv4_bind_report_free(&rep);
     dsv4_arena_free(&arena);
+    bool refused = ck.n_refused > 0;
     dsv4_checkpoint_close(&ck);
-    return rc == DSV4_OK ? 0 : 1;
+    return rc == DSV4_OK && !refused ? 0 : 1;
 }

@@ -5,8 +5,9 @@
  * calloc, realloc, posix_memalign and aligned_alloc (forwarding to glibc's __libc_*
  * functions) and counts every call made on a thread that is inside a guarded region; debug
  * builds (DSV4_DEBUG) abort instead, naming the size. A test asserts the count stays zero
- * across decoding. Sanitizer builds keep their own allocator: there the guard only marks
- * regions and dsv4_alloc_guard_supported() says the count is not available.
+ * across decoding. Sanitizer builds keep their own allocator and call its malloc hook
+ * (__sanitizer_malloc_hook, a weak symbol of the ASan and TSan runtimes) after every
+ * allocation, so the count is the same there.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -32,22 +33,6 @@ unsigned long dsv4_alloc_guard_count(void)
     return guarded_allocs;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-bool dsv4_alloc_guard_supported(void)
-{
-    return false;
-}
-#else
-bool dsv4_alloc_guard_supported(void)
-{
-    return true;
-}
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-
 static void note(size_t n)
 {
     if (guard_depth <= 0) return;
@@ -59,6 +44,22 @@ static void note(size_t n)
     (void)n;
 #endif
 }
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+void __sanitizer_malloc_hook(const volatile void *ptr, size_t size);
+
+void __sanitizer_malloc_hook(const volatile void *ptr, size_t size)
+{
+    (void)ptr;
+    note(size);
+}
+#else
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
 
 void *malloc(size_t n)
 {

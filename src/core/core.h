@@ -56,8 +56,6 @@ void          dsv4_alloc_guard_enter(void);
 void          dsv4_alloc_guard_leave(void);
 /* Allocations seen inside guarded regions since start (all threads). */
 unsigned long dsv4_alloc_guard_count(void);
-/* False in sanitizer builds, whose allocator is not interposed. */
-bool          dsv4_alloc_guard_supported(void);
 
 /* ------------------------------------------------------------------ checked arithmetic */
 

@@ -86,6 +86,17 @@ int dsv4_st_parse(const uint8_t *buf, size_t size, const char *what, struct dsv4
 bool dsv4_st_metadata(const uint8_t *buf, size_t size, const char *key, char *out, size_t cap);
 
 /* A checkpoint: one or more mapped safetensors shards and a name -> tensor index. */
+/* A shard that dsv4_checkpoint_open_lenient refused: the error (with its byte offset) and the
+ * tensors the model lacks because of it, named by the index, or else by the shard's header
+ * when it still parses (none when neither can be read). */
+struct dsv4_shard_refusal {
+    int          file;                  /* index into file_names */
+    int          code;                  /* DSV4_E* */
+    char         msg[DSV4_ERR_MSG_MAX];
+    const char **names;                 /* [n_names], in the checkpoint's arena */
+    size_t       n_names;
+};
+
 struct dsv4_checkpoint {
     char                    *dir;
     int                      n_files;
@@ -94,6 +105,9 @@ struct dsv4_checkpoint {
     struct dsv4_tensor      *tensors;     /* [n_tensors], in file then header order */
     size_t                   n_tensors;
     struct dsv4_strmap       by_name;
+    struct dsv4_shard_refusal *refused;   /* [n_refused], lenient open only */
+    int                      n_refused;
+    struct dsv4_strmap       refused_by_name; /* tensor name -> its refusal (lenient open only) */
     struct dsv4_arena        arena;
 };
 
@@ -104,6 +118,13 @@ struct dsv4_checkpoint {
  * shards, no shard tensor missing from the index, shard names without path components).
  */
 int  dsv4_checkpoint_open(struct dsv4_checkpoint *ck, const char *path, struct dsv4_err *err);
+/* The same, except that a shard which cannot be mapped or parsed is recorded in ck->refused
+ * and left out instead of failing the open, so that `dsv4 inspect` can check what remains and
+ * name every tensor the model therefore lacks. Problems of the checkpoint as a whole (no
+ * shards, a malformed index, a tensor in two shards) still fail. */
+int  dsv4_checkpoint_open_lenient(struct dsv4_checkpoint *ck, const char *path, struct dsv4_err *err);
+/* The refusal that took this tensor away, or NULL. */
+const struct dsv4_shard_refusal *dsv4_checkpoint_refusal_of(const struct dsv4_checkpoint *ck, const char *name);
 void dsv4_checkpoint_close(struct dsv4_checkpoint *ck);
 const struct dsv4_tensor *dsv4_checkpoint_find(const struct dsv4_checkpoint *ck, const char *name);
 

@@ -409,11 +409,19 @@ static int list_shards(struct dsv4_checkpoint *ck, json_t **index_map, struct ds
     return DSV4_OK;
 }
 
+static bool is_refused_file(const struct dsv4_checkpoint *ck, const char *file)
+{
+    for (int r = 0; r < ck->n_refused; r++)
+        if (strcmp(ck->file_names[ck->refused[r].file], file) == 0) return true;
+    return false;
+}
+
 static int check_index(struct dsv4_checkpoint *ck, json_t *wm, struct dsv4_err *err)
 {
     const char *k;
     json_t     *v;
     json_object_foreach(wm, k, v) {
+        if (ck->n_refused && is_refused_file(ck, json_string_value(v))) continue;
         const struct dsv4_tensor *t = dsv4_checkpoint_find(ck, k);
         if (!t)
             return dsv4_err_set(err, DSV4_EFORMAT,
@@ -433,7 +441,74 @@ static int check_index(struct dsv4_checkpoint *ck, json_t *wm, struct dsv4_err *
     return DSV4_OK;
 }
 
+/* ------------------------------------------------------------------ refused shards */
+
+/* The tensor names of a refused shard: from the index when there is one, else from its
+ * header if that still parses as JSON (a truncated data area or a hole leaves it intact). */
+static size_t refused_names(struct dsv4_checkpoint *ck, int file, json_t *wm, const char ***out)
+{
+    json_t *root = NULL, *src = NULL;
+    if (wm) {
+        src = wm;
+    } else if (ck->files[file].data && ck->files[file].size >= 8) {
+        const uint8_t *buf  = ck->files[file].data;
+        uint64_t       hlen = 0;
+        for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+        if (hlen <= ck->files[file].size - 8 && hlen <= DSV4_ST_MAX_HEADER)
+            root = json_loadb((const char *)buf + 8, (size_t)hlen, 0, NULL);
+        src = json_is_object(root) ? root : NULL;
+    }
+    size_t       n = 0, cap = src ? json_object_size(src) : 0;
+    const char **names = cap ? dsv4_arena_alloc(&ck->arena, cap * sizeof(char *), 8) : NULL;
+    const char  *k;
+    json_t      *v;
+    if (names) {
+        json_object_foreach(src, k, v) {
+            if (!strcmp(k, "__metadata__") || !strncmp(k, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX))) continue;
+            if (wm && strcmp(json_string_value(v), ck->file_names[file]) != 0) continue;
+            const char *dup = dsv4_arena_strdup(&ck->arena, k);
+            if (dup) names[n++] = dup;
+        }
+    }
+    json_decref(root);
+    *out = names;
+    return n;
+}
+
+static int refuse_shard(struct dsv4_checkpoint *ck, int file, json_t *wm, const struct dsv4_err *why)
+{
+    struct dsv4_shard_refusal *r = &ck->refused[ck->n_refused++];
+    r->file                      = file;
+    r->code                      = why ? why->code : DSV4_EFORMAT;
+    snprintf(r->msg, sizeof(r->msg), "%s", why ? why->msg : "refused");
+    r->n_names = refused_names(ck, file, wm, &r->names);
+    for (size_t i = 0; i < r->n_names; i++) {
+        void *old = NULL;
+        if (dsv4_strmap_put(&ck->refused_by_name, r->names[i], r, &old)) return DSV4_ENOMEM;
+    }
+    return DSV4_OK;
+}
+
+const struct dsv4_shard_refusal *dsv4_checkpoint_refusal_of(const struct dsv4_checkpoint *ck, const char *name)
+{
+    return ck->n_refused ? dsv4_strmap_get(&ck->refused_by_name, name) : NULL;
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static int checkpoint_open(struct dsv4_checkpoint *ck, const char *path, bool lenient, struct dsv4_err *err);
+
 int dsv4_checkpoint_open(struct dsv4_checkpoint *ck, const char *path, struct dsv4_err *err)
+{
+    return checkpoint_open(ck, path, false, err);
+}
+
+int dsv4_checkpoint_open_lenient(struct dsv4_checkpoint *ck, const char *path, struct dsv4_err *err)
+{
+    return checkpoint_open(ck, path, true, err);
+}
+
+static int checkpoint_open(struct dsv4_checkpoint *ck, const char *path, bool lenient, struct dsv4_err *err)
 {
     memset(ck, 0, sizeof(*ck));
     dsv4_arena_init(&ck->arena, 1 << 20);
@@ -467,6 +542,15 @@ int dsv4_checkpoint_open(struct dsv4_checkpoint *ck, const char *path, struct ds
     ck->files = calloc((size_t)ck->n_files, sizeof(*ck->files));
     struct dsv4_tensor **per_file = calloc((size_t)ck->n_files, sizeof(*per_file));
     size_t              *per_n    = calloc((size_t)ck->n_files, sizeof(*per_n));
+    if (lenient) {
+        ck->refused = dsv4_arena_zalloc(&ck->arena, (size_t)ck->n_files * sizeof(*ck->refused), 8);
+        if (!ck->refused || dsv4_strmap_init(&ck->refused_by_name, 64)) {
+            free(per_file);
+            free(per_n);
+            rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (!ck->files || !per_file || !per_n) {
         free(per_file);
         free(per_n);
@@ -489,6 +573,11 @@ int dsv4_checkpoint_open(struct dsv4_checkpoint *ck, const char *path, struct ds
             dsv4_err_set(err, rc, "shard %s listed in model.safetensors.index.json cannot be opened: %s",
                          fp, err ? err->msg : "");
         free(fp);
+        if (rc != DSV4_OK && rc != DSV4_ENOMEM && lenient) {
+            per_n[i] = 0;
+            rc       = refuse_shard(ck, i, wm, err);
+            if (rc) dsv4_err_set(err, rc, "out of memory");
+        }
         total += per_n[i];
     }
     if (rc == DSV4_OK) {
@@ -528,6 +617,7 @@ void dsv4_checkpoint_close(struct dsv4_checkpoint *ck)
         for (int i = 0; i < ck->n_files; i++) dsv4_file_unmap(&ck->files[i]);
     free(ck->files);
     dsv4_strmap_free(&ck->by_name);
+    if (ck->refused) dsv4_strmap_free(&ck->refused_by_name);
     dsv4_arena_free(&ck->arena);
     memset(ck, 0, sizeof(*ck));
 }

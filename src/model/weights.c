@@ -66,7 +66,10 @@ static const struct dsv4_tensor *expect(struct binder *b, const char *name, uint
     char                      ws[64], gs[64];
     dsv4_shape_str(ndim, want, ws, sizeof(ws));
     if (!t) {
-        problem(b, "tensor %s: missing (expected %s)", name, ws);
+        const struct dsv4_shard_refusal *r = dsv4_checkpoint_refusal_of(b->ck, name);
+        if (r) problem(b, "tensor %s: missing (expected %s): its shard %s was refused", name, ws,
+                       b->ck->file_names[r->file]);
+        else problem(b, "tensor %s: missing (expected %s)", name, ws);
         b->rep->n_missing++;
         return NULL;
     }

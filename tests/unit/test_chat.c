@@ -464,6 +464,6 @@ const struct test_case test_group_chat[] = {
     { "parse_roundtrip", test_parse_roundtrip },
     { "stream", test_stream },
     { "parse_errors", test_parse_errors },
-    { "tokens", test_tokens },
+    { "tokens", test_tokens, TEST_NEEDS_NPM_TOKENIZER },
     { NULL, NULL },
 };

@@ -184,6 +184,90 @@ static void test_shards(struct test_ctx *t)
     CHECK(system(cmd) == 0);
 }
 
+/* Counts the lines of out holding both a and b. */
+static int count_lines(const char *out, const char *a, const char *b)
+{
+    int n = 0;
+    for (const char *l = out; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t      len = e ? (size_t)(e - l) : strlen(l);
+        char        line[1024];
+        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), l);
+        n += strstr(line, a) && strstr(line, b);
+        l = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+/* dsv4 inspect on a checkpoint with a refused shard: the byte-offset error, and every tensor
+ * the model therefore lacks, by name; from the index (sharded) or from the shard's own
+ * header (one file, no index). */
+static void test_refused_shard_inspect(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    char dir[256], path[400], cmd[4096], *out = NULL;
+    snprintf(dir, sizeof(dir), "%s/shards", t->tmpdir); /* made by shards_index_missing_truncated */
+    snprintf(path, sizeof(path), "%s/model-00003-of-00006.safetensors", dir);
+    struct dsv4_checkpoint ck;
+    struct dsv4_err        err;
+    CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);
+    size_t in_shard = ck.n_tensors;
+    char   first[256];
+    snprintf(first, sizeof(first), "%s", in_shard ? ck.tensors[0].name : "?");
+    dsv4_checkpoint_close(&ck);
+    CHECK(in_shard > 0);
+    /* a truncated data area, then a header length past the end of the file */
+    for (int d = 0; d < 2; d++) {
+        char dmg[1024];
+        if (d == 0) snprintf(dmg, sizeof(dmg), "truncate -s -1000 '%s'", path);
+        else snprintf(dmg, sizeof(dmg), "printf '\\377\\377\\377' | dd of='%s' conv=notrunc status=none", path);
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s.bak' && %s", path, path, dmg);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof(cmd), "%s inspect -m '%s'", bin, dir);
+        CHECK(test_run(cmd, &out) == 1);
+        CHECKF(strstr(out, "refused      shard model-00003-of-00006.safetensors") && strstr(out, "byte "), "%s", out);
+        int named = count_lines(out, "was refused", "missing");
+        CHECKF((size_t)named == in_shard, "damage %d: %d tensors named as lacking, shard holds %zu:\n%s", d, named,
+               in_shard, out);
+        CHECKF(count_lines(out, first, "its shard model-00003-of-00006.safetensors was refused") == 1, "%s", out);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "%s inspect -m '%s' --json", bin, dir);
+        CHECK(test_run(cmd, &out) == 1);
+        json_t *j   = json_loads(out, 0, NULL);
+        json_t *ref = json_object_get(j, "refused_shards");
+        CHECKF(json_array_size(ref) == 1 &&
+                   json_array_size(json_object_get(json_array_get(ref, 0), "tensors")) == in_shard,
+               "%s", out);
+        json_decref(j);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "mv '%s.bak' '%s'", path, path);
+        CHECK(system(cmd) == 0);
+    }
+    /* one file, no index: the names come from the truncated file's header */
+    struct gen_opts o;
+    gen_opts_default(&o);
+    o.single_file = true;
+    gen_dir(t, &o, "one", dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);
+    size_t all = 0;
+    for (size_t i = 0; i < ck.n_tensors; i++) all += strncmp(ck.tensors[i].name, "__pad.", 6) != 0;
+    dsv4_checkpoint_close(&ck);
+    snprintf(cmd, sizeof(cmd), "truncate -s -1000 '%s'", path);
+    CHECK(system(cmd) == 0);
+    CHECK(dsv4_checkpoint_open(&ck, dir, &err) == DSV4_EFORMAT && strstr(err.msg, "byte "));
+    snprintf(cmd, sizeof(cmd), "%s inspect -m '%s'", bin, dir);
+    CHECK(test_run(cmd, &out) == 1);
+    int named = count_lines(out, "was refused", "missing");
+    /* every tensor of the file is named; those the config expects are each listed as missing */
+    char want[64];
+    snprintf(want, sizeof(want), "lacks its %zu tensors", all);
+    CHECKF(strstr(out, want) && named > 0 && (size_t)named <= all, "%d of %zu named:\n%s", named, all, out);
+    free(out);
+}
+
 static void expect_config_error(struct test_ctx *t, const char *field, json_t *value, const char *want)
 {
     char   path[512];
@@ -264,6 +348,7 @@ const struct test_case test_group_checkpoint[] = {
     { "presets_and_variants_bind", test_presets_bind },
     { "corrupted_checkpoints_named", test_corrupted },
     { "shards_index_missing_truncated", test_shards },
+    { "refused_shard_named_by_inspect", test_refused_shard_inspect },
     { "config_errors_name_field", test_config_errors },
     { "inspect_cli", test_inspect_cli },
     { NULL, NULL },

@@ -213,13 +213,14 @@ static void test_projection_kernels(struct test_ctx *t)
         free(xb);
         free_lin(&r);
     }
+    test_levels_not_here(t, (int)dsv4_cpu_detect(), DSV4_CPU_AVX512);
 }
 
 /* Every e4m3 code through the bf16-path decoder equals the number-format decoder. */
 static void test_fp8_all_codes(struct test_ctx *t)
 {
     if (dsv4_cpu_detect() < DSV4_CPU_AVX2) {
-        CHECK(true);
+        test_skip(t, TEST_SKIP_MACHINE, "the bf16-path decoders need AVX2, which this CPU lacks");
         return;
     }
     struct rand_lin r;
@@ -249,14 +250,15 @@ static void test_fp8_all_codes(struct test_ctx *t)
     free(xb);
     free(y);
     free_lin(&r);
+    test_levels_not_here(t, (int)dsv4_cpu_detect(), DSV4_CPU_AVX512BF16);
 }
 
-/* The fast op table against the reference op table on the same inputs. */
-static void test_fast_ops_vs_ref(struct test_ctx *t)
+/* The fast op table against the reference op table on the same inputs, at one level. */
+static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
 {
     struct dsv4_err  err;
     struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create_at(&cpu, dsv4_cpu_detect(), false, 2, &err)) {
+    if (dsv4_cpu_create_at(&cpu, level, false, 2, &err)) {
         CHECKF(0, "%s", err.msg);
         return;
     }
@@ -549,14 +551,28 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
     dsv4_cpu_free(cpu);
 }
 
+/* ... at every level this CPU has (the levels above it are noted as not run here). */
+static void test_fast_ops_vs_ref(struct test_ctx *t)
+{
+    enum dsv4_cpu_level top = dsv4_cpu_detect();
+    for (int lvl = DSV4_CPU_SCALAR; lvl <= (int)top; lvl++) {
+        int before = t->failures;
+        fast_ops_vs_ref_at(t, (enum dsv4_cpu_level)lvl);
+        if (t->failures > before)
+            test_fail(t, __FILE__, __LINE__, "(the failures above are at level %s)",
+                      dsv4_cpu_level_name((enum dsv4_cpu_level)lvl));
+    }
+    test_levels_not_here(t, top, DSV4_CPU_AVX512BF16);
+}
+
 /* Interleaved 16-row tiles (repack.c) and their kernels: the layout element by element, the
  * eligibility rules, GEMV and GEMM against the exact sums on awkward shapes (partial groups,
  * a view at a row offset, every token count up to 6 and 31 for the GEMM), and GEMM == GEMV
  * bit for bit. */
 static void test_i16_kernels(struct test_ctx *t)
 {
-    if (dsv4_cpu_detect() < DSV4_CPU_AVX512BF16) { /* nothing to run these kernels on */
-        fprintf(stderr, "    (i16 kernels not tested: no AVX512-BF16 on this CPU)\n");
+    if (dsv4_cpu_detect() < DSV4_CPU_AVX512BF16) {
+        test_skip(t, TEST_SKIP_MACHINE, "the tile kernels need AVX512-BF16, which this CPU lacks");
         return;
     }
     const struct dsv4_kernels *k = &dsv4_kernels_avx512bf16;
@@ -751,6 +767,7 @@ static void test_fast_quantiser(struct test_ctx *t)
         free_lin(&r);
         dsv4_cpu_free(cpu);
     }
+    test_levels_not_here(t, (int)dsv4_cpu_detect(), DSV4_CPU_AVX512BF16);
 }
 
 struct cover {

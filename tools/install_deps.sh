@@ -1,0 +1,93 @@
+#!/bin/sh
+# install_deps.sh - installs what building and testing dsv4 need, when it is missing.
+#
+#   tools/install_deps.sh build       Debian packages to build dsv4 (make demo)
+#   tools/install_deps.sh test        those, plus node and npm for the reference tests
+#   tools/install_deps.sh npm RUNNER  `npm ci` in each npm directory the test runner reports
+#                                     missing or stale against its package-lock.json
+#   tools/install_deps.sh ci          everything CI runs: test packages, clang and its fuzzer
+#                                     runtime, valgrind
+#
+# Debian packages are installed only as root with apt-get; otherwise the command that
+# installs them is printed. Build packages that are missing stop the build (exit 1); what
+# only some tests need is left to the test runner, which reports those tests as skipped with
+# the same fix. NO_INSTALL=1 installs nothing and only reports.
+set -u
+
+BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
+CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
+
+can_apt() {
+    [ "${NO_INSTALL:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
+}
+
+missing_debs() {
+    command -v dpkg >/dev/null 2>&1 || return 0
+    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || printf '%s ' "$p"; done
+}
+
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" = 0 ]; then
+        apt-get update -qq || return 1
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# $1: what for, $2: required (1: exit 1 when it cannot be installed), rest: packages
+debs() {
+    what=$1 required=$2
+    shift 2
+    miss=$(missing_debs "$@")
+    [ -z "$miss" ] && return 0
+    if can_apt; then
+        echo "installing $miss($what)" >&2
+        apt_install $miss && return 0
+        echo "install_deps: apt-get install $miss failed" >&2
+    else
+        echo "$what needs: $miss" >&2
+        echo "  fix: sudo apt-get install $miss" >&2
+    fi
+    [ "$required" = 1 ] && exit 1
+    return 0
+}
+
+node_tools() {
+    command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && return 0
+    if can_apt; then
+        echo "installing nodejs npm (the reference tests)" >&2
+        apt_install nodejs npm && return 0
+    fi
+    echo "the tokenizer and OpenAI-client tests need node and npm (they will be skipped)" >&2
+    echo "  fix: sudo apt-get install nodejs npm" >&2
+}
+
+npm_dirs() {
+    runner=$1
+    dirs=$("$runner" --missing) || exit 1
+    [ -z "$dirs" ] && return 0
+    if ! command -v npm >/dev/null 2>&1; then
+        return 0 # node_tools said so; the runner skips those tests with the fix
+    fi
+    for d in $dirs; do
+        if [ "${NO_INSTALL:-0}" = 1 ]; then
+            echo "not installing the npm packages of $d (NO_INSTALL=1): the tests that need them will be skipped" >&2
+            continue
+        fi
+        echo "npm ci --prefix $d (pinned by $d/package-lock.json)" >&2
+        # bounded: an unreachable registry fails in about a minute instead of npm's default 5
+        if ! npm ci --prefix "$d" --no-audit --no-fund --loglevel=error \
+                --fetch-retries=1 --fetch-timeout=30000 >&2; then
+            echo "install_deps: npm ci --prefix $d failed: the tests that need it will be skipped" >&2
+        fi
+    done
+}
+
+case "${1:-}" in
+build) debs "building dsv4" 1 $BUILD_PKGS ;;
+test)  debs "building dsv4" 1 $BUILD_PKGS; node_tools ;;
+npm)   npm_dirs "${2:?usage: install_deps.sh npm RUNNER}" ;;
+ci)    debs "building dsv4" 1 $BUILD_PKGS; debs "CI" 1 $CI_PKGS; node_tools ;;
+*)     echo "usage: tools/install_deps.sh build|test|ci|npm RUNNER" >&2; exit 2 ;;
+esac
