@@ -77,10 +77,13 @@ npm_dirs() {
         fi
         echo "npm ci --prefix $d (pinned by $d/package-lock.json)" >&2
         # bounded: an unreachable registry fails in about a minute instead of npm's default 5
+        log=$(mktemp)
         if ! npm ci --prefix "$d" --no-audit --no-fund --loglevel=error \
-                --fetch-retries=1 --fetch-timeout=30000 >&2; then
+                --fetch-retries=1 --fetch-timeout=30000 >"$log" 2>&1; then
+            grep -m1 -i "error" "$log" >&2
             echo "install_deps: npm ci --prefix $d failed: the tests that need it will be skipped" >&2
         fi
+        rm -f "$log"
     done
 }
 
