@@ -370,6 +370,9 @@ int  dsv4_tokenizer_token_id(const dsv4_tokenizer *tok, const char *token, int32
 const char *dsv4_tokenizer_token_str(const dsv4_tokenizer *tok, int32_t id);
 /* True for added tokens marked "special": true. */
 bool dsv4_tokenizer_is_special(const dsv4_tokenizer *tok, int32_t id);
+/* True for every added token (the special ones and the chat-format control tokens such as
+ * "<｜User｜>", "</think>", "｜DSML｜"). */
+bool dsv4_tokenizer_is_added(const dsv4_tokenizer *tok, int32_t id);
 /* The most bytes one token decodes to. */
 size_t dsv4_tokenizer_max_token_bytes(const dsv4_tokenizer *tok);
 
@@ -385,6 +388,17 @@ enum dsv4_tokenize_flags {
  */
 int dsv4_tokenizer_encode(const dsv4_tokenizer *tok, const char *text, size_t len, unsigned flags,
                           int32_t *ids, size_t cap, size_t *n_ids, struct dsv4_err *err);
+/*
+ * The same, except that no special or added token is matched where it would cover a byte i
+ * with literal[i] != 0: text written by a user (a chat message) is tokenized as ordinary
+ * characters even when it spells "<｜Assistant｜>", while the template around it keeps its
+ * control tokens. The pieces between matches are split and merged as by
+ * dsv4_tokenizer_encode, so text without such spellings gives the same ids. text must be
+ * valid UTF-8 (DSV4_EINVAL otherwise); literal == NULL is dsv4_tokenizer_encode.
+ */
+int dsv4_tokenizer_encode_marked(const dsv4_tokenizer *tok, const char *text, size_t len,
+                                 const uint8_t *literal, unsigned flags, int32_t *ids, size_t cap,
+                                 size_t *n_ids, struct dsv4_err *err);
 
 /*
  * Decodes ids to the exact bytes they stand for (the ByteLevel decoder without the final
@@ -494,6 +508,12 @@ int dsv4_chat_render(const struct dsv4_chat_message *msgs, size_t n_msgs,
  * [...]} whose tools go to the first message (as the official test harness does). */
 int dsv4_chat_render_json(const char *json, size_t len, const struct dsv4_chat_params *params,
                           char **out, size_t *out_len, struct dsv4_err *err);
+/* The same, and *literal (malloc'd, *out_len bytes, free with free()) marks the bytes that
+ * came from the request (message text, reasoning, tool names, arguments and schemas, the
+ * response format) with 1 and the template's own text with 0, for
+ * dsv4_tokenizer_encode_marked. */
+int dsv4_chat_render_json_marked(const char *json, size_t len, const struct dsv4_chat_params *params,
+                                 char **out, size_t *out_len, uint8_t **literal, struct dsv4_err *err);
 
 /* A tool call parsed back from DSML; arguments is the JSON text the official parser builds. */
 struct dsv4_chat_call {

@@ -24,7 +24,12 @@ static void usage(FILE *f)
             "  -m DIR                 checkpoint directory (tokenizer.json in it for chat)\n"
             "  --host ADDR            address to bind (default 127.0.0.1)\n"
             "  --port N               TCP port (default 8000; 0 = any free port, printed at start)\n"
-            "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (or env DSV4_API_KEY)\n"
+            "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (or env DSV4_API_KEY);\n"
+            "                         an empty key is an error\n"
+            "  --insecure-no-key      serve a non-loopback --host without an API key, without the warning\n"
+            "  --cors-origin ORIGIN   allow browsers from ORIGIN ('*' for any) on /v1/*, with preflight (default off)\n"
+            "  --special-tokens-in-messages  trusted callers only: special-token text in chat messages\n"
+            "                         becomes control tokens (default: it is ordinary text)\n"
             "  --served-model-name S  model id in the API (default: the directory's name)\n"
             "  --max-seqs N           sequences generated at once (default 8)\n"
             "  --ctx N                tokens per sequence, prompt + completion (default 4096)\n"
@@ -37,8 +42,10 @@ static void usage(FILE *f)
             "  --tier-tokens A,B      prompts up to A tokens are short, up to B medium, longer long (512,4096)\n"
             "  --mem-limit MIB        memory the KV plan may take (default: free memory less the weights)\n"
             "  --threads N            engine CPU threads (default: all)\n"
-            "  --max-conns N          open HTTP connections (default 256)\n"
+            "  --max-conns N          open HTTP connections (default 256; 4 more are kept for /health, /metrics)\n"
+            "  --max-conns-per-ip N   open connections from one client address (default 64, 0 = no bound)\n"
             "  --idle-timeout S       close connections idle or stalled for S seconds (default 60)\n"
+            "  --request-timeout S    a request (headers and body) must arrive within S seconds (default 30)\n"
             "  --max-body BYTES       request body limit, 413 above (default 4194304)\n"
             "  --max-json-depth N     JSON nesting limit, 400 above (default 64)\n"
             "  --keepalive S          SSE comment after S seconds without output (default 5)\n"
@@ -56,6 +63,14 @@ static void log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
     fprintf(stderr, "dsv4 serve: %s: %s\n", names[level], msg);
 }
 
+/* 127.0.0.0/8, ::1 and localhost; anything else (0.0.0.0, a LAN address, a name) is reachable
+ * from elsewhere. */
+static bool is_loopback(const char *host)
+{
+    return !host || !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost") ||
+           !strcmp(host, "[::1]");
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct srv_params p;
@@ -63,6 +78,7 @@ int cmd_serve(int argc, char **argv)
     p.api_key         = getenv("DSV4_API_KEY");
     double drain_s    = 30;
     int    verbose    = 0;
+    bool   no_key_ok  = false;
     long long iv;
     double    fv;
     for (int i = 1; i < argc; i++) {
@@ -82,6 +98,7 @@ int cmd_serve(int argc, char **argv)
             { "--prefix-cache", &p.prefix_entries, 0, 1 << 24 },
             { "--threads", &p.n_threads, 0, 4096 },
             { "--max-conns", &p.max_conns, 1, 1 << 16 },
+            { "--max-conns-per-ip", &p.max_conns_per_ip, 0, 1 << 16 },
             { "--idle-timeout", &p.idle_timeout_s, 1, 86400 },
             { "--max-json-depth", &p.max_json_depth, 1, 10000 },
             { "--stream-buffer", &p.stream_buffer, 1, 1 << 24 },
@@ -126,6 +143,19 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--keepalive")) {
             if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0.01, 3600, &fv)) return 2;
             p.keepalive_s = fv;
+        } else if (!strcmp(a, "--request-timeout")) {
+            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0.1, 86400, &fv)) return 2;
+            p.request_timeout_s = fv;
+        } else if (!strcmp(a, "--cors-origin")) {
+            if (!(p.cors_origin = cli_value("serve", argc, argv, &i))) return 2;
+            if (!p.cors_origin[0] || strpbrk(p.cors_origin, "\r\n")) {
+                fprintf(stderr, "dsv4 serve: --cors-origin wants an origin such as https://app.example or '*'\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--insecure-no-key")) {
+            no_key_ok = true;
+        } else if (!strcmp(a, "--special-tokens-in-messages")) {
+            p.special_in_messages = true;
         } else if (!strcmp(a, "--drain-timeout")) {
             if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0, 86400, &fv)) return 2;
             drain_s = fv;
@@ -142,7 +172,15 @@ int cmd_serve(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (p.api_key && !p.api_key[0]) p.api_key = NULL;
+    /* Authentication fails closed: an empty key would silently turn it off. */
+    if (p.api_key && !p.api_key[0]) {
+        fprintf(stderr, "dsv4 serve: the API key is empty (--api-key \"\" or DSV4_API_KEY=): give a key, or unset "
+                        "it to serve without authentication\n");
+        return 2;
+    }
+    if (!p.api_key && !no_key_ok && !is_loopback(p.host))
+        fprintf(stderr, "dsv4 serve: warning: listening on %s without an API key: anyone who can reach it can use "
+                        "the model (--api-key KEY, or --insecure-no-key to accept this)\n", p.host);
     p.log    = log_stderr;
     p.log_ud = &verbose;
 

@@ -7,8 +7,10 @@
  * wrong type or out of range is a 400 whose message names it (and "param" says which);
  * features dsv4 does not implement (n > 1, penalties, logit_bias, forced tool choice,
  * echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
- * never gets output it did not ask for. Unknown fields are ignored, as most OpenAI-
- * compatible servers do, because SDKs send fields this server has no use for.
+ * never gets output it did not ask for. For the same reason an unknown top-level field is a
+ * 400 naming it, as OpenAI's API does (a "grammar" or "mirostat" that silently did nothing
+ * would be a wrong answer); only a short allow-list of fields that SDKs send and that cannot
+ * change the output (user, metadata, store, ...) is accepted and ignored.
  *
  * Chat prompts: the messages go through dsv4_chat_render_json (the DeepSeek-V4 encoding);
  * tools, and a response_format hint, are attached to a system message (an empty one is put
@@ -157,6 +159,51 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
     return 0;
 }
 
+/* ------------------------------------------------------------------ known fields */
+
+/* Read by the parsers below (both endpoints, or the one named). */
+static const char *const FIELDS_COMMON[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+    "stream", "stream_options", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+    "return_tokens_as_token_ids", "ignore_eos", "skip_special_tokens", "logprobs",
+};
+static const char *const FIELDS_CHAT[] = {
+    "messages", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "response_format",
+};
+static const char *const FIELDS_COMPLETION[] = { "prompt", "echo", "best_of", "suffix", "return_token_ids" };
+/* Sent by common clients, without effect on the output: accepted and ignored (docs/SERVER.md). */
+static const char *const FIELDS_IGNORED[] = {
+    "user", "metadata", "store", "parallel_tool_calls", "service_tier", "safety_identifier", "prompt_cache_key",
+};
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, list[i])) return true;
+    return false;
+}
+
+static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_error *e)
+{
+    const char *key;
+    json_t     *v;
+    json_object_foreach(o, key, v) {
+        if (in_list(key, FIELDS_COMMON, sizeof(FIELDS_COMMON) / sizeof(FIELDS_COMMON[0])) ||
+            in_list(key, FIELDS_IGNORED, sizeof(FIELDS_IGNORED) / sizeof(FIELDS_IGNORED[0])))
+            continue;
+        if (kind == SRV_API_CHAT ? in_list(key, FIELDS_CHAT, sizeof(FIELDS_CHAT) / sizeof(FIELDS_CHAT[0]))
+                                 : in_list(key, FIELDS_COMPLETION, sizeof(FIELDS_COMPLETION) / sizeof(FIELDS_COMPLETION[0])))
+            continue;
+        if (!strcmp(key, "functions") || !strcmp(key, "function_call"))
+            return srv_api_fail(e, 400, key, "the legacy '%s' field is not supported by dsv4; use 'tools'", key);
+        srv_api_fail(e, 400, key, "Unrecognized request argument supplied: %s (dsv4 does not implement it; "
+                                  "docs/SERVER.md lists the fields it accepts)", key);
+        e->code = "unknown_parameter";
+        return -1;
+    }
+    return 0;
+}
+
 /* Fields dsv4 does not implement: accepted only at their neutral values. */
 static int refuse_unsupported(json_t *o, struct srv_api_error *e)
 {
@@ -244,6 +291,9 @@ static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *
     if (so && get_bool(so, "include_usage", &g->include_usage, e)) return -1;
     if (get_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || get_bool(o, "ignore_eos", &g->ignore_eos, e))
         return -1;
+    bool skip_special = true;
+    if (get_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
+    g->keep_special = !skip_special;
     return parse_stop(o, g, e);
 }
 
@@ -415,10 +465,15 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
     if (!text) return srv_api_fail(e, 500, NULL, "out of memory");
-    char           *prompt = NULL;
-    size_t          plen   = 0;
+    /* message text is tokenized as text (no control token can be typed in) unless the
+     * server trusts its callers (--special-tokens-in-messages) */
+    char           *prompt  = NULL;
+    uint8_t        *literal = NULL;
+    size_t          plen    = 0;
     struct dsv4_err err;
-    int             rc = dsv4_chat_render_json(text, strlen(text), &cp, &prompt, &plen, &err);
+    int             rc = c->special_in_messages
+                             ? dsv4_chat_render_json(text, strlen(text), &cp, &prompt, &plen, &err)
+                             : dsv4_chat_render_json_marked(text, strlen(text), &cp, &prompt, &plen, &literal, &err);
     free(text);
     if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "messages", "%s", err.msg);
 
@@ -426,10 +481,12 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     g->prompt  = malloc(sizeof(int32_t) * cap);
     if (!g->prompt) {
         free(prompt);
+        free(literal);
         return srv_api_fail(e, 500, NULL, "out of memory");
     }
-    rc = dsv4_tokenizer_encode(c->tok, prompt, plen, 0, g->prompt, cap, &n, &err);
+    rc = dsv4_tokenizer_encode_marked(c->tok, prompt, plen, literal, 0, g->prompt, cap, &n, &err);
     free(prompt);
+    free(literal);
     if (rc) return srv_api_fail(e, 400, "messages", "%s", err.msg);
     g->n_prompt   = (int)n;
     g->parse_chat = true;
@@ -519,7 +576,8 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
                             jerr.column);
     int rc;
     if (!json_is_object(o)) rc = srv_api_fail(e, 400, NULL, "the body must be a JSON object");
-    else rc = parse_common(c, o, g, e);
+    else rc = refuse_unknown(o, kind, e);
+    if (rc == 0) rc = parse_common(c, o, g, e);
     if (rc == 0) rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
     json_decref(o);
     if (rc) {
@@ -535,10 +593,11 @@ void srv_gen_free(struct srv_gen *g)
     g->prompt = NULL;
 }
 
-char *srv_api_models_json(const char *model_name, long long created, int ctx, size_t *len)
+char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len)
 {
-    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", model_name, "object",
-                          "model", "created", (json_int_t)created, "owned_by", "dsv4", "max_model_len", ctx);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", model_name, "object", "model", "created",
+                          (json_int_t)created, "owned_by", "dsv4", "max_model_len", ctx);
+    json_t *o = one || !m ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (s && len) *len = strlen(s);

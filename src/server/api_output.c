@@ -17,6 +17,13 @@
  * When the model ends its turn (EOS), the EOS text is fed to the parser so it can tell a
  * finished turn from a cut one.
  *
+ * Control tokens (every added token of tokenizer.json: BOS, EOS, <｜User｜>, <think>, ...)
+ * have no text in the output, as skip_special_tokens does in vLLM but for the chat-format
+ * tokens too, which tokenizer.json does not mark special: a model that writes
+ * "<｜User｜>" cannot make a client see a turn marker. The parser still gets the two it
+ * reads: the first </think> of a thinking turn and ｜DSML｜. Logprobs keep every token.
+ * skip_special_tokens: false in the request passes them all through as text.
+ *
  * One srv_out belongs to one request and is used by its connection thread only.
  */
 #include <math.h>
@@ -40,6 +47,9 @@ struct srv_out {
     size_t                hold;     /* longest stop string - 1: bytes that may still start one */
     const dsv4_tokenizer *tok;      /* NULL: ids only */
     int32_t               eos;
+    int32_t               think_end, dsml; /* ids of "</think>" and "｜DSML｜", -1 if none */
+    bool                  keep_special;    /* skip_special_tokens: false */
+    bool                  think_open;      /* thinking mode before the first </think> */
 
     struct dsv4_tokenizer_stream ts;
     char                        *tbuf; /* one token's text */
@@ -211,6 +221,8 @@ struct srv_out *srv_out_new(const struct srv_gen *g, const struct srv_api_ctx *c
     o->ids_as_text   = g->ids_as_text || !c->tok;
     o->token_ids     = g->token_ids;
     o->parse_chat    = g->parse_chat && c->tok;
+    o->keep_special  = g->keep_special;
+    o->think_open    = o->parse_chat && g->mode == DSV4_CHAT_MODE_THINKING;
     o->n_prompt      = g->n_prompt;
     o->created       = g->created;
     o->model         = c->model_name;
@@ -227,6 +239,8 @@ struct srv_out *srv_out_new(const struct srv_gen *g, const struct srv_api_ctx *c
     o->ids   = o->token_ids ? json_array() : NULL;
     if (o->tok) {
         o->eos  = dsv4_tokenizer_eos(o->tok);
+        if (dsv4_tokenizer_token_id(o->tok, "</think>", &o->think_end, NULL)) o->think_end = -1;
+        if (dsv4_tokenizer_token_id(o->tok, "｜DSML｜", &o->dsml, NULL)) o->dsml = -1;
         o->tcap = 3 * (dsv4_tokenizer_max_token_bytes(o->tok) + 3);
         o->tbuf = malloc(o->tcap);
         dsv4_tokenizer_stream_init(&o->ts);
@@ -421,6 +435,19 @@ void srv_out_begin(struct srv_out *o, struct srv_buf *sse)
     sse_data(sse, c);
 }
 
+/* Whether a token's text goes into the output (see the file header on control tokens). */
+static bool has_text(struct srv_out *o, int32_t id)
+{
+    if (o->keep_special || !dsv4_tokenizer_is_added(o->tok, id)) return true;
+    if (!o->parse_chat) return false;
+    if (id == o->dsml) return true;
+    if (id == o->think_end && o->think_open) {
+        o->think_open = false;
+        return true;
+    }
+    return false;
+}
+
 bool srv_out_tokens(struct srv_out *o, const struct srv_token *t, int n, struct srv_buf *sse)
 {
     for (int i = 0; i < n && !o->stopped; i++) {
@@ -428,7 +455,8 @@ bool srv_out_tokens(struct srv_out *o, const struct srv_token *t, int n, struct 
         if (o->logprobs) add_logprob(o, &t[i]);
         if (o->ids) json_array_append_new(o->ids, json_integer(t[i].id));
         size_t k = 0;
-        if (o->tok && dsv4_tokenizer_stream_push(o->tok, &o->ts, t[i].id, o->tbuf, o->tcap, &k, NULL) == DSV4_OK)
+        if (o->tok && has_text(o, t[i].id) &&
+            dsv4_tokenizer_stream_push(o->tok, &o->ts, t[i].id, o->tbuf, o->tcap, &k, NULL) == DSV4_OK)
             push_text(o, o->tbuf, k);
         if (o->stream) flush_chunk(o, sse, NULL);
     }
@@ -491,9 +519,11 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
     const char *finish = "stop";
     *counted           = SRV_C_FINISH_STOP;
     if (failed) {
+        /* a cancelled job that still gets an answer was cut by the server's shutdown (a
+         * client that went away gets none) */
         *counted = f == SRV_FINISH_SLOW ? SRV_C_FINISH_SLOW
                    : f == SRV_FINISH_ERROR ? SRV_C_FINISH_ERROR
-                                           : SRV_C_FINISH_CANCELLED;
+                                           : SRV_C_FINISH_SHUTDOWN;
     } else if (!o->stopped && f == SRV_FINISH_LENGTH) {
         finish   = "length";
         *counted = SRV_C_FINISH_LENGTH;

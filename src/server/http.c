@@ -12,8 +12,18 @@
  * Limits: bodies above max_body get 413 as soon as Content-Length says so (before the
  * upload) or when the upload crosses it; JSON nesting above max_json_depth gets 400;
  * headers are bounded by libmicrohttpd's per-connection memory (64 KiB, else 431); open
- * connections by max_conns; a connection idle or stalled for idle_timeout_s is closed,
- * which cancels its job. Each connection's kernel send buffer is fixed at send_buffer bytes
+ * connections by max_conns and, per client address, by max_conns_per_ip (libmicrohttpd's
+ * own limit); a connection idle or stalled for idle_timeout_s is closed, which cancels its
+ * job.
+ *
+ * Deadlines: the idle timeout only sees silence, so a client sending one byte a second
+ * would hold its connection for ever. Every connection therefore has a request deadline:
+ * its next request (headers and body) must have arrived request_timeout_s after the
+ * connection opened or its previous response ended (an idle keep-alive connection is closed
+ * then too). The watchdog thread shuts down the socket of a connection past its deadline
+ * (libmicrohttpd then closes it) and counts it. Connections past max_conns are still
+ * accepted, up to SRV_PROBE_CONNS more, but serve only /health and /metrics with a short
+ * deadline, so a load balancer's probes answer while the pool is full. Each connection's kernel send buffer is fixed at send_buffer bytes
  * (no auto-tuning), so a client that stops reading soon blocks its writes; its tokens then
  * pile up in the job's ring, and past stream_buffer of them the worker cuts the request (it
  * ends with an error event).
@@ -21,11 +31,14 @@
  * Drain: srv_drain closes the listening socket (libmicrohttpd "quiesce"), /health turns
  * 503, requests arriving on open connections get 503; accepted requests run to the end.
  * srv_in_flight counts those; the front end stops the server when it reaches 0 or the
- * deadline passes.
+ * deadline passes. srv_stop cancels what is still running and waits (briefly) until each
+ * of those requests has been answered: a stream with an error event in OpenAI's shape and
+ * [DONE], a whole-body request with a 503; only then are the connections closed.
  *
- * Locks: s->mu guards draining and in_flight; everything else in struct srv is set before
- * the daemon starts and read-only afterwards. A struct req belongs to its connection
- * thread; a struct stream to its response (same thread).
+ * Locks: s->mu guards draining, in_flight and the connection list (struct conn);
+ * everything else in struct srv is set before the daemon starts and read-only afterwards.
+ * A struct req belongs to its connection thread; a struct stream to its response (same
+ * thread).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -41,6 +54,14 @@
 
 #include "server/server.h"
 
+/* One open connection (libmicrohttpd's socket context), in the list s->conns. */
+struct conn {
+    struct conn *prev, *next; /* protected by s->mu, as are the fields below */
+    int          fd;
+    double       deadline;    /* its next request must have arrived by then; 0 while answering */
+    bool         probe_only;  /* admitted past max_conns: /health and /metrics only */
+};
+
 struct srv {
     struct srv_params   p;
     char                model_name[256];
@@ -49,16 +70,23 @@ struct srv {
     struct srv_worker  *w;
     struct srv_metrics *m;
     long long           created;
+    pthread_t           watchdog;
+    bool                watchdog_started;
 
     pthread_mutex_t mu;
     /* Protected by mu. */
-    bool draining;
-    int  in_flight; /* generation requests accepted and not yet answered in full */
+    bool         draining;
+    bool         stopping;  /* the watchdog ends */
+    int          in_flight; /* generation requests accepted and not yet answered in full */
+    struct conn *conns;     /* open connections */
+    int          n_general; /* those not probe_only */
 };
 
 struct req {
     struct srv       *s;
+    struct conn      *conn;
     enum srv_endpoint ep;
+    char              model_id[256]; /* GET /v1/models/ID: the id ("" for the list) */
     struct srv_buf    body;
     bool              too_large;
     bool              in_flight; /* counted in s->in_flight */
@@ -93,7 +121,9 @@ void srv_params_default(struct srv_params *p)
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
     p->max_conns                      = 256;
+    p->max_conns_per_ip               = 64;
     p->idle_timeout_s                 = 60;
+    p->request_timeout_s              = 30;
     p->max_body                       = 4u << 20;
     p->max_json_depth                 = 64;
     p->keepalive_s                    = 5.0;
@@ -103,6 +133,33 @@ void srv_params_default(struct srv_params *p)
 }
 
 /* ------------------------------------------------------------------ responses */
+
+/* The methods each endpoint takes (the Allow header of a 405). */
+static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
+{
+    bool cors = s->p.cors_origin != NULL;
+    switch (ep) {
+    case SRV_EP_CHAT:
+    case SRV_EP_COMPLETIONS: return cors ? "POST, OPTIONS" : "POST";
+    case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
+    case SRV_EP_HEALTH:
+    case SRV_EP_METRICS: return "GET, HEAD";
+    default: return NULL;
+    }
+}
+
+static bool is_api(enum srv_endpoint ep)
+{
+    return ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_MODELS;
+}
+
+/* CORS on the API paths when --cors-origin is set (probes and metrics are not for browsers). */
+static void add_cors(const struct srv *s, struct MHD_Response *resp, enum srv_endpoint ep)
+{
+    if (!s->p.cors_origin || !is_api(ep)) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->p.cors_origin);
+    if (strcmp(s->p.cors_origin, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
+}
 
 static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *ctype,
                              char *body, size_t len, const char *retry_after)
@@ -115,10 +172,13 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (retry_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (status == 405 && allowed_methods(s, r->ep)) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allowed_methods(s, r->ep));
+    add_cors(s, resp, r->ep);
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
+    bool probe    = r->conn && r->conn->probe_only;
     pthread_mutex_unlock(&s->mu);
-    if (draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (draining || probe) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -265,6 +325,7 @@ static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, str
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(s, resp, r->ep);
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
@@ -313,6 +374,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         .ctx                            = s->p.ctx,
         .default_max_tokens_completions = s->p.default_max_tokens_completions,
         .max_json_depth                 = s->p.max_json_depth,
+        .special_in_messages            = s->p.special_in_messages,
     };
     struct dsv4_model_info info;
     srv_worker_info(s->w, &info, &ctx.ctx);
@@ -361,11 +423,16 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 
 /* ------------------------------------------------------------------ routing */
 
-static enum srv_endpoint route(const char *url)
+static enum srv_endpoint route(const char *url, struct req *r)
 {
     if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
     if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
     if (!strcmp(url, "/v1/models")) return SRV_EP_MODELS;
+    static const char one[] = "/v1/models/";
+    if (!strncmp(url, one, sizeof(one) - 1) && url[sizeof(one) - 1]) {
+        snprintf(r->model_id, sizeof(r->model_id), "%s", url + sizeof(one) - 1);
+        return SRV_EP_MODELS;
+    }
     if (!strcmp(url, "/health")) return SRV_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return SRV_EP_METRICS;
     return SRV_EP_OTHER;
@@ -395,26 +462,61 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c, struct r
     return reply(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", text, n, NULL);
 }
 
+/* A CORS preflight (OPTIONS on an API path with --cors-origin): no authentication, as
+ * browsers send none with it. */
+static enum MHD_Result preflight(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_cors(s, resp, r->ep);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", allowed_methods(s, r->ep));
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", want ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_request(s->m, r->ep, 204);
+    r->replied = true;
+    return ret;
+}
+
+static enum MHD_Result models(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    size_t                 n = 0;
+    struct dsv4_model_info info;
+    int                    ctx;
+    srv_worker_info(s->w, &info, &ctx);
+    if (r->model_id[0] && strcmp(r->model_id, s->model_name) != 0) {
+        struct srv_api_error e;
+        srv_api_fail(&e, 404, "model", "The model '%s' does not exist; this server serves '%s'", r->model_id,
+                     s->model_name);
+        e.code = "model_not_found";
+        return reply_error(s, c, r, &e);
+    }
+    char *body = srv_api_models_json(s->model_name, s->created, ctx, r->model_id[0] != '\0', &n);
+    return body ? reply(s, c, r, 200, "application/json", body, n, NULL) : fail(s, c, r, 500, NULL, "out of memory");
+}
+
 static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct req *r, const char *method)
 {
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (r->conn) { /* the request is in: its deadline is over */
+        pthread_mutex_lock(&s->mu);
+        r->conn->deadline = 0;
+        bool probe        = r->conn->probe_only;
+        pthread_mutex_unlock(&s->mu);
+        if (probe && r->ep != SRV_EP_HEALTH && r->ep != SRV_EP_METRICS)
+            return fail(s, c, r, 503, NULL, "the server has reached its connection limit (--max-conns); retry shortly");
+    }
     switch (r->ep) {
     case SRV_EP_HEALTH: return get ? health(s, c, r) : fail(s, c, r, 405, NULL, "use GET /health");
     case SRV_EP_METRICS: return get ? metrics(s, c, r) : fail(s, c, r, 405, NULL, "use GET /metrics");
     case SRV_EP_OTHER: return fail(s, c, r, 404, NULL, "no such endpoint");
     default: break;
     }
+    if (!strcmp(method, "OPTIONS") && s->p.cors_origin) return preflight(s, c, r);
     if (!authorized(s, c)) return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY)");
-    if (r->ep == SRV_EP_MODELS) {
-        if (!get) return fail(s, c, r, 405, NULL, "use GET /v1/models");
-        size_t n    = 0;
-        struct dsv4_model_info info;
-        int                    ctx;
-        srv_worker_info(s->w, &info, &ctx);
-        char *body = srv_api_models_json(s->model_name, s->created, ctx, &n);
-        return body ? reply(s, c, r, 200, "application/json", body, n, NULL)
-                    : fail(s, c, r, 500, NULL, "out of memory");
-    }
+    if (r->ep == SRV_EP_MODELS) return get ? models(s, c, r) : fail(s, c, r, 405, NULL, "use GET /v1/models");
     if (!post) return fail(s, c, r, 405, NULL, "use POST");
     if (r->too_large) {
         return fail(s, c, r, 413, NULL, "the request body is larger than the limit of %zu bytes", s->p.max_body);
@@ -436,8 +538,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r) {
         if (!(r = calloc(1, sizeof(*r)))) return MHD_NO;
         r->s     = s;
-        r->ep    = route(url);
+        r->ep    = route(url, r);
         *con_cls = r;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->conn                            = ci ? ci->socket_context : NULL;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->p.max_body) { /* refuse before the upload */
             r->too_large = true;
@@ -469,27 +573,86 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_worker_cancel(s->w, r->job);
         srv_job_unref(r->job);
     }
-    if (r->in_flight) {
-        pthread_mutex_lock(&s->mu);
-        s->in_flight--;
-        pthread_mutex_unlock(&s->mu);
-    }
+    pthread_mutex_lock(&s->mu);
+    if (r->in_flight) s->in_flight--;
+    if (r->conn) r->conn->deadline = srv_now() + s->p.request_timeout_s; /* the next request's */
+    pthread_mutex_unlock(&s->mu);
     srv_buf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
 
-/* Counts connections and bounds each one's kernel send buffer (which also turns off its
- * auto-tuning), so the bytes a stalled client can leave unsent are bounded. */
+/* Probe connections must send their request quickly: they are the reserve. */
+static double probe_timeout(const struct srv *s)
+{
+    return s->p.request_timeout_s < 5 ? s->p.request_timeout_s : 5;
+}
+
+/* Counts connections, tracks each one for the watchdog (a connection past max_conns is a
+ * probe connection) and bounds each one's kernel send buffer (which also turns off its
+ * auto-tuning), so the bytes a stalled client can leave unsent are bounded. libmicrohttpd
+ * reports the close before it closes the socket, so a listed fd is always open. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code)
 {
-    (void)socket_ctx;
     struct srv *s = cls;
     srv_metrics_connections(s->m, code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-    int fd = code == MHD_CONNECTION_NOTIFY_STARTED ? conn_fd(c) : -1;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn *k = *socket_ctx;
+        if (!k) return;
+        pthread_mutex_lock(&s->mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        if (!k->probe_only) s->n_general--;
+        pthread_mutex_unlock(&s->mu);
+        free(k);
+        *socket_ctx = NULL;
+        return;
+    }
+    int fd = conn_fd(c);
     int sz = s->p.send_buffer;
     if (fd >= 0 && sz > 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) != 0)
         srv_log(s->p.log, s->p.log_ud, DSV4_LOG_DEBUG, "http: SO_SNDBUF %d: %s", sz, strerror(errno));
+    struct conn *k = calloc(1, sizeof(*k));
+    *socket_ctx    = k;
+    if (!k) return; /* untracked: the idle timeout still applies */
+    k->fd = fd;
+    pthread_mutex_lock(&s->mu);
+    k->probe_only = s->n_general >= s->p.max_conns;
+    if (!k->probe_only) s->n_general++;
+    k->deadline = srv_now() + (k->probe_only ? probe_timeout(s) : s->p.request_timeout_s);
+    k->next     = s->conns;
+    if (s->conns) s->conns->prev = k;
+    s->conns = k;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Closes the connections whose request did not arrive by its deadline (file header). */
+static void *watchdog_main(void *arg)
+{
+    struct srv *s = arg;
+    for (;;) {
+        struct timespec tick = { 0, 100 * 1000 * 1000 };
+        nanosleep(&tick, NULL);
+        double now = srv_now();
+        int    cut = 0;
+        pthread_mutex_lock(&s->mu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        for (struct conn *k = s->conns; k; k = k->next) {
+            if (k->deadline <= 0 || now < k->deadline || k->fd < 0) continue;
+            shutdown(k->fd, SHUT_RDWR);
+            k->deadline = 0;
+            cut++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (cut) {
+            srv_metrics_add(s->m, SRV_C_HTTP_REQUEST_TIMEOUT, cut);
+            srv_log(s->p.log, s->p.log_ud, DSV4_LOG_DEBUG, "http: closed %d connection(s) past the request deadline", cut);
+        }
+    }
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -546,14 +709,44 @@ static void base_name(const char *dir, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - b), dir + b);
 }
 
+/* The listening socket, bound before anything slow starts: a port in use is an error at
+ * once, not after the model has loaded. */
+static int listen_on(const struct addrinfo *ai, const char *host, int port, int *out, struct dsv4_err *err)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) return srv_err(err, DSV4_EIO, "cannot create a socket for %s: %s", host, strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+        int e = errno;
+        close(fd);
+        return srv_err(err, DSV4_EIO, "cannot listen on %s:%d: %s%s", host, port, strerror(e),
+                       e == EADDRINUSE ? " (another process has the port: choose another with --port)" : "");
+    }
+    *out = fd;
+    return DSV4_OK;
+}
+
+static int bound_port(int fd)
+{
+    struct sockaddr_storage a;
+    socklen_t               n = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &n) != 0) return -1;
+    if (a.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&a)->sin_port);
+    if (a.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    return -1;
+}
+
 int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err)
 {
     *out = NULL;
     if (!p->model_dir) return srv_err(err, DSV4_EINVAL, "no model directory");
     if (p->port < 0 || p->port > 65535) return srv_err(err, DSV4_EINVAL, "port %d is not in 0..65535", p->port);
     if (p->max_conns < 1 || p->idle_timeout_s < 1 || p->max_body < 1 || p->max_json_depth < 1 || p->keepalive_s <= 0 ||
-        p->stream_buffer < 1)
+        p->stream_buffer < 1 || p->request_timeout_s <= 0 || p->max_conns_per_ip < 0)
         return srv_err(err, DSV4_EINVAL, "connection limits, timeouts, buffer sizes and tiers must be positive");
+    if (p->api_key && !p->api_key[0])
+        return srv_err(err, DSV4_EINVAL, "the API key is empty: give a key, or none to serve without authentication");
     struct srv *s = calloc(1, sizeof(*s));
     if (!s) return srv_err(err, DSV4_ENOMEM, "out of memory");
     s->p = *p;
@@ -576,6 +769,8 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         rc = srv_err(err, DSV4_EINVAL, "cannot resolve the address '%s': %s", s->p.host, gai_strerror(gai));
         goto fail_addr;
     }
+    int lfd = -1;
+    if ((rc = listen_on(ai, s->p.host, p->port, &lfd, err))) goto fail_listen;
 
     struct srv_worker_params wp = {
         .model_dir     = p->model_dir,
@@ -598,19 +793,26 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                            (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+    s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, lfd,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_conns + SRV_PROBE_CONNS),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)p->max_conns_per_ip,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_THREAD_STACK_SIZE,
+                            (size_t)1 << 20, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
     if (!s->d) {
-        rc = srv_err(err, DSV4_EIO, "cannot listen on %s:%d (%s)", s->p.host, p->port,
+        rc = srv_err(err, DSV4_EIO, "cannot serve on %s:%d (%s)", s->p.host, p->port,
                      errno ? strerror(errno) : "libmicrohttpd refused the options");
         goto fail_daemon;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port                        = di ? di->port : p->port;
+    lfd     = -1; /* the daemon's now */
+    s->port = bound_port(MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD)->listen_fd);
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+        rc = srv_err(err, DSV4_ENOMEM, "could not start the connection watchdog");
+        MHD_stop_daemon(s->d);
+        goto fail_daemon;
+    }
+    s->watchdog_started = true;
     freeaddrinfo(ai);
     *out = s;
     return DSV4_OK;
@@ -618,6 +820,8 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
 fail_daemon:
     srv_worker_stop(s->w);
 fail_worker:
+    if (lfd >= 0) close(lfd);
+fail_listen:
     freeaddrinfo(ai);
 fail_addr:
     srv_metrics_free(s->m);
@@ -632,8 +836,25 @@ void srv_stop(struct srv *s)
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->draining = true; /* nothing new is submitted from here on */
+    int cut     = s->in_flight;
     pthread_mutex_unlock(&s->mu);
     srv_worker_cancel_all(s->w);
+    /* Each cut request is answered (an SSE error event and [DONE], or a 503) before the
+     * connections close; a client that does not read gets at most 2 s of that. */
+    double until = srv_now() + 2.0;
+    while (srv_in_flight(s) > 0 && srv_now() < until) {
+        struct timespec t = { 0, 10 * 1000 * 1000 };
+        nanosleep(&t, NULL);
+    }
+    if (cut)
+        srv_log(s->p.log, s->p.log_ud, DSV4_LOG_WARN,
+                "shutdown cut %d request(s): streams ended with an error event and [DONE], others with a 503; "
+                "%d not answered in time",
+                cut, srv_in_flight(s));
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_mutex_unlock(&s->mu);
+    if (s->watchdog_started) pthread_join(s->watchdog, NULL);
     MHD_stop_daemon(s->d);
     srv_worker_stop(s->w);
     srv_metrics_free(s->m);

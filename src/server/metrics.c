@@ -220,6 +220,9 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
                        m->rows[i].status, m->rows[i].n);
     head(&b, "dsv4_http_connections", "gauge", "Open HTTP connections.");
     sample(&b, "dsv4_http_connections", NULL, (double)m->connections);
+    head(&b, "dsv4_http_request_timeouts_total", "counter",
+         "Connections closed because their request did not arrive within --request-timeout (slow senders).");
+    sample(&b, "dsv4_http_request_timeouts_total", NULL, (double)m->c[SRV_C_HTTP_REQUEST_TIMEOUT]);
 
     head(&b, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
     sample(&b, "dsv4_prompt_tokens_total", NULL, (double)m->c[SRV_C_PROMPT_TOKENS]);
@@ -234,7 +237,8 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
         const char      *reason;
     } fin[] = { { SRV_C_FINISH_STOP, "stop" },           { SRV_C_FINISH_LENGTH, "length" },
                 { SRV_C_FINISH_TOOL_CALLS, "tool_calls" }, { SRV_C_FINISH_CANCELLED, "cancelled" },
-                { SRV_C_FINISH_SLOW, "slow_client" },    { SRV_C_FINISH_ERROR, "error" } };
+                { SRV_C_FINISH_SLOW, "slow_client" },    { SRV_C_FINISH_ERROR, "error" },
+                { SRV_C_FINISH_SHUTDOWN, "shutdown" } };
     for (size_t i = 0; i < sizeof(fin) / sizeof(fin[0]); i++) {
         snprintf(lab, sizeof(lab), "reason=\"%s\"", fin[i].reason);
         sample(&b, "dsv4_requests_finished_total", lab, (double)m->c[fin[i].c]);

@@ -58,8 +58,12 @@ struct srv_params {
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
     size_t      mem_limit;       /* bytes the KV plan may take, 0 = from the free memory */
     int         n_threads;       /* engine CPU threads, 0 = all */
-    int         max_conns;       /* open HTTP connections */
+    int         max_conns;       /* open HTTP connections (plus SRV_PROBE_CONNS for probes) */
+    int         max_conns_per_ip; /* open connections from one client address, 0 = no bound */
     int         idle_timeout_s;  /* close a connection idle (or stalled) this long */
+    double      request_timeout_s; /* a whole request (headers and body) must arrive within this */
+    const char *cors_origin;     /* Access-Control-Allow-Origin of the API paths, NULL = no CORS */
+    bool        special_in_messages; /* special-token text in chat messages is a control token */
     size_t      max_body;        /* request body bytes; more gets 413 */
     int         max_json_depth;  /* nesting of [ and {; deeper gets 400 */
     double      keepalive_s;     /* SSE comment after this long without output */
@@ -71,6 +75,9 @@ struct srv_params {
 };
 
 void srv_params_default(struct srv_params *p);
+
+/* Connections accepted past max_conns, for /health and /metrics only. */
+enum { SRV_PROBE_CONNS = 4 };
 
 enum srv_state {
     SRV_STATE_LOADING  = 0,
@@ -95,7 +102,7 @@ int  srv_in_flight(struct srv *s);
 void srv_stop(struct srv *s);
 
 /* ==================================================================================== */
-/* Jobs: one generation request, shared by a connection thread and the worker           */
+/* Jobs (job.c): one generation request, shared by a connection thread and the worker   */
 /* ==================================================================================== */
 
 enum srv_finish {
@@ -252,7 +259,9 @@ enum srv_counter {
     SRV_C_FINISH_CANCELLED,  /* the client went away, or shutdown */
     SRV_C_FINISH_SLOW,       /* the client read too slowly */
     SRV_C_FINISH_ERROR,
+    SRV_C_FINISH_SHUTDOWN,   /* cut by srv_stop past the drain deadline */
     SRV_C_PREEMPTIONS,
+    SRV_C_HTTP_REQUEST_TIMEOUT, /* connections closed at the request deadline (slow senders) */
     SRV_C_COUNT,
 };
 
@@ -294,6 +303,7 @@ struct srv_api_ctx {
     int                   ctx;       /* tokens per sequence */
     int                   default_max_tokens_completions;
     int                   max_json_depth;
+    bool                  special_in_messages; /* trusted callers: message text may hold control tokens */
 };
 
 /* A validated generation request. */
@@ -311,6 +321,7 @@ struct srv_gen {
     bool                       ignore_eos;   /* vLLM's ignore_eos: generate max_tokens */
     bool                       token_ids;    /* completions: add "token_ids" to choices */
     bool                       parse_chat;   /* run the DSML parser on the output */
+    bool                       keep_special; /* skip_special_tokens: false: control tokens as text */
     enum dsv4_chat_mode        mode;
     bool                       tools;        /* tools were offered */
     int                        n_stop;
@@ -329,8 +340,8 @@ int  srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const ch
 void srv_gen_free(struct srv_gen *g);
 /* Deepest nesting of arrays and objects in a JSON text (strings skipped). */
 int  srv_json_depth(const char *s, size_t n);
-/* GET /v1/models body (malloc'd). */
-char *srv_api_models_json(const char *model_name, long long created, int ctx, size_t *len);
+/* GET /v1/models body (malloc'd); one: the model object alone (GET /v1/models/ID). */
+char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len);
 
 /* A growable byte buffer. */
 struct srv_buf {
@@ -365,7 +376,7 @@ int  srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char 
 int  srv_out_n_tokens(const struct srv_out *o);
 
 /* ==================================================================================== */
-/* Small shared helpers                                                                 */
+/* Small shared helpers (job.c)                                                         */
 /* ==================================================================================== */
 
 /* Monotonic seconds. */

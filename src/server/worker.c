@@ -1,8 +1,8 @@
 /*
  * worker.c - the inference worker of `dsv4 serve`: one thread that owns the engine and the
  * scheduler (src/sched/: continuous batching over the paged KV pool, prefix cache, length
- * tiers, bounded queue, preemption), and so all model state; plus the job object it shares
- * with the connection threads.
+ * tiers, bounded queue, preemption), and so all model state. The job object it shares with
+ * the connection threads is in job.c.
  *
  * Flow: a connection thread submits a job (dsv4_sched_submit is thread-safe); the worker
  * thread steps the scheduler while anything is pending, and the scheduler calls back on
@@ -16,7 +16,6 @@
  * below); each job's mu guards its ring and results. Order: w->mu before job->mu, never
  * the reverse. The scheduler has its own lock for submit, cancel and metrics.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,118 +23,6 @@
 #include <unistd.h>
 
 #include "server/server.h"
-
-/* ------------------------------------------------------------------ jobs */
-
-struct srv_job *srv_job_new(const int32_t *prompt, int n_prompt, int max_tokens, int ring_cap)
-{
-    struct srv_job *j = calloc(1, sizeof(*j));
-    if (!j) return NULL;
-    int cap     = max_tokens < ring_cap ? max_tokens : ring_cap;
-    j->ring_cap = cap < 1 ? 1 : cap;
-    j->prompt   = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
-    j->ring     = malloc(sizeof(*j->ring) * (size_t)j->ring_cap);
-    if (!j->prompt || !j->ring) {
-        free(j->prompt);
-        free(j->ring);
-        free(j);
-        return NULL;
-    }
-    if (n_prompt > 0) memcpy(j->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    j->n_prompt   = n_prompt;
-    j->max_tokens = max_tokens;
-    dsv4_sampler_params_default(&j->sp);
-    atomic_init(&j->cancel, false);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    j->refs = 1;
-    return j;
-}
-
-void srv_job_ref(struct srv_job *j)
-{
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
-
-void srv_job_unref(struct srv_job *j)
-{
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left) return;
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j->prompt);
-    free(j->ring);
-    free(j);
-}
-
-bool srv_job_push(struct srv_job *j, const struct srv_token *t)
-{
-    pthread_mutex_lock(&j->mu);
-    bool ok = j->ring_len < j->ring_cap;
-    if (ok) {
-        j->ring[(j->ring_head + j->ring_len) % j->ring_cap] = *t;
-        j->ring_len++;
-        j->n_generated++;
-        pthread_cond_broadcast(&j->cv);
-    }
-    pthread_mutex_unlock(&j->mu);
-    return ok;
-}
-
-void srv_job_finish(struct srv_job *j, enum srv_finish f, const char *msg)
-{
-    pthread_mutex_lock(&j->mu);
-    if (j->finish == SRV_FINISH_NONE) {
-        j->finish = f;
-        size_t n = msg ? strnlen(msg, sizeof(j->msg) - 1) : 0;
-        memcpy(j->msg, msg ? msg : "", n);
-        j->msg[n] = '\0';
-    }
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-}
-
-static struct timespec deadline_in(double s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = floor(s);
-    ts.tv_sec += (time_t)whole;
-    ts.tv_nsec += (long)((s - whole) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
-int srv_job_take(struct srv_job *j, struct srv_token *out, int cap, double timeout_s, enum srv_finish *finish,
-                 int *n_cached)
-{
-    pthread_mutex_lock(&j->mu);
-    if (j->ring_len == 0 && j->finish == SRV_FINISH_NONE && timeout_s > 0) {
-        struct timespec dl = deadline_in(timeout_s);
-        while (j->ring_len == 0 && j->finish == SRV_FINISH_NONE)
-            if (pthread_cond_timedwait(&j->cv, &j->mu, &dl) == ETIMEDOUT) break;
-    }
-    int n = j->ring_len < cap ? j->ring_len : cap;
-    for (int i = 0; i < n; i++) out[i] = j->ring[(j->ring_head + i) % j->ring_cap];
-    j->ring_head = (j->ring_head + n) % j->ring_cap;
-    j->ring_len -= n;
-    if (finish) *finish = j->ring_len ? SRV_FINISH_NONE : j->finish;
-    if (n_cached) *n_cached = j->n_cached;
-    pthread_mutex_unlock(&j->mu);
-    return n;
-}
 
 /* ------------------------------------------------------------------ the worker */
 
@@ -161,24 +48,6 @@ struct srv_worker {
     int32_t                eos;
     int                    ctx;           /* the scheduler's max_ctx */
 };
-
-void srv_log(dsv4_log_fn fn, void *ud, enum dsv4_log_level level, const char *fmt, ...)
-{
-    if (!fn) return;
-    char    msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fn(ud, level, msg);
-}
-
-double srv_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int load(struct srv_worker *w, struct dsv4_err *err)
 {
@@ -207,6 +76,10 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     struct dsv4_sched_params sp;
     dsv4_sched_params_default(&sp);
     sp.max_ctx        = w->p.ctx < w->info.max_ctx ? w->p.ctx : w->info.max_ctx;
+    if (w->p.ctx > w->info.max_ctx)
+        srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN,
+                "--ctx %d is above the model's maximum context of %d tokens: serving %d tokens per sequence",
+                w->p.ctx, w->info.max_ctx, w->info.max_ctx);
     sp.max_seqs       = w->p.max_seqs;
     sp.max_queue      = w->p.max_queue;
     sp.tier_tokens[0] = w->p.tier_tokens[0];

@@ -19,6 +19,11 @@
  * JSON put into the prompt (tool schemas, non-string arguments, response formats) is
  * written by pyjson.c, byte for byte as Python's json.dumps. All allocations of one render
  * live in one arena and are released together.
+ *
+ * Every byte that comes from the messages rather than from the template (text, reasoning,
+ * tool names, arguments and schemas) is recorded as a literal range; the _marked renderer
+ * returns them as a byte mask so that dsv4_tokenizer_encode_marked matches no control token
+ * inside them: a user who types "<｜Assistant｜>" gets those characters, not a forged turn.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -109,8 +114,56 @@ struct render {
     struct dsv4_arena arena;
     json_t          **owned; /* JSON values to release at the end */
     size_t            n_owned, cap_owned;
+    size_t           *lit;   /* [2 * n_lit]: [begin, end) byte ranges of request text in the output */
+    size_t            n_lit, cap_lit;
+    bool              lit_oom;
     struct dsv4_err  *err;
 };
+
+/* Marks out[begin, end) as request text (see the file header). */
+static void mark_literal(struct render *r, size_t begin, size_t end)
+{
+    if (begin >= end) return;
+    if (r->n_lit && r->lit[2 * r->n_lit - 1] == begin) { /* adjacent: extend */
+        r->lit[2 * r->n_lit - 1] = end;
+        return;
+    }
+    if (r->n_lit == r->cap_lit) {
+        size_t  cap = r->cap_lit ? 2 * r->cap_lit : 32;
+        size_t *l   = realloc(r->lit, 2 * cap * sizeof(*l));
+        if (!l) {
+            r->lit_oom = true;
+            return;
+        }
+        r->lit     = l;
+        r->cap_lit = cap;
+    }
+    r->lit[2 * r->n_lit]     = begin;
+    r->lit[2 * r->n_lit + 1] = end;
+    r->n_lit++;
+}
+
+/* Appends request text (not template text) to the prompt. */
+static void put_lit(struct render *r, struct tok_buf *b, const char *s, size_t n)
+{
+    size_t at = b->len;
+    tok_buf_put(b, s, n);
+    mark_literal(r, at, b->len);
+}
+
+static void puts_lit(struct render *r, struct tok_buf *b, const char *s)
+{
+    put_lit(r, b, s, strlen(s));
+}
+
+/* Request JSON (tool schemas, arguments, response formats) as Python's json.dumps writes it. */
+static int dump_lit(struct render *r, struct tok_buf *b, const json_t *v)
+{
+    size_t at = b->len;
+    int    rc = tok_pyjson_dump(b, v, r->err);
+    mark_literal(r, at, b->len);
+    return rc;
+}
 
 static void *ralloc(struct render *r, size_t n)
 {
@@ -291,7 +344,7 @@ static int render_tools(struct render *r, struct tok_buf *b, const json_t *tools
         if (!fn)
             return dsv4_err_set(r->err, DSV4_EINVAL, "message %zu: tools[%zu] has no \"function\"", msg_index, i);
         if (i) tok_buf_putc(b, '\n');
-        int rc = tok_pyjson_dump(b, fn, r->err);
+        int rc = dump_lit(r, b, fn);
         if (rc) return rc;
     }
     tok_buf_puts(b, TOOLS_TAIL);
@@ -308,7 +361,7 @@ static int render_extras(struct render *r, struct tok_buf *b, const struct cmsg 
     if (json_truthy(m->response_format)) {
         tok_buf_puts(b, "\n\n");
         tok_buf_puts(b, RESPONSE_FORMAT_HEAD);
-        if ((rc = tok_pyjson_dump(b, m->response_format, r->err))) return rc;
+        if ((rc = dump_lit(r, b, m->response_format))) return rc;
     }
     return DSV4_OK;
 }
@@ -317,7 +370,7 @@ static int render_extras(struct render *r, struct tok_buf *b, const struct cmsg 
 static int render_call(struct render *r, struct tok_buf *b, const struct ccall *c)
 {
     tok_buf_puts(b, "<" DSML "invoke name=\"");
-    tok_buf_puts(b, c->name);
+    puts_lit(r, b, c->name);
     tok_buf_puts(b, "\">\n");
     const char *key;
     json_t     *v;
@@ -326,19 +379,19 @@ static int render_call(struct render *r, struct tok_buf *b, const struct ccall *
         json_object_foreach(c->args, key, v) {
             if (i++) tok_buf_putc(b, '\n');
             tok_buf_puts(b, "<" DSML "parameter name=\"");
-            tok_buf_puts(b, key);
+            puts_lit(r, b, key);
             tok_buf_puts(b, json_is_string(v) ? "\" string=\"true\">" : "\" string=\"false\">");
             if (json_is_string(v)) {
-                tok_buf_put(b, json_string_value(v), json_string_length(v));
+                put_lit(r, b, json_string_value(v), json_string_length(v));
             } else {
-                int rc = tok_pyjson_dump(b, v, r->err);
+                int rc = dump_lit(r, b, v);
                 if (rc) return rc;
             }
             tok_buf_puts(b, "</" DSML "parameter>");
         }
     } else { /* not JSON: the whole text as one string argument, as the official does */
         tok_buf_puts(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
-        tok_buf_puts(b, c->raw);
+        puts_lit(r, b, c->raw);
         tok_buf_puts(b, "</" DSML "parameter>");
     }
     tok_buf_puts(b, "\n</" DSML "invoke>");
@@ -357,14 +410,14 @@ static int render_message(struct render *r, struct tok_buf *b, const struct cmsg
 
     switch (m->role) {
     case DSV4_CHAT_ROLE_SYSTEM:
-        if (m->content) tok_buf_puts(b, m->content);
+        if (m->content) puts_lit(r, b, m->content);
         if ((rc = render_extras(r, b, m, index))) return rc;
         break;
     case DSV4_CHAT_ROLE_DEVELOPER:
         if (!m->content || !m->content[0])
             return dsv4_err_set(r->err, DSV4_EINVAL, "message %zu: a developer message needs content", index);
         tok_buf_puts(b, USER_TEXT);
-        tok_buf_puts(b, m->content);
+        puts_lit(r, b, m->content);
         if ((rc = render_extras(r, b, m, index))) return rc;
         break;
     case DSV4_CHAT_ROLE_USER:
@@ -372,7 +425,7 @@ static int render_message(struct render *r, struct tok_buf *b, const struct cmsg
         for (size_t i = 0; i < m->n_blocks; i++) {
             if (i) tok_buf_puts(b, "\n\n");
             if (m->blocks[i].type == BLOCK_TOOL_RESULT) tok_buf_puts(b, "<tool_result>");
-            tok_buf_puts(b, m->blocks[i].text);
+            puts_lit(r, b, m->blocks[i].text);
             if (m->blocks[i].type == BLOCK_TOOL_RESULT) tok_buf_puts(b, "</tool_result>");
         }
         break;
@@ -380,15 +433,15 @@ static int render_message(struct render *r, struct tok_buf *b, const struct cmsg
         if (!m->content)
             return dsv4_err_set(r->err, DSV4_EINVAL, "message %zu: a latest_reminder message needs content", index);
         tok_buf_puts(b, REMINDER_TEXT);
-        tok_buf_puts(b, m->content);
+        puts_lit(r, b, m->content);
         break;
     case DSV4_CHAT_ROLE_ASSISTANT: {
         bool prev_has_task = index > 0 && msgs[index - 1].task != DSV4_CHAT_TASK_NONE;
         if (thinking && !prev_has_task && (!drop || (long)index > last)) {
-            if (m->reasoning) tok_buf_puts(b, m->reasoning);
+            if (m->reasoning) puts_lit(r, b, m->reasoning);
             tok_buf_puts(b, THINK_END);
         }
-        if (m->content) tok_buf_puts(b, m->content);
+        if (m->content) puts_lit(r, b, m->content);
         if (m->n_calls) {
             tok_buf_puts(b, "\n\n<" DSML "tool_calls>\n");
             for (size_t c = 0; c < m->n_calls; c++) {
@@ -423,8 +476,9 @@ static int render_message(struct render *r, struct tok_buf *b, const struct cmsg
     return DSV4_OK;
 }
 
+/* Renders the messages into *out; with literal != NULL also the byte mask of request text. */
 static int render_all(struct render *r, const struct cmsg *in, size_t n, const struct dsv4_chat_params *params,
-                      char **out, size_t *out_len)
+                      char **out, size_t *out_len, uint8_t **literal)
 {
     struct dsv4_chat_params dflt;
     if (!params) {
@@ -454,8 +508,23 @@ static int render_all(struct render *r, const struct cmsg *in, size_t n, const s
         tok_buf_free(&b);
         return rc;
     }
+    size_t len = b.len;
+    if (literal) {
+        *literal = r->lit_oom ? NULL : calloc(len ? len : 1, 1);
+        if (!*literal) {
+            tok_buf_free(&b);
+            return dsv4_err_set(r->err, DSV4_ENOMEM, "out of memory rendering the chat");
+        }
+        for (size_t i = 0; i < r->n_lit; i++) memset(*literal + r->lit[2 * i], 1, r->lit[2 * i + 1] - r->lit[2 * i]);
+    }
     *out = tok_buf_take(&b, out_len);
-    if (!*out) return dsv4_err_set(r->err, DSV4_ENOMEM, "out of memory rendering the chat");
+    if (!*out) {
+        if (literal) {
+            free(*literal);
+            *literal = NULL;
+        }
+        return dsv4_err_set(r->err, DSV4_ENOMEM, "out of memory rendering the chat");
+    }
     return DSV4_OK;
 }
 
@@ -468,6 +537,7 @@ static void render_init(struct render *r, struct dsv4_err *err)
 
 static void render_fini(struct render *r)
 {
+    free(r->lit);
     for (size_t i = 0; i < r->n_owned; i++) json_decref(r->owned[i]);
     free(r->owned);
     dsv4_arena_free(&r->arena);
@@ -555,7 +625,7 @@ int dsv4_chat_render(const struct dsv4_chat_message *msgs, size_t n_msgs, const 
         }
         if (!c->calls && rc == DSV4_OK) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory rendering the chat");
     }
-    if (rc == DSV4_OK) rc = render_all(&r, cm, n_msgs, params, out, out_len);
+    if (rc == DSV4_OK) rc = render_all(&r, cm, n_msgs, params, out, out_len, NULL);
     render_fini(&r);
     return rc;
 }
@@ -678,8 +748,24 @@ static int json_message(struct render *r, json_t *jm, size_t index, struct cmsg 
     return DSV4_OK;
 }
 
+static int render_json(const char *json, size_t len, const struct dsv4_chat_params *params, char **out,
+                       size_t *out_len, uint8_t **literal, struct dsv4_err *err);
+
 int dsv4_chat_render_json(const char *json, size_t len, const struct dsv4_chat_params *params, char **out,
                           size_t *out_len, struct dsv4_err *err)
+{
+    return render_json(json, len, params, out, out_len, NULL, err);
+}
+
+int dsv4_chat_render_json_marked(const char *json, size_t len, const struct dsv4_chat_params *params,
+                                 char **out, size_t *out_len, uint8_t **literal, struct dsv4_err *err)
+{
+    *literal = NULL;
+    return render_json(json, len, params, out, out_len, literal, err);
+}
+
+static int render_json(const char *json, size_t len, const struct dsv4_chat_params *params, char **out,
+                       size_t *out_len, uint8_t **literal, struct dsv4_err *err)
 {
     *out = NULL;
     if (out_len) *out_len = 0;
@@ -708,7 +794,7 @@ int dsv4_chat_render_json(const char *json, size_t len, const struct dsv4_chat_p
         else if (!json_is_array(tools)) rc = dsv4_err_set(err, DSV4_EINVAL, "chat JSON: tools must be an array");
         else cm[0].tools = tools;
     }
-    if (rc == DSV4_OK) rc = render_all(&r, cm, n, params, out, out_len);
+    if (rc == DSV4_OK) rc = render_all(&r, cm, n, params, out, out_len, literal);
     render_fini(&r);
     return rc;
 }

@@ -60,6 +60,7 @@ struct dsv4_chat_stream {
     size_t              n_calls;
     bool                saw_eos;
     bool                saw_tools;
+    bool                eos_in_reasoning; /* the turn ended before </think> */
     /* the call being read */
     struct tok_buf  name;
     struct tok_buf  args;  /* "{" + "key": value pairs so far */
@@ -277,7 +278,9 @@ static int tools_step(struct dsv4_chat_stream *s)
 
 static int step(struct dsv4_chat_stream *s)
 {
-    static const char *const reasoning_mk[] = { M_THINK_END, M_TC_START };
+    /* EOS inside the reasoning ends the turn there (a model that stops thinking without
+     * </think>): the reasoning is closed, the EOS text is never reported */
+    static const char *const reasoning_mk[] = { M_THINK_END, M_TC_START, M_EOS };
     static const char *const content_mk[]   = { M_EOS, M_TC_START };
     const char              *t              = s->buf.p;
     size_t                   n              = s->buf.len;
@@ -287,7 +290,7 @@ static int step(struct dsv4_chat_stream *s)
     case ST_CONTENT: {
         bool                      r    = s->st == ST_REASONING;
         enum dsv4_chat_event_kind kind = r ? DSV4_CHAT_EVENT_REASONING : DSV4_CHAT_EVENT_CONTENT;
-        f = find_marker(t, n, r ? reasoning_mk : content_mk, 2);
+        f = find_marker(t, n, r ? reasoning_mk : content_mk, r ? 3 : 2);
         if (f.which < 0) {
             emit_text(s, kind, t, f.hold);
             consume(s, f.hold);
@@ -297,7 +300,11 @@ static int step(struct dsv4_chat_stream *s)
             return fail(s, "a tool-call block inside the reasoning (no </think> before it)", "", 0);
         emit_text(s, kind, t, f.at);
         consume(s, f.at + strlen((r ? reasoning_mk : content_mk)[f.which]));
-        if (r) {
+        if (r && f.which == 2) {
+            s->st               = ST_DONE;
+            s->saw_eos          = true;
+            s->eos_in_reasoning = true;
+        } else if (r) {
             s->st = ST_CONTENT;
         } else if (f.which == 0) {
             s->st      = ST_DONE;
@@ -459,7 +466,7 @@ int dsv4_chat_parse(const char *text, size_t len, enum dsv4_chat_mode mode, stru
     struct dsv4_chat_stream_end end;
     rc = dsv4_chat_stream_feed(s, text, len, err);
     if (rc == DSV4_OK) rc = dsv4_chat_stream_finish(s, &end, err);
-    bool in_reasoning = s->st == ST_REASONING;
+    bool in_reasoning = s->st == ST_REASONING || s->eos_in_reasoning;
     bool saw_tools    = s->saw_tools;
     dsv4_chat_stream_free(s);
     out->reasoning = tok_buf_take(&c.reasoning, &out->reasoning_len);

@@ -64,6 +64,7 @@ struct enc {
     struct cache_slot *cache;
     int                status;
     struct dsv4_err   *err;
+    const uint8_t     *literal; /* [len] or NULL: no added token may cover a marked byte */
 };
 
 static void emit(struct enc *e, int32_t id)
@@ -339,15 +340,16 @@ static void added_split(struct enc *e, int pass, size_t start, size_t end)
     const struct tok_trie *tr   = pass == 0 ? &e->t->trie_raw : &e->t->trie_norm;
     const unsigned char   *s    = (const unsigned char *)e->text;
     size_t                 prev = start, i = start;
+    const uint8_t         *lit  = e->literal;
     if (tr->n_nodes > 1) {
         while (i < end) {
-            if (!tr->first_byte[s[i]]) {
+            if (!tr->first_byte[s[i]] || (lit && lit[i])) {
                 i++;
                 continue;
             }
             int32_t node = 0, best = -1;
             size_t  best_end = 0;
-            for (size_t j = i; j < end; j++) {
+            for (size_t j = i; j < end && !(lit && lit[j]); j++) {
                 int32_t c = tr->nodes[node].first_child;
                 while (c >= 0 && tr->nodes[c].byte != s[j]) c = tr->nodes[c].next_sibling;
                 if (c < 0) break;
@@ -374,10 +376,20 @@ static void added_split(struct enc *e, int pass, size_t start, size_t end)
 int dsv4_tokenizer_encode(const dsv4_tokenizer *tok, const char *text, size_t len, unsigned flags,
                           int32_t *ids, size_t cap, size_t *n_ids, struct dsv4_err *err)
 {
+    return dsv4_tokenizer_encode_marked(tok, text, len, NULL, flags, ids, cap, n_ids, err);
+}
+
+int dsv4_tokenizer_encode_marked(const dsv4_tokenizer *tok, const char *text, size_t len,
+                                 const uint8_t *literal, unsigned flags, int32_t *ids, size_t cap,
+                                 size_t *n_ids, struct dsv4_err *err)
+{
     *n_ids = 0;
     if (!text && len) return dsv4_err_set(err, DSV4_EINVAL, "encode: text is NULL");
     if (len > (size_t)INT32_MAX) return dsv4_err_set(err, DSV4_EINVAL, "encode: %zu bytes is too long", len);
-    struct enc e = { .t = tok, .text = text, .out = ids, .cap = ids ? cap : 0, .err = err };
+    /* the marks index the bytes as given: repairing invalid UTF-8 would move them */
+    if (literal && !tok_utf8_valid(text, len))
+        return dsv4_err_set(err, DSV4_EINVAL, "encode: marked text is not valid UTF-8");
+    struct enc e = { .t = tok, .text = text, .out = ids, .cap = ids ? cap : 0, .err = err, .literal = literal };
     char      *repaired = NULL;
     if (!tok_utf8_valid(text, len)) {
         repaired = malloc(3 * len);
@@ -458,6 +470,11 @@ const char *dsv4_tokenizer_token_str(const dsv4_tokenizer *tok, int32_t id)
 bool dsv4_tokenizer_is_special(const dsv4_tokenizer *tok, int32_t id)
 {
     return id >= 0 && id < tok->n_vocab && (tok->id_flags[id] & TOK_ID_SPECIAL);
+}
+
+bool dsv4_tokenizer_is_added(const dsv4_tokenizer *tok, int32_t id)
+{
+    return id >= 0 && id < tok->n_vocab && (tok->id_flags[id] & TOK_ID_ADDED);
 }
 
 size_t dsv4_tokenizer_max_token_bytes(const dsv4_tokenizer *tok)

@@ -184,6 +184,13 @@ static int32_t map_get(const struct dsv4_strmap *m, const char *key)
     return (int32_t)(intptr_t)dsv4_strmap_get(m, key) - 1;
 }
 
+/* One past the largest token id accepted. The tables are indexed by id (n_vocab = largest
+ * id + 1), so the largest id sizes the load: without a bound, a 100-byte document with one
+ * id near INT32_MAX made the loader allocate and clear gigabytes (found by
+ * tests/fuzz/fuzz_tokenizer.c). 1 << 22 is the largest vocab_size config.c accepts, so no
+ * model could use a higher id anyway; DeepSeek's own vocabulary has 129280. */
+#define TOK_ID_LIMIT (1 << 22)
+
 /* Finds the largest id of model.vocab and added_tokens and checks their shapes. */
 static int scan_ids(struct loader *L, const json_t *vocab, const json_t *added, int64_t *max_id)
 {
@@ -191,7 +198,7 @@ static int scan_ids(struct loader *L, const json_t *vocab, const json_t *added, 
     json_t     *v;
     *max_id = -1;
     json_object_foreach((json_t *)vocab, key, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX / 2)
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= TOK_ID_LIMIT)
             return dsv4_err_set(L->err, DSV4_EFORMAT, "%s: model.vocab[\"%s\"] must be a token id, not %s",
                                 L->name, key, json_is_integer(v) ? "a negative or huge integer" : type_name(v));
         if (key[0] == '\0') return dsv4_err_set(L->err, DSV4_EFORMAT, "%s: model.vocab has an empty token", L->name);
@@ -201,7 +208,7 @@ static int scan_ids(struct loader *L, const json_t *vocab, const json_t *added, 
     json_array_foreach(added, i, v) {
         const json_t *id = json_object_get(v, "id");
         if (!json_is_object(v) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= INT32_MAX / 2)
+            json_integer_value(id) >= TOK_ID_LIMIT)
             return dsv4_err_set(L->err, DSV4_EFORMAT, "%s: added_tokens[%zu] needs an \"id\" that is a token id",
                                 L->name, i);
         if (json_integer_value(id) > *max_id) *max_id = json_integer_value(id);
@@ -687,7 +694,9 @@ static int load_root(struct loader *L, const json_t *root)
         t->n_vocab  = (int32_t)max_id + 1;
         t->id_str   = dsv4_arena_zalloc(&t->arena, (size_t)t->n_vocab * sizeof(*t->id_str), 8);
         t->id_flags = dsv4_arena_zalloc(&t->arena, (size_t)t->n_vocab, 1);
-        if (!t->id_str || !t->id_flags || dsv4_strmap_init(&t->by_str, (size_t)t->n_vocab) ||
+        /* the maps hold one entry per token listed (they grow if need be), whatever the ids */
+        size_t n_tokens = json_object_size(vocab) + json_array_size(added);
+        if (!t->id_str || !t->id_flags || dsv4_strmap_init(&t->by_str, n_tokens) ||
             dsv4_strmap_init(&t->vocab_str, json_object_size(vocab)))
             rc = dsv4_err_set(L->err, DSV4_ENOMEM, "%s: out of memory for %d tokens", L->name, (int)t->n_vocab);
     }
