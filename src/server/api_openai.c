@@ -194,11 +194,15 @@ static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_erro
         if (kind == SRV_API_CHAT ? in_list(key, FIELDS_CHAT, sizeof(FIELDS_CHAT) / sizeof(FIELDS_CHAT[0]))
                                  : in_list(key, FIELDS_COMPLETION, sizeof(FIELDS_COMPLETION) / sizeof(FIELDS_COMPLETION[0])))
             continue;
+        /* the name is copied: the request's JSON is freed before the error is written */
         if (!strcmp(key, "functions") || !strcmp(key, "function_call"))
-            return srv_api_fail(e, 400, key, "the legacy '%s' field is not supported by dsv4; use 'tools'", key);
-        srv_api_fail(e, 400, key, "Unrecognized request argument supplied: %s (dsv4 does not implement it; "
-                                  "docs/SERVER.md lists the fields it accepts)", key);
-        e->code = "unknown_parameter";
+            srv_api_fail(e, 400, NULL, "the legacy '%s' field is not supported by dsv4; use 'tools'", key);
+        else
+            srv_api_fail(e, 400, NULL, "Unrecognized request argument supplied: %s (dsv4 does not implement it; "
+                                       "docs/SERVER.md lists the fields it accepts)", key);
+        snprintf(e->param_buf, sizeof(e->param_buf), "%s", key);
+        e->param = e->param_buf;
+        e->code  = "unknown_parameter";
         return -1;
     }
     return 0;

@@ -58,6 +58,9 @@ struct srv_params {
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
     size_t      mem_limit;       /* bytes the KV plan may take, 0 = from the free memory */
     int         n_threads;       /* engine CPU threads, 0 = all */
+    const char *cpu_level;       /* dsv4_engine_params.cpu_level (NULL = best) */
+    int         tiles;           /* dsv4_engine_params.tiles */
+    const char *profile_path;    /* dsv4_engine_params.profile_path */
     int         max_conns;       /* open HTTP connections (plus SRV_PROBE_CONNS for probes) */
     int         max_conns_per_ip; /* open connections from one client address, 0 = no bound */
     int         idle_timeout_s;  /* close a connection idle (or stalled) this long */
@@ -185,6 +188,8 @@ struct srv_metrics;
 struct srv_worker_params {
     const char         *model_dir;
     int                 max_seqs, ctx, max_queue, n_threads;
+    const char         *cpu_level, *profile_path; /* the engine's backend choices */
+    int                 tiles;
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
     float               prefill_share;
     size_t              mem_limit;
@@ -285,7 +290,8 @@ struct srv_api_error {
     int         status;
     const char *type;
     const char *code;  /* NULL = null */
-    const char *param; /* NULL = null */
+    const char *param; /* NULL = null; static text or param_buf (never the request's JSON) */
+    char        param_buf[128];
     char        msg[DSV4_ERR_MSG_MAX];
 };
 
