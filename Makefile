@@ -48,7 +48,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer
+.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -59,12 +59,13 @@ help:
 	@echo "  make              build ./dsv4"
 	@echo "  make test         install what the tests need, build, run every test (exit 1 on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
-	@echo "  make test-tsan    the threaded groups (pool, scheduler, server) under -fsanitize=thread"
+	@echo "  make test-tsan    the threaded groups (pool, scheduler, server, hardening) under -fsanitize=thread"
 	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
 	@echo "  make demo         build and generate text from the bundled model"
 	@echo "  make bench        the benchmarks (tokenizer: MB/s against tokenizers.js on the KJV)"
+	@echo "  make soak         soak benchmark: dsv4 serve under a mixed load for SOAK_MINUTES (15; not in CI)"
 	@echo "  make clean        remove build outputs"
 	@echo ""
 	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=..."
@@ -81,7 +82,13 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(BUILD)/tools/main.o $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(LIB)
+# The allocation guard's malloc hook goes into the test runner only (and into DSV4_DEBUG
+# builds of the library): src/core/alloc_interpose.c compiled once more with the switch on.
+$(BUILD)/tests/alloc_interpose.o: src/core/alloc_interpose.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CPPFLAGS) -DDSV4_ALLOC_INTERPOSE $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/tests/alloc_interpose.o $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
@@ -92,7 +99,6 @@ $(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git describe --alwa
 $(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
 $(BUILD)/src/backend/cpu/x86_avx512.o $(BUILD)/src/backend/cpu/x86_avx512_ops.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_attn.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
-$(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
 
 # `make test` sets itself up as `make demo` does: the Debian packages it needs (as root; else
 # it names them), then the pinned npm packages of tests/tokenizer and tests/server whenever
@@ -103,7 +109,7 @@ $(BUILD)/src/backend/cpu/x86_amx.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f 
 TEST_FLAGS ?=
 test:
 	@tools/install_deps.sh test
-	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) $(BUILD)/run_tests
+	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) $(BUILD)/run_tests $(FUZZ_REPLAY)
 	@tools/install_deps.sh npm $(BUILD)/run_tests
 	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) $(TEST_GROUPS)
 
@@ -117,12 +123,26 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer
 
+# Soak benchmark, not part of `make test` or CI (bench/soak.sh): starts dsv4 serve on
+# SOAK_MODEL, runs `dsv4 loadtest --soak` against it for SOAK_MINUTES (a mixed load; a
+# report line every SOAK_REPORT_S seconds with RSS, KV pool and latencies), stops it with
+# SIGTERM. Exit 1 when RSS grew after warm-up, a request was lost, P99 ITL drifted or the
+# server did not exit 0. SOAK_SERVE_ARGS, SOAK_ARGS: more options for serve / loadtest.
+SOAK_MINUTES    ?= 15
+SOAK_MODEL      ?= models/kjv-v4-tiny
+SOAK_REPORT_S   ?= 180
+SOAK_SERVE_ARGS ?=
+SOAK_ARGS       ?=
+soak: $(BIN)
+	SOAK_SERVE_ARGS="$(SOAK_SERVE_ARGS)" SOAK_ARGS="$(SOAK_ARGS)" \
+	  bench/soak.sh ./$(BIN) $(SOAK_MODEL) $(SOAK_MINUTES) $(SOAK_REPORT_S)
+
 test-san:
 	$(MAKE) SANITIZE=address,undefined test
 
 # The groups that run threads of their own (thread pool, scheduler) under ThreadSanitizer.
 test-tsan:
-	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels kv sched server" test
+	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels kv sched server hardening" test
 
 # memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
 # prefill in chunks, decode, MTP.
@@ -154,13 +174,39 @@ demo:
 	@printf '%s' "$(PROMPT)"
 	@./$(BIN) run -m $(DEMO_MODEL) --bos -p "$(PROMPT)" $(DEMO_ARGS)
 
-# libFuzzer harnesses (clang): build-fuzz/fuzz_<name>; run one on its corpus directory.
-FUZZ_CC   ?= clang
-FUZZ_SRC  := $(filter-out src/backend/cpu/%,$(LIB_SRC))
-fuzz: $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
-build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC)
-	@mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE $^ -o $@ $(LDLIBS)
+# libFuzzer harnesses (clang): build-fuzz/fuzz_<name> from tests/fuzz/fuzz_<name>.c; each
+# file's header says how to run it on its corpus, tests/fuzz/corpus/<name>. The library is
+# built with coverage into an archive, so a harness links only the objects it calls (not the
+# CPU backend); fuzz_server links tests/fuzz/stub_worker.c in place of src/server/worker.c.
+# UBSan does not recover (as in test-san), so undefined behaviour is a crash libFuzzer keeps.
+FUZZ_CC    ?= clang
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SRC   := $(filter-out src/backend/cpu/% src/server/worker.c,$(LIB_SRC))
+FUZZ_FLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc -D_GNU_SOURCE -MMD -MP
+fuzz: $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c $< -o $@
+build-fuzz/libdsv4-fuzz.a: $(FUZZ_SRC:%.c=build-fuzz/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+build-fuzz/fuzz_server: build-fuzz/obj/tests/fuzz/stub_worker.o
+build-fuzz/fuzz_%: build-fuzz/obj/tests/fuzz/fuzz_%.o build-fuzz/libdsv4-fuzz.a
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $(filter %.o,$^) build-fuzz/libdsv4-fuzz.a $(LDLIBS)
+-include $(shell find build-fuzz/obj -name '*.d' 2>/dev/null)
+
+# The same harnesses without libFuzzer, for `make test` with any CC (and under test-san):
+# each linked with tests/fuzz/replay_main.c into $(BUILD)/fuzz-replay/fuzz_<name>, which the
+# fuzz test group runs over its corpus. The stub worker's objects come first, so the
+# archive's worker.o is never pulled in.
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%)
+$(BUILD)/fuzz-replay/fuzz_server: $(BUILD)/tests/fuzz/stub_worker.o
+$(BUILD)/fuzz-replay/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay_main.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+# kept (make would delete them as intermediates and relink every time)
+.SECONDARY: $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/fuzz_%.o) $(BUILD)/tests/fuzz/replay_main.o \
+            $(FUZZ_NAMES:%=build-fuzz/obj/tests/fuzz/fuzz_%.o)
 
 clean:
 	rm -rf build build-* dsv4

@@ -75,9 +75,20 @@ struct dsv4_engine_params {
     void              *log_ud;
     enum dsv4_revision revision;
     int                n_threads; /* 0 = all online CPUs */
+    /* The CPU code path: NULL or "" = the best this CPU has; "scalar", "avx2", "avx512",
+     * "avx512bf16" cap it (a level above the CPU's runs the CPU's best); "ref" = the
+     * double-precision reference ops (bit-exact with the Python reference, one thread).
+     * The command-line tools set it from --cpu-level or DSV4_CPU. */
+    const char        *cpu_level;
+    /* Interleaved weight tiles on the levels that use them: 1 = yes (default), 0 = run on
+     * the checkpoint's own layout (tools: --no-tiles or DSV4_TILES=0). */
+    int                tiles;
+    /* Write a Chrome/Perfetto trace of every op call here and print each op's share of the
+     * time at close; NULL = off (tools: --profile F or DSV4_PROFILE). */
+    const char        *profile_path;
 };
 
-/* Fills params with defaults (no logging, current revision, all CPUs). */
+/* Fills params with defaults (no logging, current revision, all CPUs, best level, tiles). */
 void dsv4_engine_params_default(struct dsv4_engine_params *params);
 
 /*

@@ -29,6 +29,7 @@ void dsv4_engine_params_default(struct dsv4_engine_params *p)
 {
     memset(p, 0, sizeof(*p));
     p->revision = DSV4_REVISION_CURRENT;
+    p->tiles    = 1;
 }
 
 int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engine_params *params,
@@ -46,7 +47,7 @@ int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engin
     if (!e) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     e->lg.fn = params->log;
     e->lg.ud = params->log_ud;
-    int rc   = dsv4_model_load(&e->model, dir, params->revision, params->n_threads, &e->lg, err);
+    int rc   = dsv4_model_load(&e->model, dir, params, &e->lg, err);
     if (rc) {
         free(e);
         return rc;

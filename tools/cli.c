@@ -158,6 +158,37 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
     fprintf(stderr, "dsv4 %s: %s%s\n", (const char *)ud, level == DSV4_LOG_WARN ? "warning: " : "", msg);
 }
 
+void cli_engine_env(struct dsv4_engine_params *ep)
+{
+    const char *cpu = getenv("DSV4_CPU"), *tiles = getenv("DSV4_TILES"), *prof = getenv("DSV4_PROFILE");
+    if (cpu && *cpu) ep->cpu_level = cpu;
+    if (tiles && !strcmp(tiles, "0")) ep->tiles = 0;
+    if (prof && *prof) ep->profile_path = prof;
+}
+
+int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep)
+{
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--cpu-level")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        ep->cpu_level = v;
+    } else if (!strcmp(a, "--no-tiles")) {
+        ep->tiles = 0;
+    } else if (!strcmp(a, "--profile")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        ep->profile_path = v;
+    } else if (!strcmp(a, "--backend")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if (strcmp(v, "cpu") != 0) {
+            fprintf(stderr, "dsv4 %s: --backend %s: this build has the cpu backend only\n", cmd, v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 double cli_now(void)
 {
     struct timespec ts;

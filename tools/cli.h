@@ -47,6 +47,21 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg);
 /* Monotonic seconds. */
 double cli_now(void);
 
+/* The engine's backend choices from the environment, which the flags then override:
+ * DSV4_CPU (level), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE (op trace). The library
+ * itself reads no environment variable. Call after dsv4_engine_params_default. */
+void cli_engine_env(struct dsv4_engine_params *ep);
+/* The backend flags every model command takes: --backend cpu, --cpu-level L, --no-tiles,
+ * --profile FILE. 1 when argv[*i] was one (its value consumed), 0 when not, -1 after an
+ * error message (exit 2). */
+int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep);
+/* Their usage lines. */
+#define CLI_ENGINE_USAGE                                                                            \
+    "  --cpu-level L          ref|scalar|avx2|avx512|avx512bf16 (default: the best; env DSV4_CPU)\n" \
+    "  --no-tiles             keep the checkpoint's layout (env DSV4_TILES=0)\n"                    \
+    "  --profile FILE         Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)\n"   \
+    "  --backend cpu          the backend (cpu is the one built)\n"
+
 /* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 /* The value of --revision (argv[*i] is the option): current or initial; prints the error. */

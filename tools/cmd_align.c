@@ -237,6 +237,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: dsv4 align -m DIR --ref DUMP.safetensors [--chunk N] [--json]\n"
                "  compares every named stage of the engine with a dump written by\n"
                "  tools/ref/dsv4_ref.py dump, and names the first stage beyond its threshold\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 int cmd_align(int argc, char **argv)
@@ -244,8 +245,14 @@ int cmd_align(int argc, char **argv)
     const char *dir = NULL, *refp = NULL;
     long long   chunk = 0;
     bool        as_json = false;
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("align", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -287,8 +294,6 @@ int cmd_align(int argc, char **argv)
     }
     int      T    = (int)tt->shape[0];
     int32_t *toks = (int32_t *)tt->data;
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
     ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
     ep.log      = cli_log_stderr;
     ep.log_ud   = (void *)"align";

@@ -71,6 +71,7 @@ static void usage(FILE *f)
             "  --logits-dir DIR      write each request's logits rows to DIR/INDEX.f32 (float32 [n, vocab])\n"
             "  --timestamps          add each token's time (ms since the start) to the results\n"
             "  --revision current|initial\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -287,11 +288,15 @@ int cmd_batch(int argc, char **argv)
     dsv4_sched_params_default(&sp);
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     ep.log    = cli_log_stderr;
     ep.log_ud = "batch";
     bool ctx_given = false, stamps = false;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
+        int         eo = cli_engine_option("batch", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
 #define INT_OPT(name, lo, hi, dst)                                                                                 \
     else if (!strcmp(o, name)) {                                                                                   \
         if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, lo, hi, &iv)) return 2;     \

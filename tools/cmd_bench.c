@@ -121,14 +121,15 @@ static void usage(FILE *f)
                "                  [--chunk N] [--csv FILE] [--threads N]\n"
                "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][,i16][:...]   one projection alone: M tokens,\n"
                "                  N outputs, K inputs; i16: on interleaved 16-row tiles\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
-static int bench_gemm(const char *spec, int n_threads)
+static int bench_gemm(const char *spec, const char *level, int n_threads)
 {
     struct dsv4_err  err;
     struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, n_threads, &err)) {
+    if (dsv4_cpu_create(&cpu, level, n_threads, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
@@ -225,8 +226,14 @@ int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
     long long   steps = 8, chunk = 512, threads = 0;
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("bench", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -246,7 +253,7 @@ int cmd_bench(int argc, char **argv)
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--gemm")) {
             if (!(v = cli_value("bench", argc, argv, &i))) return 2;
-            return bench_gemm(v, (int)threads);
+            return bench_gemm(v, ep.cpu_level, (int)threads);
         } else {
             fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -261,8 +268,6 @@ int cmd_bench(int argc, char **argv)
         free(batches);
         return 2;
     }
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
     ep.n_threads = (int)threads;
     ep.log       = cli_log_stderr;
     ep.log_ud    = (void *)"bench";

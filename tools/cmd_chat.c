@@ -37,6 +37,7 @@ static void usage(FILE *f)
                "  --seed S       sampling seed (default: from the clock)\n"
                "  --ctx N        context length in tokens (default: the model's, at most 4096)\n"
                "commands: /reset (forget the conversation), /quit, /help; Ctrl-D leaves\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 /* ------------------------------------------------------------------ line editor */
@@ -424,8 +425,12 @@ int cmd_chat(int argc, char **argv)
     sp.top_p       = 0.95f;
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("chat", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         int         so = cli_sampler_option("chat", argc, argv, &i, &sp, &seeded);
         if (so < 0) return 2;
         if (so > 0) continue;

@@ -18,6 +18,7 @@ static void usage(FILE *f)
                "  --revision R       demo revision to reproduce (default current)\n"
                "  --mtp-out FILE     also write the MTP head's logits, [T-1, vocab]: row t predicts token t+2\n"
                "  --out FILE         float32 little-endian [T, vocab], row t after tokens[0..t]\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 int cmd_logits(int argc, char **argv)
@@ -26,8 +27,12 @@ int cmd_logits(int argc, char **argv)
     long long   chunk = 0;
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("logits", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

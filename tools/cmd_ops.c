@@ -12,13 +12,21 @@
 
 int cmd_ops(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: dsv4 ops   (honours DSV4_CPU)\n");
-        return 0;
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
+    for (int i = 1; i < argc; i++) {
+        int eo = cli_engine_option("ops", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
+        bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+        if (!help) fprintf(stderr, "dsv4 ops: unknown option '%s'\n", argv[i]);
+        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--cpu-level L]   (or DSV4_CPU)\n");
+        return help ? 0 : 2;
     }
     struct dsv4_err  err;
     struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, 0, &err)) {
+    if (dsv4_cpu_create(&cpu, ep.cpu_level, 0, &err)) {
         fprintf(stderr, "dsv4 ops: %s\n", err.msg);
         return 1;
     }

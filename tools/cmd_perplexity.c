@@ -44,6 +44,7 @@ static void usage(FILE *f)
                "  --max-tokens N    score only the first N text tokens\n"
                "  --save-logits F   write the logits of every scored position (a base for --kl-base)\n"
                "  --kl-base F       compare with saved logits: KL(base || model), top-1 agreement\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 /* ------------------------------------------------------------------ small helpers */
@@ -167,8 +168,12 @@ int cmd_perplexity(int argc, char **argv)
     long long   ctx = 0, chunk = 0, max_tokens = 0;
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("perplexity", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

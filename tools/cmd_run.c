@@ -20,6 +20,7 @@ static void usage(FILE *f)
                "  --top-k K --top-p P --min-p M --seed S   sampling filters and seed\n"
                "  --ctx N        context length (default: prompt + N)\n"
                "  --ids          print token ids instead of text\n");
+    fputs(CLI_ENGINE_USAGE, f);
 }
 
 int cmd_run(int argc, char **argv)
@@ -31,8 +32,12 @@ int cmd_run(int argc, char **argv)
     dsv4_sampler_params_default(&sp);
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("run", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         int         so = cli_sampler_option("run", argc, argv, &i, &sp, NULL);
         if (so < 0) return 2;
         if (so > 0) continue;

@@ -52,7 +52,7 @@ static void usage(FILE *f)
             "  --stream-buffer N      unsent tokens a stream may lag before it is cut (default 4096)\n"
             "  --send-buffer BYTES    kernel send buffer per connection (default 65536)\n"
             "  --drain-timeout S      on SIGTERM, wait up to S seconds for in-flight requests (default 30)\n"
-            "  -v                     log debug messages\n");
+            "  -v                     log debug messages\n" CLI_ENGINE_USAGE);
 }
 
 static void log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
@@ -76,6 +76,9 @@ int cmd_serve(int argc, char **argv)
     struct srv_params p;
     srv_params_default(&p);
     p.api_key         = getenv("DSV4_API_KEY");
+    struct dsv4_engine_params ep; /* the backend choices: environment, then flags */
+    dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
     double drain_s    = 30;
     int    verbose    = 0;
     bool   no_key_ok  = false;
@@ -83,6 +86,9 @@ int cmd_serve(int argc, char **argv)
     double    fv;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int         eo = cli_engine_option("serve", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
         struct {
             const char *name;
             int        *dst;
@@ -181,7 +187,10 @@ int cmd_serve(int argc, char **argv)
     if (!p.api_key && !no_key_ok && !is_loopback(p.host))
         fprintf(stderr, "dsv4 serve: warning: listening on %s without an API key: anyone who can reach it can use "
                         "the model (--api-key KEY, or --insecure-no-key to accept this)\n", p.host);
-    p.log    = log_stderr;
+    p.cpu_level    = ep.cpu_level;
+    p.tiles        = ep.tiles;
+    p.profile_path = ep.profile_path;
+    p.log          = log_stderr;
     p.log_ud = &verbose;
 
     /* Before any thread exists: every thread inherits the blocked signals. */

@@ -7,6 +7,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -192,6 +194,44 @@ bool http_header(const struct http_conn *c, const char *name, char *out, size_t 
     return false;
 }
 
+/* Reads the status line and the headers of the response; 0, or -1 with err set. */
+static int read_head(struct http_conn *c, bool is_head, const char *host, int port, char *err, size_t err_cap)
+{
+    char *status = read_line(c);
+    if (!status || sscanf(status, "HTTP/1.%*d %d", &c->status) != 1) {
+        seterr(err, err_cap, "no HTTP status line from %s:%d", host, port);
+        return -1;
+    }
+    size_t hl = 0, hc = 1024;
+    c->headers = malloc(hc);
+    if (!c->headers) return -1;
+    c->headers[0] = '\0';
+    for (;;) {
+        char *line = read_line(c);
+        if (!line) {
+            seterr(err, err_cap, "the response headers from %s:%d ended early", host, port);
+            return -1;
+        }
+        if (!*line) break;
+        size_t ll = strlen(line);
+        if (hl + ll + 2 > hc) {
+            while (hl + ll + 2 > hc) hc *= 2;
+            char *p = realloc(c->headers, hc);
+            if (!p) return -1;
+            c->headers = p;
+        }
+        memcpy(c->headers + hl, line, ll);
+        hl += ll;
+        c->headers[hl++] = '\n';
+        c->headers[hl]   = '\0';
+    }
+    char v[64];
+    if (http_header(c, "Transfer-Encoding", v, sizeof(v)) && strcasecmp(v, "chunked") == 0) c->chunked = true;
+    else if (http_header(c, "Content-Length", v, sizeof(v))) c->remaining = strtoll(v, NULL, 10);
+    if (is_head || c->status == 204 || c->status == 304) c->eof = true;
+    return 0;
+}
+
 int http_open(struct http_conn *c, const char *host, int port, const char *method, const char *path,
               const char *extra_headers, const char *body, size_t body_len, double timeout_s, char *err,
               size_t err_cap)
@@ -214,42 +254,44 @@ int http_open(struct http_conn *c, const char *host, int port, const char *metho
         seterr(err, err_cap, "sending the request failed (%s)", strerror(errno));
         goto fail;
     }
-    char *status = read_line(c);
-    if (!status || sscanf(status, "HTTP/1.%*d %d", &c->status) != 1) {
-        seterr(err, err_cap, "no HTTP status line from %s:%d", host, port);
-        goto fail;
-    }
-    size_t hl = 0, hc = 1024;
-    c->headers = malloc(hc);
-    if (!c->headers) goto fail;
-    c->headers[0] = '\0';
-    for (;;) {
-        char *line = read_line(c);
-        if (!line) {
-            seterr(err, err_cap, "the response headers from %s:%d ended early", host, port);
-            goto fail;
-        }
-        if (!*line) break;
-        size_t ll = strlen(line);
-        if (hl + ll + 2 > hc) {
-            while (hl + ll + 2 > hc) hc *= 2;
-            char *p = realloc(c->headers, hc);
-            if (!p) goto fail;
-            c->headers = p;
-        }
-        memcpy(c->headers + hl, line, ll);
-        hl += ll;
-        c->headers[hl++] = '\n';
-        c->headers[hl]   = '\0';
-    }
-    char v[64];
-    if (http_header(c, "Transfer-Encoding", v, sizeof(v)) && strcasecmp(v, "chunked") == 0) c->chunked = true;
-    else if (http_header(c, "Content-Length", v, sizeof(v))) c->remaining = strtoll(v, NULL, 10);
-    if (!strcmp(method, "HEAD") || c->status == 204 || c->status == 304) c->eof = true;
+    if (read_head(c, !strcmp(method, "HEAD"), host, port, err, err_cap)) goto fail;
     return 0;
 fail:
     http_close(c);
     return -1;
+}
+
+int http_open_raw(struct http_conn *c, const char *host, int port, const char *req, size_t req_len, size_t piece,
+                  double pause_s, double timeout_s, char *err, size_t err_cap)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd        = -1;
+    c->timeout_s = timeout_s;
+    c->remaining = -1;
+    if ((c->fd = connect_to(host, port, timeout_s, err, err_cap)) < 0) return HTTP_OPEN_ECONNECT;
+    if (piece) {
+        /* Without it Nagle's algorithm would gather the pieces, and the server would see
+         * a slow client only as one that pauses once. */
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    size_t off = 0;
+    while (off < req_len) {
+        size_t n = piece && piece < req_len - off ? piece : req_len - off;
+        if (!send_all(c->fd, req + off, n, timeout_s)) break;
+        off += n;
+        /* A server that answers or closes early (a timeout, a 413 from the headers) is
+         * heard at once instead of at the next piece. */
+        if (piece && off < req_len && wait_fd(c->fd, POLLIN, pause_s)) break;
+    }
+    bool sent = off == req_len;
+    if (read_head(c, req_len >= 5 && !memcmp(req, "HEAD ", 5), host, port, err, err_cap)) {
+        if (!sent)
+            seterr(err, err_cap, "%s:%d stopped taking the request after %zu of %zu bytes", host, port, off, req_len);
+        http_close(c);
+        return sent ? HTTP_OPEN_ERESPONSE : HTTP_OPEN_ESEND;
+    }
+    return HTTP_OPEN_OK;
 }
 
 long http_read(struct http_conn *c, char *out, size_t cap)

@@ -2,7 +2,8 @@
  * http_client.h - a small blocking HTTP/1.1 client over plain sockets, for `dsv4 loadtest`
  * and the server tests: one request per connection (Connection: close), Content-Length or
  * chunked bodies, and server-sent events read one at a time. Timeouts are per read, so a
- * stalled server shows up as an error instead of a hang.
+ * stalled server shows up as an error instead of a hang. http_open_raw sends a request as
+ * given, optionally a few bytes at a time (the slow and malformed clients of loadtest).
  */
 #ifndef DSV4_HTTP_CLIENT_H
 #define DSV4_HTTP_CLIENT_H
@@ -44,6 +45,24 @@ struct http_conn {
 int http_open(struct http_conn *c, const char *host, int port, const char *method, const char *path,
               const char *extra_headers, const char *body, size_t body_len, double timeout_s, char *err,
               size_t err_cap);
+/* How far http_open_raw got when it failed. */
+enum http_open_status {
+    HTTP_OPEN_OK        = 0,
+    HTTP_OPEN_ECONNECT  = -1, /* no connection: refused, unresolvable, timed out */
+    HTTP_OPEN_ESEND     = -2, /* the server stopped taking the request (closed, reset) and sent no status */
+    HTTP_OPEN_ERESPONSE = -3, /* the request went out whole; no or a malformed response came back */
+};
+
+/*
+ * http_open for a request already written out whole (request line, headers, blank line,
+ * body), so a caller can send malformed or lying requests. piece > 0 sends it piece bytes
+ * at a time, waiting pause_s between pieces (a slow client; TCP_NODELAY so each piece
+ * leaves on its own); it stops sending as soon as the server answers or closes. Returns
+ * HTTP_OPEN_OK with the status and headers read (also when the server answered before
+ * the whole request was sent), or a negative enum http_open_status with err set.
+ */
+int http_open_raw(struct http_conn *c, const char *host, int port, const char *req, size_t req_len, size_t piece,
+                  double pause_s, double timeout_s, char *err, size_t err_cap);
 /* The value of a response header (case-insensitive name) copied into out; false if absent. */
 bool http_header(const struct http_conn *c, const char *name, char *out, size_t cap);
 /* Reads decoded body bytes: > 0 bytes, 0 at the end of the body, -1 on error or timeout. */

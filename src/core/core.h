@@ -54,8 +54,11 @@ void dsv4_log(const struct dsv4_logger *lg, enum dsv4_log_level level, const cha
 /* Marks a region (per thread) where nothing may allocate; see alloc_guard.c. */
 void          dsv4_alloc_guard_enter(void);
 void          dsv4_alloc_guard_leave(void);
-/* Allocations seen inside guarded regions since start (all threads). */
+/* Allocations seen inside guarded regions since start (all threads): counted only where
+ * alloc_interpose.c is compiled in (the test runner, DSV4_DEBUG builds). */
 unsigned long dsv4_alloc_guard_count(void);
+/* Called by the allocation hook for each allocation of n bytes. */
+void          dsv4_alloc_guard_note(size_t n);
 
 /* ------------------------------------------------------------------ checked arithmetic */
 

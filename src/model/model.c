@@ -182,12 +182,13 @@ static void prefetch_in_place(const struct dsv4_model *m, const bool *gone, bool
  * tiles (backend/cpu/repack.c), the layout of the kernels that give the same bits at any
  * batch size and run the prefill GEMM near the machine's peak. The copy is anonymous memory
  * (transparent huge pages asked for); the checkpoint's pages are no longer touched by the
- * kernels, so the page cache may drop them. DSV4_TILES=0 keeps the release layout.
+ * kernels, so the page cache may drop them. tiles == 0 (engine params) keeps the release
+ * layout.
  */
-static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct dsv4_logger *lg, struct dsv4_err *err)
+static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, bool tiles, const struct dsv4_logger *lg,
+                      struct dsv4_err *err)
 {
-    const char *env = getenv("DSV4_TILES");
-    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || (env && !strcmp(env, "0"))) {
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !tiles) {
         prefetch_in_place(m, NULL, false, lg);
         return DSV4_OK;
     }
@@ -202,7 +203,7 @@ static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct d
         if (mem == MAP_FAILED) {
             free(P.gone);
             return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
-                                "(DSV4_TILES=0 runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
+                                "(tiles off: --no-tiles or DSV4_TILES=0, runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
         }
         madvise(mem, P.bytes, MADV_HUGEPAGE);
         m->tiles       = mem;
@@ -217,9 +218,10 @@ static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, const struct d
     return DSV4_OK;
 }
 
-int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
+int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
 {
+    enum dsv4_revision rev = params->revision;
     memset(m, 0, sizeof(*m));
     dsv4_arena_init(&m->arena, 1 << 20);
     int rc = dsv4_config_load(&m->cfg, dir, err);
@@ -253,19 +255,19 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision re
     m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
     struct dsv4_cpu *cpu;
-    rc = dsv4_cpu_create(&cpu, n_threads, err);
+    rc = dsv4_cpu_create(&cpu, params->cpu_level, params->n_threads, err);
     if (rc) goto fail_ck;
     m->backend_impl = cpu;
     m->ops          = cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
-    const char *prof = getenv("DSV4_PROFILE");
+    const char *prof = params->profile_path;
     if (prof && *prof) {
         m->prof = dsv4_prof_create(prof, m->ops, (size_t)1 << 22);
         if (m->prof) m->ops = &dsv4_prof_ops;
-        else dsv4_log(lg, DSV4_LOG_WARN, "DSV4_PROFILE: out of memory, profiling off");
+        else dsv4_log(lg, DSV4_LOG_WARN, "profile %s: out of memory, profiling off", prof);
     }
     dsv4_log(lg, DSV4_LOG_INFO, "cpu backend: %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
              cpu->n_threads);
-    rc = make_tiles(m, cpu, lg, err);
+    rc = make_tiles(m, cpu, params->tiles != 0, lg, err);
     if (rc) {
         dsv4_model_free(m);
         return rc;

@@ -23,13 +23,15 @@ struct dsv4_model {
     struct dsv4_rope_table         rope_swa, rope_comp;
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
-    struct dsv4_prof              *prof;        /* DSV4_PROFILE: ops is then dsv4_prof_ops */
+    struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
     void                          *tiles;       /* interleaved copies of the projections (mmap), or NULL */
     size_t                         tiles_bytes;
     size_t                         tiles_replaced; /* checkpoint bytes the tiles stand in for (no longer read) */
 };
 
-int  dsv4_model_load(struct dsv4_model *m, const char *dir, enum dsv4_revision rev, int n_threads,
+/* Loads a checkpoint with the engine's parameters (revision, threads, CPU level, tiles,
+ * profile). */
+int  dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                      const struct dsv4_logger *lg, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 

@@ -120,6 +120,7 @@ void srv_params_default(struct srv_params *p)
     p->prefix_entries                 = -2;
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
+    p->tiles                          = 1;
     p->max_conns                      = 256;
     p->max_conns_per_ip               = 64;
     p->idle_timeout_s                 = 60;
@@ -785,6 +786,9 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
         .n_threads     = p->n_threads,
+        .cpu_level     = p->cpu_level,
+        .tiles         = p->tiles,
+        .profile_path  = p->profile_path,
         .metrics       = s->m,
         .log           = p->log,
         .log_ud        = p->log_ud,

@@ -149,3 +149,12 @@ double srv_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int srv_worker_params_check(const struct srv_worker_params *p, struct dsv4_err *err)
+{
+    if (p->max_seqs < 1 || p->ctx < 2 || p->max_queue < 1 || p->tier_tokens[0] < 1 ||
+        p->tier_tokens[1] < p->tier_tokens[0])
+        return srv_err(err, DSV4_EINVAL,
+                       "max_seqs and max_queue must be positive, ctx at least 2, tier bounds ascending");
+    return DSV4_OK;
+}

@@ -212,6 +212,8 @@ struct srv_worker;
 /* Starts the worker thread; it opens the engine and tokenizer, plans and creates the
  * scheduler, then serves jobs. */
 int  srv_worker_start(struct srv_worker **out, const struct srv_worker_params *p, struct dsv4_err *err);
+/* The checks srv_worker_start makes of p (shared with the fuzzers' stub worker; job.c). */
+int  srv_worker_params_check(const struct srv_worker_params *p, struct dsv4_err *err);
 /* LOADING, READY or FAILED (err then holds why). */
 enum srv_state srv_worker_state(struct srv_worker *w, struct dsv4_err *err);
 /* After READY: the tokenizer (NULL if the model has none), the model and the tokens per

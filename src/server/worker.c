@@ -55,8 +55,11 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     dsv4_engine_params_default(&ep);
     ep.log       = w->p.log;
     ep.log_ud    = w->p.log_ud;
-    ep.n_threads = w->p.n_threads;
-    int rc       = dsv4_engine_open(&w->e, w->p.model_dir, &ep, err);
+    ep.n_threads    = w->p.n_threads;
+    ep.cpu_level    = w->p.cpu_level;
+    ep.tiles        = w->p.tiles;
+    ep.profile_path = w->p.profile_path;
+    int rc          = dsv4_engine_open(&w->e, w->p.model_dir, &ep, err);
     if (rc) return rc;
     dsv4_engine_info(w->e, &w->info);
     char path[4096];
@@ -236,10 +239,7 @@ static void *worker_main(void *arg)
 int srv_worker_start(struct srv_worker **out, const struct srv_worker_params *p, struct dsv4_err *err)
 {
     *out = NULL;
-    if (p->max_seqs < 1 || p->ctx < 2 || p->max_queue < 1 || p->tier_tokens[0] < 1 ||
-        p->tier_tokens[1] < p->tier_tokens[0])
-        return srv_err(err, DSV4_EINVAL,
-                       "max_seqs and max_queue must be positive, ctx at least 2, tier bounds ascending");
+    if (srv_worker_params_check(p, err)) return DSV4_EINVAL;
     struct srv_worker *w = calloc(1, sizeof(*w));
     if (!w) return srv_err(err, DSV4_ENOMEM, "out of memory for the worker");
     w->p = *p;

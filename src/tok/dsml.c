@@ -117,6 +117,9 @@ static int fail(struct dsv4_chat_stream *s, const char *what, const char *detail
 
 static void consume(struct dsv4_chat_stream *s, size_t n)
 {
+    /* nothing to drop: also the case of a stream fed only empty text so far, whose buffer is
+     * still NULL, where memmove(NULL, NULL + 0, 0) is undefined (UBSan, tests/fuzz/fuzz_chat.c) */
+    if (n == 0) return;
     memmove(s->buf.p, s->buf.p + n, s->buf.len - n);
     s->buf.len -= n;
 }

@@ -137,9 +137,8 @@ static void check_logits(struct test_ctx *t, const struct dsv4_tensor *tt, const
     dsv4_engine_params_default(&ep);
     struct dsv4_err err;
     dsv4_engine    *e = NULL;
-    if (level) setenv("DSV4_CPU", level, 1);
-    int rc = dsv4_engine_open(&e, DEMO_MODEL, &ep, &err);
-    unsetenv("DSV4_CPU");
+    ep.cpu_level = level;
+    int rc       = dsv4_engine_open(&e, DEMO_MODEL, &ep, &err);
     CHECKF(rc == DSV4_OK, "%s", err.msg);
     if (rc) return;
     struct dsv4_session_params sp;

@@ -184,10 +184,9 @@ static void check_fixture(struct test_ctx *t, const char *file, const char *leve
         struct dsv4_engine_params ep;
         dsv4_engine_params_default(&ep);
         ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
-        setenv("DSV4_CPU", level, 1);
+        ep.cpu_level = level;
         dsv4_engine *e;
         int          rc = dsv4_engine_open(&e, dir, &ep, &err);
-        unsetenv("DSV4_CPU");
         if (rc) {
             CHECKF(0, "%s: %s", file, err.msg);
             continue;

@@ -43,12 +43,12 @@ enum dsv4_cpu_level dsv4_cpu_detect(void)
 #endif
 }
 
-int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
+int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
 {
     enum dsv4_cpu_level best = dsv4_cpu_detect();
     *level                   = best;
     *ref                     = false;
-    const char *env          = getenv("DSV4_CPU");
+    const char *env          = name;
     if (!env || !*env) return DSV4_OK;
     if (strcmp(env, "ref") == 0) {
         *level = DSV4_CPU_SCALAR;
@@ -62,7 +62,7 @@ int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
         }
     }
     return dsv4_err_set(err, DSV4_EINVAL,
-                        "DSV4_CPU=%s is not a level (ref, scalar, avx2, avx512, avx512bf16, amx)", env);
+                        "CPU level '%s' is not one of ref, scalar, avx2, avx512, avx512bf16, amx", env);
 }
 
 static const struct dsv4_kernels *kernels_for(enum dsv4_cpu_level l)
@@ -76,12 +76,12 @@ static const struct dsv4_kernels *kernels_for(enum dsv4_cpu_level l)
     }
 }
 
-int dsv4_cpu_create(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err)
+int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err)
 {
     enum dsv4_cpu_level level;
     bool                ref;
     *out   = NULL;
-    int rc = dsv4_cpu_pick(&level, &ref, err);
+    int rc = dsv4_cpu_pick(level_name, &level, &ref, err);
     if (rc) return rc;
     return dsv4_cpu_create_at(out, level, ref, n_threads, err);
 }

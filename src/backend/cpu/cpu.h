@@ -4,8 +4,9 @@
  *
  * Levels, lowest first: scalar (plain C, always compiled), avx2 (AVX2+FMA+F16C), avx512
  * (F/BW/VL/DQ), avx512-bf16, amx (AMX-BF16 tiles for prefill GEMMs). The best level the CPU
- * and OS support is picked at engine open; DSV4_CPU=scalar|avx2|avx512|avx512bf16|amx caps
- * it (valgrind cannot run AVX-512: DSV4_CPU=avx2). ISA code lives in x86_*.c files compiled
+ * and OS support is picked at engine open; dsv4_engine_params.cpu_level (the tools'
+ * --cpu-level or DSV4_CPU) = scalar|avx2|avx512|avx512bf16|amx caps it (valgrind cannot
+ * run AVX-512: avx2). ISA code lives in x86_*.c files compiled
  * with their own -m flags and is only ever called after the check.
  */
 #ifndef DSV4_CPU_H
@@ -26,9 +27,9 @@ enum dsv4_cpu_level {
 const char *dsv4_cpu_level_name(enum dsv4_cpu_level l);
 /* Best level this CPU and OS support (asks the kernel for AMX tile permission once). */
 enum dsv4_cpu_level dsv4_cpu_detect(void);
-/* The level to use: detected, capped by DSV4_CPU if set (an unknown value is an error);
- * DSV4_CPU=ref selects the scalar reference ops (double precision, single thread). */
-int dsv4_cpu_pick(enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
+/* The level to use: detected, capped by name if given (an unknown name is an error);
+ * "ref" selects the scalar reference ops (double precision, single thread). */
+int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
 
 /*
  * ISA kernels. Projections: for output rows o in [o0, o1) and tokens t in [0, nt),
@@ -157,7 +158,6 @@ extern const struct dsv4_kernels dsv4_kernels_scalar;
 extern const struct dsv4_kernels dsv4_kernels_avx2;
 extern const struct dsv4_kernels dsv4_kernels_avx512;
 extern const struct dsv4_kernels dsv4_kernels_avx512bf16;
-extern const struct dsv4_kernels dsv4_kernels_amx;
 /* The i16 kernels of the avx512bf16 table (x86_avx512bf16_i16.c); only after the CPU check. */
 void dsv4_avx512bf16_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
                               int ldy);
@@ -167,7 +167,7 @@ void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int 
 /* Backend state shared by contexts: pointed to by dsv4_backend.impl. */
 struct dsv4_cpu {
     enum dsv4_cpu_level         level;
-    bool                        ref;   /* DSV4_CPU=ref: the reference op table */
+    bool                        ref;   /* level "ref": the reference op table */
     const struct dsv4_kernels  *k;   /* f32 kernels of the level (avx512 for the higher ones) */
     const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
     struct dsv4_pool           *pool;
@@ -175,7 +175,7 @@ struct dsv4_cpu {
 };
 
 /* The level from dsv4_cpu_pick (environment), or an explicit one (tests, `dsv4 ops`). */
-int  dsv4_cpu_create(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err);
+int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err);
 int  dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads,
                         struct dsv4_err *err);
 void dsv4_cpu_free(struct dsv4_cpu *cpu);
