@@ -162,6 +162,17 @@ static void add_cors(const struct srv *s, struct MHD_Response *resp, enum srv_en
     if (strcmp(s->p.cors_origin, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
 }
 
+/* Tells keep-alive clients how long an idle connection stays open (the request deadline, or
+ * the idle timeout if shorter), a second early, so that a pooled connection is not reused
+ * just as the server closes it. */
+static void add_keep_alive(const struct srv *s, struct MHD_Response *resp)
+{
+    double t = s->p.request_timeout_s < s->p.idle_timeout_s ? s->p.request_timeout_s : s->p.idle_timeout_s;
+    char   v[32];
+    snprintf(v, sizeof(v), "timeout=%d", t > 2 ? (int)t - 1 : 1);
+    MHD_add_response_header(resp, "Keep-Alive", v);
+}
+
 static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *ctype,
                              char *body, size_t len, const char *retry_after)
 {
@@ -180,6 +191,7 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req
     bool probe    = r->conn && r->conn->probe_only;
     pthread_mutex_unlock(&s->mu);
     if (draining || probe) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    else add_keep_alive(s, resp);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);

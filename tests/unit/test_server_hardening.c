@@ -608,6 +608,10 @@ static void test_api_surface(struct test_ctx *t)
     h = raw_request(s.port, "GET", "/v1/chat/completions", NULL, NULL);
     CHECKF(status_of(h) == 405 && header_of(h, "Allow", allow, sizeof(allow)) && !strcmp(allow, "POST"), "%s", h ? h : "");
     free(h);
+    h = raw_request(s.port, "GET", "/health", NULL, NULL);
+    CHECKF(header_of(h, "Keep-Alive", allow, sizeof(allow)) && !strcmp(allow, "timeout=29"),
+           "Keep-Alive tells clients the request deadline: %s", h ? h : "");
+    free(h);
     h = raw_request(s.port, "OPTIONS", "/v1/chat/completions", "Origin: https://app.example\r\n", NULL);
     CHECKF(!header_of(h, "Access-Control-Allow-Origin", allow, sizeof(allow)), "CORS is off by default: %s", h ? h : "");
     free(h);
