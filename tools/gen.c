@@ -1,7 +1,7 @@
 /*
  * gen.c - writes random-weight DeepSeek-V4 checkpoints in the official release layout.
  *
- * Layout as released (model-v4.md §2): config.json with Hugging Face field names; safetensors
+ * Layout as released (docs/MODEL.md §R2): config.json with Hugging Face field names; safetensors
  * shards (one for the globals, one per layer, one for the MTP block) and
  * model.safetensors.index.json; FP8 e4m3 projections with e8m0 128x128 block scales; routed
  * experts as I8-packed FP4 e2m1 (low nibble = even input index) with e8m0 per-32 scales;

@@ -81,7 +81,7 @@ struct dsv4_backend_ops {
     void (*hadamard)(struct dsv4_backend *be, int n, int d, float *x);
 
     /* Hyper-connection pre: X[n, hc, d] -> u[n, d] (bf16), post[n, hc], comb[n, hc, hc]
-     * (model-v4.md §3.2, Sinkhorn with `iters` iterations). */
+     * (docs/MODEL.md §R3.2, Sinkhorn with `iters` iterations). */
     void (*hc_pre)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                    const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
                    float *post, float *comb);
@@ -100,7 +100,7 @@ struct dsv4_backend_ops {
                       const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
                       float scale, float *o);
 
-    /* Indexer scores of one query over n_keys compact FP4 key rows (model-v4.md §3.7, bf16 at
+    /* Indexer scores of one query over n_keys compact FP4 key rows (docs/MODEL.md §R3.7, bf16 at
      * the four points of §11.2): score[j] = sum_h bf16(w_h * relu(bf16(q_h . k_j))). Keys sit
      * in blocks of block_keys rows (the KV pages): key j at blocks[j / block_keys] +
      * (j % block_keys) * dsv4_idx_key_bytes(d). */

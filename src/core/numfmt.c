@@ -4,7 +4,7 @@
  * Encoders round to nearest, ties to even, on exact arithmetic: a float is widened to
  * double, scaled by powers of two (exact) and rounded with rint() under the default
  * rounding mode (ties-to-even). Saturation follows the reference: e4m3 and e2m1 values are
- * clamped to their largest finite magnitude before the cast (model-v4.md §5.3), e5m2 and
+ * clamped to their largest finite magnitude before the cast (docs/MODEL.md §R5.3), e5m2 and
  * f16 overflow to infinity as IEEE casts do.
  */
 #include <math.h>

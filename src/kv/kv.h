@@ -1,5 +1,5 @@
 /*
- * kv.h - the per-sequence state of DeepSeek-V4 attention (model-v4.md §4), split by how it
+ * kv.h - the per-sequence state of DeepSeek-V4 attention (docs/MODEL.md §R4), split by how it
  * grows:
  *
  *   slot (fixed size, independent of the position) - per layer with state:

@@ -1,5 +1,5 @@
 /*
- * attention.c - the attention sublayer of a block (model-v4.md §3.4-3.7): q and kv
+ * attention.c - the attention sublayer of a block (docs/MODEL.md §R3.4-3.7): q and kv
  * projections, RoPE, the KV compressor and indexer, sink attention over the window and the
  * compressed rows, inverse RoPE of the output and the grouped low-rank output projection.
  *
@@ -32,7 +32,7 @@ static void run_compressor(const struct dsv4_model *m, struct dsv4_step *S, cons
     }
 }
 
-/* Indexer queries and head weights for every row (model-v4.md §3.7). */
+/* Indexer queries and head weights for every row (docs/MODEL.md §R3.7). */
 static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
 {
     const struct dsv4_config *c  = &m->cfg;

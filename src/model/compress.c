@@ -1,5 +1,5 @@
 /*
- * compress.c - the KV compressor (gated softmax pooling, model-v4.md §3.6) and the lightning
+ * compress.c - the KV compressor (gated softmax pooling, docs/MODEL.md §R3.6) and the lightning
  * indexer's top-k selection (§3.7).
  *
  * The compressor walks a chunk token by token against the sequence's frontier state, so the

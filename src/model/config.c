@@ -1,8 +1,8 @@
 /*
  * config.c - the HF config.json of the DeepSeek-V4 release, parsed and validated.
  *
- * Field names are Hugging Face's (hidden_size, num_hidden_layers, ...; model-v4.md §1.1).
- * Validation enforces what the forward pass and the reference rely on (model-v4.md §8):
+ * Field names are Hugging Face's (hidden_size, num_hidden_layers, ...; docs/MODEL.md §R1.1).
+ * Validation enforces what the forward pass and the reference rely on (docs/MODEL.md §R8):
  * every input width of an FP8/FP4 projection is a multiple of 128 (activation blocks), the
  * "nope" part of a head is a multiple of 64 (KV FP8 blocks), the indexer head is a power of
  * two and a multiple of 32 (Hadamard, FP4 blocks), ratios are 0, 4 or another power of two

@@ -1,5 +1,5 @@
 /*
- * forward.c - the DeepSeek-V4 forward pass over one step (model-v4.md §3.1), readable top
+ * forward.c - the DeepSeek-V4 forward pass over one step (docs/MODEL.md §R3.1), readable top
  * down: embed into hc streams, for each block hc_pre -> norm -> attention -> hc_post and
  * hc_pre -> norm -> MoE -> hc_post, then hc_head -> norm -> head for the rows whose logits
  * are wanted, then the MTP block (§3.11) for the positions whose next token is known.

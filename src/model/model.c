@@ -22,7 +22,7 @@ void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float facto
         freq[i]   = (float)(1.0 / (double)(float)pow((double)base, ex));
     }
     if (!yarn || orig_len <= 0) return;
-    /* YaRN (model-v4.md §3.3): interpolate the low frequencies by 1/factor with a linear ramp
+    /* YaRN (docs/MODEL.md §R3.3): interpolate the low frequencies by 1/factor with a linear ramp
      * between the dims that rotate beta_fast and beta_slow times over the original length */
     double lnb  = log((double)base);
     double lo_f = d_rope * log(orig_len / (beta_fast * 2 * M_PI)) / (2 * lnb);

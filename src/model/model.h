@@ -168,7 +168,7 @@ struct dsv4_bind_report {
 };
 
 /*
- * Binds every tensor the config requires (model-v4.md §2) into w, allocating the per-layer
+ * Binds every tensor the config requires (docs/MODEL.md §R2) into w, allocating the per-layer
  * structs in arena. Every problem (missing tensor, wrong dtype, wrong shape, unexpected
  * tensor) is collected in report; returns DSV4_ECHECKPOINT when there is any, with err
  * holding the count and the first one.
@@ -201,7 +201,7 @@ void dsv4_model_stats(const struct dsv4_config *cfg, const struct dsv4_checkpoin
 /* ------------------------------------------------------------------ KV state sizes */
 
 /* Bytes of one cached main-attention row in the compact lossless form: d_nope e4m3 codes,
- * one e8m0 scale per 64 of them, d_rope bf16 (model-v4.md §4). */
+ * one e8m0 scale per 64 of them, d_rope bf16 (docs/MODEL.md §R4). */
 static inline uint64_t dsv4_kv_row_bytes(const struct dsv4_config *c)
 {
     return (uint64_t)c->d_nope + (uint64_t)c->d_nope / 64 + (uint64_t)c->d_rope * 2;

@@ -1,5 +1,5 @@
 /*
- * moe.c - the MoE sublayer (model-v4.md §3.8-3.9): route every row, run each used expert
+ * moe.c - the MoE sublayer (docs/MODEL.md §R3.8-3.9): route every row, run each used expert
  * once over all rows routed to it (so its weights are read once per step), add the shared
  * expert, round the f32 sum to bf16.
  *

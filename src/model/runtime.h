@@ -35,7 +35,7 @@ int  dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_en
                      const struct dsv4_logger *lg, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 
-/* RoPE frequencies for one base (model-v4.md §3.3). */
+/* RoPE frequencies for one base (docs/MODEL.md §R3.3). */
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len,
                      float beta_fast, float beta_slow);
 

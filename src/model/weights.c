@@ -1,7 +1,7 @@
 /*
  * weights.c - binds the checkpoint's tensors into typed per-layer structs.
  *
- * From the config alone we know every tensor the model needs (model-v4.md §2): its name,
+ * From the config alone we know every tensor the model needs (docs/MODEL.md §R2): its name,
  * the dtypes allowed and its shape. Each is looked up, checked and bound (a pointer into the
  * mmap); every problem is collected, so a wrong checkpoint is refused once, with the whole
  * list, instead of one error per attempt. Tensors the model does not use are reported too.

@@ -1,7 +1,7 @@
 """config.py - the HF config.json of a DeepSeek-V4 checkpoint, as the reference uses it.
 
-Owns: reading config.json (Hugging Face field names, model-v4.md §1.1) into a plain object
-with the demo's ModelArgs names, and the revision switches of model-v4.md §0.
+Owns: reading config.json (Hugging Face field names, docs/MODEL.md §R1.1) into a plain object
+with the demo's ModelArgs names, and the revision switches of docs/MODEL.md §R0.
 
 Why here: the reference reads the released layout directly; every other file uses the demo's
 names (dim, n_heads, window_size, ...) so that the code reads like the paper and the demo.

@@ -1,6 +1,6 @@
 """model.py - the DeepSeek-V4 forward pass, as the official demo computes it.
 
-Owns: the whole forward of model-v4.md §3 for one sequence: embedding, mHC hyper-connections
+Owns: the whole forward of docs/MODEL.md §R3 for one sequence: embedding, mHC hyper-connections
 (Sinkhorn, hc_head), the three attention kinds (sliding window; CSA = overlapping ratio-4
 compressor + lightning indexer; HCA = non-overlapping compressor, all rows), attention sinks,
 per-head q RMS, RoPE/YaRN, grouped output projection, hash and sqrt-softplus routing, SwiGLU
@@ -13,7 +13,7 @@ KV nope dims, FP4 simulation of indexer q/k after the Hadamard, indexer scores r
 bf16 at four points, attention probabilities rounded to bf16 before P.V. Sums are taken in
 float64 (more exact than the demo's f32, and independent of chunking).
 
-Deliberate differences from the demo (model-v4.md §3.6, §10, §11):
+Deliberate differences from the demo (docs/MODEL.md §R3.6, §R10, §R11):
   * chunk-consistent: any split of a sequence into calls gives the same values (the demo's
     prefill and decode attention differ through its per-64-block running max, §11.1; here
     the softmax max is taken over the whole index set of a query);
@@ -79,7 +79,7 @@ def rmsnorm(x, weight, eps):
 
 def head_rms(q, eps):
     """Unweighted per-head RMS of the query, each step rounded to bf16 as in the demo's
-    `q *= rsqrt(q.square().mean(-1) + eps)` on a bf16 tensor (model-v4.md §11.5)."""
+    `q *= rsqrt(q.square().mean(-1) + eps)` on a bf16 tensor (docs/MODEL.md §R11.5)."""
     sq = bf16(q * q)
     m = bf16(sq.mean(-1, keepdim=True))
     m = bf16(m + eps)

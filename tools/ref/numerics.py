@@ -3,7 +3,7 @@
 Owns: decoding of the stored formats (BF16, e4m3fn, e2m1, e8m0), round-to-nearest-even
 encoders for e4m3fn (saturating at 448) and e2m1 (saturating at 6), rounding to float32 and
 bfloat16, the power-of-two ("ue8m0") activation scales, and the three quantisation
-simulations of the official kernels (model-v4.md §5.3): act_quant before FP8/FP4 linears
+simulations of the official kernels (docs/MODEL.md §R5.3): act_quant before FP8/FP4 linears
 (e4m3, blocks of 128), the in-place FP8 simulation of cached KV (e4m3, blocks of 64) and the
 in-place FP4 simulation of indexer q/k (e2m1, blocks of 32); plus the Walsh-Hadamard rotation.
 

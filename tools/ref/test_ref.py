@@ -5,7 +5,7 @@ Owns: (1) number-format checks (e4m3/e2m1 round-to-nearest-even with saturation,
 scales, bf16 rounding, FP4 nibble order, Hadamard); (2) safetensors round trip through the
 writer; (3) chunk consistency: logits (and MTP logits) with --prefill T vs --prefill 1 and
 other splits, for tiny-a and tiny-b: relative L2 (median, overall) and argmax agreement;
-(4) revisions: `current` and `initial` differ exactly where model-v4.md §0 says (cached-KV
+(4) revisions: `current` and `initial` differ exactly where docs/MODEL.md §R0 says (cached-KV
 FP8 simulation, shared-expert clamp) and nowhere else; (5) the command line; and, with
 --noise, (6) the noise floor engines doing f32 arithmetic will show against the fixtures
 (dot products accumulated in f32; every rounding point's input off by < 1 f32 ulp).

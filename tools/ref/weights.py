@@ -1,6 +1,6 @@
 """weights.py - checkpoint tensors, decoded to float64 torch tensors on first use.
 
-Owns: turning the stored formats of the official layout (model-v4.md §2, §5.2) into exact
+Owns: turning the stored formats of the official layout (docs/MODEL.md §R2, §R5.2) into exact
 float64 values: BF16 -> value; F8_E4M3 weight x scale per 128x128 block; I8-packed FP4 e2m1
 (low nibble = even input index) x scale per 32 inputs of a row; F32 as is; I64 hash tables.
 Scales may be F8_E8M0 (2^(e-127)) or F32 (base checkpoints). Decoding is lazy and cached, so

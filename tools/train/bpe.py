@@ -3,7 +3,7 @@
 
 Owns: the demo model's tokenizer. `train` learns merges on a text (most frequent adjacent
 pair first, ties to the smaller pair of token strings, so a run is reproducible) and writes
-a tokenizer.json of exactly DeepSeek's kind (model-v4.md §6): an empty Sequence normalizer,
+a tokenizer.json of exactly DeepSeek's kind (docs/MODEL.md §R6): an empty Sequence normalizer,
 the DeepSeek-V3 pre-tokenizer (Split on digit runs of 1-3, Split on CJK runs, Split on the
 GPT-style word regex, then ByteLevel without its own regex), a BPE model with vocab and
 legacy "a b" merge strings, the ByteLevel decoder and post-processor, and V4's special and
@@ -193,7 +193,7 @@ def build_json(merges):
 
 
 def tokenizer_config():
-    """tokenizer_config.json of the release's kind (model-v4.md §6)."""
+    """tokenizer_config.json of the release's kind (docs/MODEL.md §R6)."""
     return {"add_bos_token": False, "add_eos_token": False, "bos_token": BOS, "eos_token": EOS,
             "pad_token": EOS, "clean_up_tokenization_spaces": False, "legacy": True,
             "model_max_length": 1048576, "tokenizer_class": "PreTrainedTokenizerFast",

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """export.py - writes a trained v4.py model as a checkpoint in the official release layout.
 
-Owns: the mapping from training parameters to stored tensors (model-v4.md §2, §5.2):
+Owns: the mapping from training parameters to stored tensors (docs/MODEL.md §R2, §R5.2):
   * FP8 e4m3 + F8_E8M0 scale per 128x128 block: attention wq_a, wq_b, wkv, wo_a, wo_b, the
     indexer's wq_b, the shared expert, the MTP e_proj/h_proj;
   * FP4 e2m1 packed two per I8 (low nibble = even input) + F8_E8M0 per 32 inputs: routed

@@ -1,7 +1,7 @@
 """quant.py - the number formats of the release layout, for the exporter and for QAT.
 
 Owns: rounding to e4m3 and e2m1 with power-of-two (e8m0) scales, exactly as the stored
-codes decode (model-v4.md §5): dense projections as FP8 with one scale per 128x128 block,
+codes decode (docs/MODEL.md §R5): dense projections as FP8 with one scale per 128x128 block,
 routed experts as FP4 with one scale per 32 inputs of a row, activations as e4m3 per 128
 inputs of a token. The same functions quantise the weights at export and simulate that
 quantisation during quantisation-aware training, so the exported checkpoint holds exactly

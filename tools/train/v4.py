@@ -1,4 +1,4 @@
-"""v4.py - a trainable float32 DeepSeek-V4 (the architecture of model-v4.md §3), for the
+"""v4.py - a trainable float32 DeepSeek-V4 (the architecture of docs/MODEL.md §R3), for the
 demo model.
 
 Owns: the differentiable forward of the whole architecture on batches of whole sequences

@@ -15,7 +15,7 @@ void dsv4_ref_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int
 void dsv4_ref_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps);
 void dsv4_ref_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
                    const struct dsv4_rope_table *t, bool inverse);
-/* Sinkhorn on c[hc][hc] in double (model-v4.md §3.2); shared by the reference and fast hc_pre. */
+/* Sinkhorn on c[hc][hc] in double (docs/MODEL.md §R3.2); shared by the reference and fast hc_pre. */
 void dsv4_ref_sinkhorn(int hc, double *c, int iters, double eps);
 void dsv4_ref_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
 void dsv4_ref_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);

@@ -4,7 +4,7 @@
  *
  * Attention is computed exactly (two passes: scores and their maximum, then the weighted
  * sum), not with the block-wise running maximum of the demo's kernel, so the result does not
- * depend on how rows are grouped (model-v4.md §11.1). As in the kernel, scores and the
+ * depend on how rows are grouped (docs/MODEL.md §R11.1). As in the kernel, scores and the
  * exponentials are f32, probabilities are rounded to bf16 for the P.V product while the
  * denominator sums them unrounded; the sink is one more logit with a zero value vector, used
  * unscaled. Sums in double (ref_num.h).

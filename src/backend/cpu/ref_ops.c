@@ -4,7 +4,7 @@
  *
  * Each follows the dtype boundaries of the demo (docs/MODEL.md) with double arithmetic in
  * between (ref_num.h). The per-head q RMS rounds to bf16 at every step, because the demo
- * applies it to a bf16 tensor (model-v4.md §11.5).
+ * applies it to a bf16 tensor (docs/MODEL.md §R11.5).
  */
 #include <math.h>
 #include <string.h>
@@ -99,7 +99,7 @@ static void hc_mix(int hc, int d, const float *X, const float *fn, int n_mix, do
     }
 }
 
-/* Sinkhorn on c[hc][hc] (row j = source stream, column k = destination), model-v4.md §3.2,
+/* Sinkhorn on c[hc][hc] (row j = source stream, column k = destination), docs/MODEL.md §R3.2,
  * in double; the result is rounded to f32 by the caller. */
 void dsv4_ref_sinkhorn(int hc, double *c, int iters, double eps)
 {
