@@ -19,7 +19,44 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model/model.h"
+#include "core/core.h"
+#include "io/io.h"
+
+/* Bounds the ops rely on (stack arrays per row); the config is checked against them. */
+enum { DSV4_MAX_LAYERS = 256, DSV4_MAX_HC = 8, DSV4_MAX_EXPERTS = 4096 };
+
+/* ------------------------------------------------------------------ weights the ops read */
+
+/* Storage format of a projection's weight, decided by the config and checked at bind. */
+enum dsv4_wfmt {
+    DSV4_WFMT_BF16, /* [n_out, n_in] bf16 */
+    DSV4_WFMT_F32,  /* [n_out, n_in] f32 */
+    DSV4_WFMT_FP8,  /* [n_out, n_in] e4m3 + scale [ceil(n_out/128), ceil(n_in/128)] */
+    DSV4_WFMT_FP4,  /* [n_out, n_in/2] packed e2m1 (low nibble = even k) + scale [n_out, n_in/32] */
+};
+
+const char *dsv4_wfmt_name(enum dsv4_wfmt f);
+
+/* One projection as the ops see it: bound by the model layer to checkpoint memory (or to a
+ * backend's own copy, prepared at load). */
+struct dsv4_linear {
+    enum dsv4_wfmt  fmt;
+    int             n_out, n_in;
+    int             row_off;   /* first row of the tensor this view covers (grouped wo_a) */
+    const void     *w;         /* see enum dsv4_wfmt for the layout */
+    const void     *scale;     /* NULL for BF16/F32 */
+    bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
+    const struct dsv4_tensor *wt, *st;
+    /* The same weights as interleaved 16-row tiles for the bf16 kernels (backend/cpu/repack.c,
+     * made at load), or NULL; si: FP4's scales in tile order. A view (row_off) shares them. */
+    const void *wi, *si;
+};
+
+struct dsv4_expert_w {
+    struct dsv4_linear w1; /* gate [d_ff_exp, d_model] */
+    struct dsv4_linear w3; /* up   [d_ff_exp, d_model] */
+    struct dsv4_linear w2; /* down [d_model, d_ff_exp] */
+};
 
 /* How a projection treats its input. */
 enum dsv4_act {

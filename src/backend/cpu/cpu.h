@@ -192,6 +192,8 @@ struct dsv4_op_impl {
 };
 int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int max);
 
+struct dsv4_config; /* model/model.h: the widths the scratch is sized by */
+
 /* Extra scratch floats the fast ops need per context beyond the reference's, for batches
  * of up to max_rows rows (activation buffers, per-thread attention and GEMM panels). */
 size_t dsv4_cpu_scratch_floats(const struct dsv4_config *cfg, int max_rows, int max_attn_rows, int n_threads);

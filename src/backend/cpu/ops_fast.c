@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "model/model.h" /* struct dsv4_config, for the scratch sizing only (issue: a dims struct instead) */
 #include "backend/cpu/ref.h"
 #include "backend/cpu/ref_num.h"
 
