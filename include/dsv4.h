@@ -80,6 +80,9 @@ struct dsv4_engine_params {
      * double-precision reference ops (bit-exact with the Python reference, one thread).
      * The command-line tools set it from --cpu-level or DSV4_CPU. */
     const char        *cpu_level;
+    /* The backend by name: NULL or "" = the default ("cpu", the one this build has; tools:
+     * --backend). */
+    const char        *backend;
     /* Interleaved weight tiles on the levels that use them: 1 = yes (default), 0 = run on
      * the checkpoint's own layout (tools: --no-tiles or DSV4_TILES=0). */
     int                tiles;

@@ -60,7 +60,7 @@ int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv
     "  --cpu-level L          ref|scalar|avx2|avx512|avx512bf16 (default: the best; env DSV4_CPU)\n" \
     "  --no-tiles             keep the checkpoint's layout (env DSV4_TILES=0)\n"                    \
     "  --profile FILE         Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)\n"   \
-    "  --backend cpu          the backend (cpu is the one built)\n"
+    "  --backend NAME         the backend (default cpu, the one this build has)\n"
 
 /* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);

@@ -187,6 +187,7 @@ int cmd_serve(int argc, char **argv)
     if (!p.api_key && !no_key_ok && !is_loopback(p.host))
         fprintf(stderr, "dsv4 serve: warning: listening on %s without an API key: anyone who can reach it can use "
                         "the model (--api-key KEY, or --insecure-no-key to accept this)\n", p.host);
+    p.backend      = ep.backend;
     p.cpu_level    = ep.cpu_level;
     p.tiles        = ep.tiles;
     p.profile_path = ep.profile_path;

@@ -226,4 +226,47 @@ void dsv4_idx_key_decode(int d, const uint8_t *row, float *x);
 /* Activation quantisation shared by the reference ops: per-block power-of-two scale. */
 float dsv4_act_scale(float amax, float qmax, float floor_);
 
+/* ------------------------------------------------------------------ backend lifecycle */
+
+/*
+ * A backend as the model layer sees it (model.c, step.c): created from explicit parameters,
+ * it hands out its op table, prepares the checkpoint's projections at load (repacking them
+ * into its own layout, or uploading them), and says how much scratch a step plan needs. The
+ * model layer names no backend's types; dsv4_backend_find picks one by name.
+ */
+struct dsv4_config; /* model/model.h: the widths a plan is sized by */
+
+struct dsv4_backend_params {
+    const char               *level;     /* the backend's code path ("avx2", "ref", ...); NULL = best */
+    int                       n_threads; /* 0 = all */
+    bool                      tiles;     /* may repack weights into its preferred layout */
+    const struct dsv4_logger *lg;
+};
+
+/* The projections of a loaded model, for prepare_weights. */
+struct dsv4_weight_set {
+    struct dsv4_checkpoint *ck;   /* the mapped checkpoint (stored tiles, read-ahead) */
+    /* calls fn on every projection, in a fixed order */
+    void (*each_linear)(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
+    void  *ctx;
+    size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */
+};
+
+struct dsv4_backend_kind {
+    const char *name;
+    int  (*create)(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err);
+    void (*destroy)(void *impl); /* also frees what prepare_weights made */
+    const struct dsv4_backend_ops *(*ops)(void *impl);
+    /* one line for logs: "avx2, 2 threads" */
+    void (*describe)(void *impl, char *buf, size_t cap);
+    int  (*prepare_weights)(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
+                            struct dsv4_err *err);
+    /* scratch floats a step context needs beyond the model layer's own buffers, for batches of
+     * up to max_rows rows and attention over up to max_attn_rows cached rows */
+    size_t (*scratch_floats)(void *impl, const struct dsv4_config *cfg, int max_rows, int max_attn_rows);
+};
+
+/* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */
+const struct dsv4_backend_kind *dsv4_backend_find(const char *name);
+
 #endif /* DSV4_BACKEND_H */

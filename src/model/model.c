@@ -5,11 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cpu/cpu.h"
 #include "model/runtime.h"
 
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
@@ -68,154 +66,11 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
     return DSV4_OK;
 }
 
-struct tiles_plan {
-    const struct dsv4_checkpoint *ck;
-    bool              *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
-    size_t             bytes, n, n_stored, replaced;
-    uint8_t           *at;      /* packing: next free byte */
-    struct dsv4_pool  *pool;
-};
-
-static double now_s(void)
+/* The model's projections, for the backend's prepare_weights. */
+static void each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static size_t align64(size_t n)
-{
-    return (n + 63) & ~(size_t)63;
-}
-
-/* The tiles `dsv4 convert --tiles` stored for tensor t ("NAME.i16", docs/FORMAT.md), when
- * present with the expected size; NULL otherwise. */
-static const void *stored_tiles(const struct dsv4_checkpoint *ck, const struct dsv4_tensor *t, size_t bytes)
-{
-    char name[300];
-    if (!t || snprintf(name, sizeof(name), "%s.i16", t->name) >= (int)sizeof(name)) return NULL;
-    const struct dsv4_tensor *s = dsv4_checkpoint_find(ck, name);
-    return s && s->dtype == DSV4_DTYPE_U8 && s->ndim == 1 && s->nbytes == bytes ? s->data : NULL;
-}
-
-static void plan_tiles(struct dsv4_linear *l, void *ud)
-{
-    struct tiles_plan *P = ud;
-    if (!dsv4_i16_eligible(l)) return;
-    size_t wb, sb;
-    dsv4_i16_sizes(l, &wb, &sb);
-    const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
-    P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
-    if (l->wt) P->gone[l->wt - P->ck->tensors] = true;
-    if (l->st) P->gone[l->st - P->ck->tensors] = true;
-    if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
-        l->wi = wi;
-        l->si = si;
-        P->n_stored++;
-        return;
-    }
-    P->bytes += align64(wb) + align64(sb);
-    P->n++;
-}
-
-struct pack_job {
-    const struct dsv4_linear *l;
-    void                     *wi, *si;
-};
-
-static void pack_groups(void *ctx, int64_t g0, int64_t g1, int tid)
-{
-    (void)tid;
-    const struct pack_job *J = ctx;
-    dsv4_i16_pack(J->l, (int)g0, (int)g1, J->wi, J->si);
-}
-
-/* madvise over the whole pages inside [p, p + n), so that advice never reaches a
- * neighbouring tensor's bytes; advice the kernel does not know is ignored. */
-static void advise_inside(const void *p, size_t n, int advice)
-{
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
-    if (b > a) (void)madvise((void *)a, b - a, advice);
-}
-
-static void pack_tiles(struct dsv4_linear *l, void *ud)
-{
-    struct tiles_plan *P = ud;
-    if (l->wi || !dsv4_i16_eligible(l)) return; /* stored tiles, or none */
-    size_t wb, sb;
-    dsv4_i16_sizes(l, &wb, &sb);
-    struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
-    dsv4_pool_for(P->pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
-    l->wi = J.wi;
-    l->si = J.si;
-    P->at += align64(wb) + align64(sb);
-#ifdef MADV_PAGEOUT
-    /* the source pages are not read again: give them back now, or the page cache, full of
-     * them, pushes out the tensors that are read in place (the embedding, a 1 GB table of
-     * which each token touches one row) */
-    if (l->wt) advise_inside(l->wt->data, l->wt->nbytes, MADV_PAGEOUT);
-    if (l->st) advise_inside(l->st->data, l->st->nbytes, MADV_PAGEOUT);
-#endif
-}
-
-/* Asks the kernel to read ahead every tensor that will be read in place (not the ones the
- * tiles replaced, nor stored tiles that are not used), so that the first requests do not
- * fault them in from disk row by row. gone: as in struct tiles_plan, or NULL. */
-static void prefetch_in_place(const struct dsv4_model *m, const bool *gone, bool tiles_used,
-                              const struct dsv4_logger *lg)
-{
-    const struct dsv4_checkpoint *ck = &m->ck;
-    size_t bytes = 0;
-    for (size_t i = 0; i < ck->n_tensors; i++) {
-        const struct dsv4_tensor *t = &ck->tensors[i];
-        size_t nl = strlen(t->name);
-        if ((gone && gone[i]) || (!tiles_used && nl > 4 && !strcmp(t->name + nl - 4, ".i16"))) continue;
-        advise_inside(t->data, t->nbytes, MADV_WILLNEED);
-        bytes += t->nbytes;
-    }
-    dsv4_log(lg, DSV4_LOG_INFO, "read-ahead asked for %.2f GB of weights read in place", (double)bytes / 1e9);
-}
-
-/*
- * On the levels with VDPBF16PS, the projections are copied once into interleaved 16-row
- * tiles (backend/cpu/repack.c), the layout of the kernels that give the same bits at any
- * batch size and run the prefill GEMM near the machine's peak. The copy is anonymous memory
- * (transparent huge pages asked for); the checkpoint's pages are no longer touched by the
- * kernels, so the page cache may drop them. tiles == 0 (engine params) keeps the release
- * layout.
- */
-static int make_tiles(struct dsv4_model *m, struct dsv4_cpu *cpu, bool tiles, const struct dsv4_logger *lg,
-                      struct dsv4_err *err)
-{
-    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !tiles) {
-        prefetch_in_place(m, NULL, false, lg);
-        return DSV4_OK;
-    }
-    struct tiles_plan P = { .pool = cpu->pool, .ck = &m->ck, .gone = calloc(m->ck.n_tensors + 1, sizeof(bool)) };
-    if (!P.gone) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
-    dsv4_weights_each_linear(&m->w, &m->cfg, plan_tiles, &P);
-    m->tiles_replaced = P.replaced;
-    if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
-    if (P.bytes) {
-        double t0  = now_s();
-        void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED) {
-            free(P.gone);
-            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
-                                "(tiles off: --no-tiles or DSV4_TILES=0, runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
-        }
-        madvise(mem, P.bytes, MADV_HUGEPAGE);
-        m->tiles       = mem;
-        m->tiles_bytes = P.bytes;
-        P.at           = mem;
-        dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
-        dsv4_weights_each_linear(&m->w, &m->cfg, pack_tiles, &P);
-        dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
-    }
-    prefetch_in_place(m, P.gone, true, lg);
-    free(P.gone);
-    return DSV4_OK;
+    struct dsv4_model *m = ctx;
+    dsv4_weights_each_linear(&m->w, &m->cfg, fn, ud);
 }
 
 int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
@@ -254,20 +109,29 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     m->revision     = rev;
     m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
-    struct dsv4_cpu *cpu;
-    rc = dsv4_cpu_create(&cpu, params->cpu_level, params->n_threads, err);
+    m->backend = dsv4_backend_find(params->backend);
+    if (!m->backend) {
+        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: cpu)", params->backend);
+        goto fail_ck;
+    }
+    struct dsv4_backend_params bp = {
+        .level = params->cpu_level, .n_threads = params->n_threads, .tiles = params->tiles != 0, .lg = lg
+    };
+    rc = m->backend->create(&m->backend_impl, &bp, err);
     if (rc) goto fail_ck;
-    m->backend_impl = cpu;
-    m->ops          = cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
+    m->ops = m->backend->ops(m->backend_impl);
     const char *prof = params->profile_path;
     if (prof && *prof) {
         m->prof = dsv4_prof_create(prof, m->ops, (size_t)1 << 22);
         if (m->prof) m->ops = &dsv4_prof_ops;
         else dsv4_log(lg, DSV4_LOG_WARN, "profile %s: out of memory, profiling off", prof);
     }
-    dsv4_log(lg, DSV4_LOG_INFO, "cpu backend: %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
-             cpu->n_threads);
-    rc = make_tiles(m, cpu, params->tiles != 0, lg, err);
+    char desc[128];
+    m->backend->describe(m->backend_impl, desc, sizeof(desc));
+    dsv4_log(lg, DSV4_LOG_INFO, "backend: %s", desc);
+    struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .ctx = m };
+    rc                        = m->backend->prepare_weights(m->backend_impl, &ws, &bp, err);
+    m->tiles_replaced         = ws.replaced;
     if (rc) {
         dsv4_model_free(m);
         return rc;
@@ -282,9 +146,8 @@ fail_cfg:
 
 void dsv4_model_free(struct dsv4_model *m)
 {
-    if (m->tiles) munmap(m->tiles, m->tiles_bytes);
     dsv4_prof_finish(m->prof, stderr);
-    dsv4_cpu_free(m->backend_impl);
+    if (m->backend) m->backend->destroy(m->backend_impl);
     dsv4_checkpoint_close(&m->ck);
     dsv4_arena_free(&m->arena);
     memset(m, 0, sizeof(*m));

@@ -21,12 +21,11 @@ struct dsv4_model {
     float                         *freq_swa;    /* [d_rope/2] rope_theta, no YaRN */
     float                         *freq_comp;   /* [d_rope/2] compress_rope_theta with YaRN */
     struct dsv4_rope_table         rope_swa, rope_comp;
+    const struct dsv4_backend_kind *backend;    /* created by dsv4_backend_find(params.backend) */
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
-    void                          *tiles;       /* interleaved copies of the projections (mmap), or NULL */
-    size_t                         tiles_bytes;
-    size_t                         tiles_replaced; /* checkpoint bytes the tiles stand in for (no longer read) */
+    size_t                         tiles_replaced; /* checkpoint bytes the backend's copies stand in for (no longer read) */
 };
 
 /* Loads a checkpoint with the engine's parameters (revision, threads, CPU level, tiles,

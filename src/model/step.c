@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
 #include "model/runtime.h"
 
 static size_t a64(size_t v)
@@ -93,7 +92,7 @@ static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int m
     size_t att = (size_t)c->n_head * (size_t)attn_rows + (size_t)c->d_head;
     if (att > sc) sc = att;
     if ((size_t)c->d_idx_head > sc) sc = (size_t)c->d_idx_head;
-    size_t fast = dsv4_cpu_scratch_floats(c, R, attn_rows, m->backend_impl ? ((const struct dsv4_cpu *)m->backend_impl)->n_threads : 1);
+    size_t fast = m->backend ? m->backend->scratch_floats(m->backend_impl, c, R, attn_rows) : 0;
     if (fast > sc) sc = fast;
     F(s->be.scratch, sc);
     if (base) {

@@ -798,6 +798,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
         .n_threads     = p->n_threads,
+        .backend       = p->backend,
         .cpu_level     = p->cpu_level,
         .tiles         = p->tiles,
         .profile_path  = p->profile_path,

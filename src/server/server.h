@@ -58,6 +58,7 @@ struct srv_params {
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
     size_t      mem_limit;       /* bytes the KV plan may take, 0 = from the free memory */
     int         n_threads;       /* engine CPU threads, 0 = all */
+    const char *backend;         /* dsv4_engine_params.backend (NULL = cpu) */
     const char *cpu_level;       /* dsv4_engine_params.cpu_level (NULL = best) */
     int         tiles;           /* dsv4_engine_params.tiles */
     const char *profile_path;    /* dsv4_engine_params.profile_path */
@@ -188,7 +189,7 @@ struct srv_metrics;
 struct srv_worker_params {
     const char         *model_dir;
     int                 max_seqs, ctx, max_queue, n_threads;
-    const char         *cpu_level, *profile_path; /* the engine's backend choices */
+    const char         *backend, *cpu_level, *profile_path; /* the engine's backend choices */
     int                 tiles;
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
     float               prefill_share;

@@ -56,6 +56,7 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     ep.log       = w->p.log;
     ep.log_ud    = w->p.log_ud;
     ep.n_threads    = w->p.n_threads;
+    ep.backend      = w->p.backend;
     ep.cpu_level    = w->p.cpu_level;
     ep.tiles        = w->p.tiles;
     ep.profile_path = w->p.profile_path;

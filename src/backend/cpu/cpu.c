@@ -2,6 +2,7 @@
  * cpu.c - CPU feature detection, the dispatch level, and the backend state (thread pool).
  */
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -110,6 +111,7 @@ int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool re
 void dsv4_cpu_free(struct dsv4_cpu *cpu)
 {
     if (!cpu) return;
+    if (cpu->tiles) munmap(cpu->tiles, cpu->tiles_bytes);
     dsv4_pool_free(cpu->pool);
     free(cpu);
 }

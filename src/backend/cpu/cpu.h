@@ -172,7 +172,12 @@ struct dsv4_cpu {
     const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
     struct dsv4_pool           *pool;
     int                         n_threads;
+    void                       *tiles;       /* interleaved copies of the projections (mmap), or NULL */
+    size_t                      tiles_bytes;
 };
+
+/* The CPU backend's lifecycle table (cpu_backend.c). */
+extern const struct dsv4_backend_kind dsv4_backend_cpu;
 
 /* The level from dsv4_cpu_pick (environment), or an explicit one (tests, `dsv4 ops`). */
 int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err);

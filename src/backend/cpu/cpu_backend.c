@@ -1,0 +1,209 @@
+/*
+ * cpu_backend.c - the CPU backend's lifecycle (backend.h, struct dsv4_backend_kind): create
+ * from explicit parameters (level, threads), the op table of the level (reference or fast),
+ * the weight preparation at load (interleaved 16-row tiles for the VDPBF16PS kernels, or
+ * read-ahead of the release layout), and the scratch a step plan needs. The model layer
+ * reaches the CPU backend only through this table.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu.h"
+
+struct tiles_plan {
+    const struct dsv4_checkpoint *ck;
+    bool              *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
+    size_t             bytes, n, n_stored, replaced;
+    uint8_t           *at;      /* packing: next free byte */
+    struct dsv4_pool  *pool;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* The tiles `dsv4 convert --tiles` stored for tensor t ("NAME.i16", docs/FORMAT.md), when
+ * present with the expected size; NULL otherwise. */
+static const void *stored_tiles(const struct dsv4_checkpoint *ck, const struct dsv4_tensor *t, size_t bytes)
+{
+    char name[300];
+    if (!t || snprintf(name, sizeof(name), "%s.i16", t->name) >= (int)sizeof(name)) return NULL;
+    const struct dsv4_tensor *s = dsv4_checkpoint_find(ck, name);
+    return s && s->dtype == DSV4_DTYPE_U8 && s->ndim == 1 && s->nbytes == bytes ? s->data : NULL;
+}
+
+static void plan_tiles(struct dsv4_linear *l, void *ud)
+{
+    struct tiles_plan *P = ud;
+    if (!dsv4_i16_eligible(l)) return;
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+    P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
+    if (l->wt) P->gone[l->wt - P->ck->tensors] = true;
+    if (l->st) P->gone[l->st - P->ck->tensors] = true;
+    if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
+        l->wi = wi;
+        l->si = si;
+        P->n_stored++;
+        return;
+    }
+    P->bytes += align64(wb) + align64(sb);
+    P->n++;
+}
+
+struct pack_job {
+    const struct dsv4_linear *l;
+    void                     *wi, *si;
+};
+
+static void pack_groups(void *ctx, int64_t g0, int64_t g1, int tid)
+{
+    (void)tid;
+    const struct pack_job *J = ctx;
+    dsv4_i16_pack(J->l, (int)g0, (int)g1, J->wi, J->si);
+}
+
+/* madvise over the whole pages inside [p, p + n), so that advice never reaches a
+ * neighbouring tensor's bytes; advice the kernel does not know is ignored. */
+static void advise_inside(const void *p, size_t n, int advice)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, advice);
+}
+
+static void pack_tiles(struct dsv4_linear *l, void *ud)
+{
+    struct tiles_plan *P = ud;
+    if (l->wi || !dsv4_i16_eligible(l)) return; /* stored tiles, or none */
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
+    dsv4_pool_for(P->pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
+    l->wi = J.wi;
+    l->si = J.si;
+    P->at += align64(wb) + align64(sb);
+#ifdef MADV_PAGEOUT
+    /* the source pages are not read again: give them back now, or the page cache, full of
+     * them, pushes out the tensors that are read in place (the embedding, a 1 GB table of
+     * which each token touches one row) */
+    if (l->wt) advise_inside(l->wt->data, l->wt->nbytes, MADV_PAGEOUT);
+    if (l->st) advise_inside(l->st->data, l->st->nbytes, MADV_PAGEOUT);
+#endif
+}
+
+/* Asks the kernel to read ahead every tensor that will be read in place (not the ones the
+ * tiles replaced, nor stored tiles that are not used), so that the first requests do not
+ * fault them in from disk row by row. gone: as in struct tiles_plan, or NULL. */
+static void prefetch_in_place(const struct dsv4_checkpoint *ck, const bool *gone, bool tiles_used,
+                              const struct dsv4_logger *lg)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < ck->n_tensors; i++) {
+        const struct dsv4_tensor *t = &ck->tensors[i];
+        size_t nl = strlen(t->name);
+        if ((gone && gone[i]) || (!tiles_used && nl > 4 && !strcmp(t->name + nl - 4, ".i16"))) continue;
+        advise_inside(t->data, t->nbytes, MADV_WILLNEED);
+        bytes += t->nbytes;
+    }
+    dsv4_log(lg, DSV4_LOG_INFO, "read-ahead asked for %.2f GB of weights read in place", (double)bytes / 1e9);
+}
+
+/*
+ * On the levels with VDPBF16PS, the projections are copied once into interleaved 16-row
+ * tiles (repack.c), the layout of the kernels that give the same bits at any batch size and
+ * run the prefill GEMM near the machine's peak. The copy is anonymous memory (transparent
+ * huge pages asked for), owned by the backend; the checkpoint's pages are no longer touched
+ * by the kernels, so the page cache may drop them. p->tiles false keeps the release layout.
+ */
+static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
+                               struct dsv4_err *err)
+{
+    struct dsv4_cpu          *cpu = impl;
+    const struct dsv4_logger *lg  = p->lg;
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !p->tiles) {
+        prefetch_in_place(ws->ck, NULL, false, lg);
+        return DSV4_OK;
+    }
+    struct tiles_plan P = { .pool = cpu->pool, .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
+    if (!P.gone) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    ws->each_linear(ws->ctx, plan_tiles, &P);
+    ws->replaced = P.replaced;
+    if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
+    if (P.bytes) {
+        double t0  = now_s();
+        void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            free(P.gone);
+            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
+                                "(tiles off: --no-tiles or DSV4_TILES=0, runs on the checkpoint's own layout)",
+                                (double)P.bytes / 1e9);
+        }
+        madvise(mem, P.bytes, MADV_HUGEPAGE);
+        cpu->tiles       = mem;
+        cpu->tiles_bytes = P.bytes;
+        P.at             = mem;
+        dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
+        ws->each_linear(ws->ctx, pack_tiles, &P);
+        dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    }
+    prefetch_in_place(ws->ck, P.gone, true, lg);
+    free(P.gone);
+    return DSV4_OK;
+}
+
+/* ------------------------------------------------------------------ the backend */
+
+static int cpu_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
+{
+    struct dsv4_cpu *cpu = NULL;
+    int              rc  = dsv4_cpu_create(&cpu, p->level, p->n_threads, err);
+    *impl                = cpu;
+    return rc;
+}
+
+static void cpu_destroy(void *impl)
+{
+    dsv4_cpu_free(impl);
+}
+
+static const struct dsv4_backend_ops *cpu_ops(void *impl)
+{
+    const struct dsv4_cpu *cpu = impl;
+    return cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
+}
+
+static void cpu_describe(void *impl, char *buf, size_t cap)
+{
+    const struct dsv4_cpu *cpu = impl;
+    snprintf(buf, cap, "cpu %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level), cpu->n_threads);
+}
+
+static size_t cpu_scratch_floats(void *impl, const struct dsv4_config *cfg, int max_rows, int max_attn_rows)
+{
+    const struct dsv4_cpu *cpu = impl;
+    return dsv4_cpu_scratch_floats(cfg, max_rows, max_attn_rows, cpu ? cpu->n_threads : 1);
+}
+
+const struct dsv4_backend_kind dsv4_backend_cpu = {
+    .name            = "cpu",
+    .create          = cpu_create,
+    .destroy         = cpu_destroy,
+    .ops             = cpu_ops,
+    .describe        = cpu_describe,
+    .prepare_weights = cpu_prepare_weights,
+    .scratch_floats  = cpu_scratch_floats,
+};
