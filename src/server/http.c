@@ -173,6 +173,17 @@ static void add_keep_alive(const struct srv *s, struct MHD_Response *resp)
     MHD_add_response_header(resp, "Keep-Alive", v);
 }
 
+/* Queues resp with status, counts it, and marks the request answered. */
+static enum MHD_Result queue(struct srv *s, struct MHD_Connection *c, struct req *r, int status,
+                             struct MHD_Response *resp)
+{
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_request(s->m, r->ep, status);
+    r->replied = true;
+    return ret;
+}
+
 static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req *r, int status, const char *ctype,
                              char *body, size_t len, const char *retry_after)
 {
@@ -193,11 +204,7 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req
     if (draining || probe) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     else add_keep_alive(s, resp);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    srv_metrics_request(s->m, r->ep, status);
-    r->replied = true;
-    return ret;
+    return queue(s, c, r, status, resp);
 }
 
 static enum MHD_Result reply_error(struct srv *s, struct MHD_Connection *c, struct req *r,
@@ -340,11 +347,7 @@ static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, str
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     add_cors(s, resp, r->ep);
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    srv_metrics_request(s->m, r->ep, 200);
-    r->replied = true;
-    return ret;
+    return queue(s, c, r, 200, resp);
 }
 
 /* A whole-body answer: wait for the job here, watching the client. */
@@ -486,11 +489,7 @@ static enum MHD_Result preflight(struct srv *s, struct MHD_Connection *c, struct
     const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", want ? want : "Authorization, Content-Type");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
-    MHD_destroy_response(resp);
-    srv_metrics_request(s->m, r->ep, 204);
-    r->replied = true;
-    return ret;
+    return queue(s, c, r, 204, resp);
 }
 
 static enum MHD_Result models(struct srv *s, struct MHD_Connection *c, struct req *r)

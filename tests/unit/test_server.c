@@ -50,17 +50,7 @@ static bool model_dir(struct test_ctx *t)
     if (g_model_tried) return g_model_ok;
     g_model_tried = true;
     snprintf(g_dir, sizeof(g_dir), "%s/srv-tiny", t->tmpdir);
-    struct gen_opts o;
-    gen_opts_default(&o);
-    o.preset = "tiny-a";
-    o.seed   = 7;
-    o.quiet  = true;
-    struct dsv4_err err;
-    int             rc = gen_checkpoint(&o, g_dir, &err);
-    CHECKF(rc == DSV4_OK, "gen: %s", err.msg);
-    if (rc == DSV4_OK) rc = tsrv_write_tokenizer(g_dir, 2048, &err);
-    CHECKF(rc == DSV4_OK, "tokenizer: %s", err.msg);
-    g_model_ok = rc == DSV4_OK;
+    g_model_ok = tsrv_make_model(t, g_dir, 7);
     return g_model_ok;
 }
 

@@ -34,30 +34,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-    a.sin_addr.s_addr    = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k <= 0) return false;
-        s += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 /* Reads until the peer closes or timeout_s passes; the bytes (malloc'd, NUL-terminated). */
 static char *read_all(int fd, double timeout_s, bool *closed)
 {
@@ -91,7 +67,7 @@ static char *read_all(int fd, double timeout_s, bool *closed)
 /* One request on a fresh connection (Connection: close): the whole response, headers too. */
 static char *raw_request(int port, const char *method, const char *path, const char *headers, const char *body)
 {
-    int fd = dial(port);
+    int fd = tsrv_connect(port);
     if (fd < 0) return NULL;
     char head[2048];
     int  n = snprintf(head, sizeof(head), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path,
@@ -100,7 +76,7 @@ static char *raw_request(int port, const char *method, const char *path, const c
     n += snprintf(head + n, sizeof(head) - (size_t)n, "\r\n");
     bool  closed;
     char *out = NULL;
-    if (send_all(fd, head, (size_t)n) && (!body || send_all(fd, body, strlen(body)))) out = read_all(fd, 10, &closed);
+    if (tsrv_send_all(fd, head, (size_t)n) && (!body || tsrv_send_all(fd, body, strlen(body)))) out = read_all(fd, 10, &closed);
     close(fd);
     return out;
 }
@@ -137,17 +113,7 @@ static bool model_dir(struct test_ctx *t)
     if (g_model_tried) return g_model_ok;
     g_model_tried = true;
     snprintf(g_dir, sizeof(g_dir), "%s/hard-tiny", t->tmpdir);
-    struct gen_opts o;
-    gen_opts_default(&o);
-    o.preset = "tiny-a";
-    o.seed   = 11;
-    o.quiet  = true;
-    struct dsv4_err err;
-    int             rc = gen_checkpoint(&o, g_dir, &err);
-    CHECKF(rc == DSV4_OK, "gen: %s", err.msg);
-    if (rc == DSV4_OK) rc = tsrv_write_tokenizer(g_dir, 2048, &err);
-    CHECKF(rc == DSV4_OK, "tokenizer: %s", err.msg);
-    g_model_ok = rc == DSV4_OK;
+    g_model_ok = tsrv_make_model(t, g_dir, 11);
     return g_model_ok;
 }
 
@@ -421,7 +387,7 @@ static void test_trickle_and_probes(struct test_ctx *t)
     const char *req = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"messages\":";
     size_t      sent[N] = { 0 };
     for (int i = 0; i < N; i++) {
-        fd[i] = dial(s.port);
+        fd[i] = tsrv_connect(s.port);
         CHECK(fd[i] >= 0);
     }
     bool   probed = false, closed[N] = { false };
@@ -429,7 +395,7 @@ static void test_trickle_and_probes(struct test_ctx *t)
     while (now_s() - t0 < 6) {
         for (int i = 0; i < N; i++) {
             if (fd[i] < 0 || closed[i]) continue;
-            if (sent[i] < strlen(req) && !send_all(fd[i], req + sent[i], 1)) closed[i] = true;
+            if (sent[i] < strlen(req) && !tsrv_send_all(fd[i], req + sent[i], 1)) closed[i] = true;
             sent[i]++;
             struct pollfd p = { .fd = fd[i], .events = POLLIN };
             char          c;
@@ -474,14 +440,14 @@ static void test_per_ip_cap(struct test_ctx *t)
     if (!model_dir(t)) return;
     struct tsrv s;
     if (!tsrv_start(t, &s, g_dir, "--max-conns-per-ip 2")) return;
-    int a = dial(s.port), b = dial(s.port), c = dial(s.port);
+    int a = tsrv_connect(s.port), b = tsrv_connect(s.port), c = tsrv_connect(s.port);
     CHECK(a >= 0 && b >= 0 && c >= 0);
     bool  closed = false;
     char *got    = c >= 0 ? read_all(c, 3, &closed) : NULL;
     CHECKF(closed && got && got[0] == '\0', "third connection: closed %d, got '%s'", closed, got ? got : "");
     free(got);
     const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    CHECK(a >= 0 && send_all(a, req, strlen(req)));
+    CHECK(a >= 0 && tsrv_send_all(a, req, strlen(req)));
     got = a >= 0 ? read_all(a, 3, &closed) : NULL;
     CHECKF(status_of(got) == 200, "a connection within the cap: %s", got ? got : "");
     free(got);

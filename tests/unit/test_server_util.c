@@ -21,6 +21,7 @@
 
 #include "http_client.h"
 #include "server/server.h"
+#include "gen.h"
 #include "test_server_util.h"
 
 /* ------------------------------------------------------------------ tokenizer */
@@ -265,7 +266,7 @@ int tsrv_post_retry(struct tsrv *s, const char *path, const char *body, json_t *
     return st;
 }
 
-static int connect_local(int port)
+int tsrv_connect(int port)
 {
     struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
     char            ps[16];
@@ -280,7 +281,7 @@ static int connect_local(int port)
     return fd;
 }
 
-static bool send_str(int fd, const char *s, size_t n)
+bool tsrv_send_all(int fd, const char *s, size_t n)
 {
     while (n) {
         ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
@@ -293,13 +294,13 @@ static bool send_str(int fd, const char *s, size_t n)
 
 int tsrv_send_only(struct tsrv *s, const char *path, const char *body)
 {
-    int fd = connect_local(s->port);
+    int fd = tsrv_connect(s->port);
     if (fd < 0) return -1;
     char head[512];
     int  n = snprintf(head, sizeof(head),
                       "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                       path, strlen(body));
-    if (!send_str(fd, head, (size_t)n) || !send_str(fd, body, strlen(body))) {
+    if (!tsrv_send_all(fd, head, (size_t)n) || !tsrv_send_all(fd, body, strlen(body))) {
         close(fd);
         return -1;
     }
@@ -308,20 +309,20 @@ int tsrv_send_only(struct tsrv *s, const char *path, const char *body)
 
 int tsrv_post_chunked(struct tsrv *s, const char *path, const char *body, const char *headers, json_t **json)
 {
-    int fd = connect_local(s->port);
+    int fd = tsrv_connect(s->port);
     if (fd < 0) return -1;
     char head[1024];
     int  n = snprintf(head, sizeof(head),
                       "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n%s\r\n", path,
                       headers ? headers : "");
-    bool ok = send_str(fd, head, (size_t)n);
+    bool ok = tsrv_send_all(fd, head, (size_t)n);
     for (size_t off = 0, len = strlen(body); ok && off < len; off += 500) {
         size_t k = len - off < 500 ? len - off : 500;
         char   sz[32];
         int    m = snprintf(sz, sizeof(sz), "%zx\r\n", k);
-        ok       = send_str(fd, sz, (size_t)m) && send_str(fd, body + off, k) && send_str(fd, "\r\n", 2);
+        ok       = tsrv_send_all(fd, sz, (size_t)m) && tsrv_send_all(fd, body + off, k) && tsrv_send_all(fd, "\r\n", 2);
     }
-    if (ok) send_str(fd, "0\r\n\r\n", 5);
+    if (ok) tsrv_send_all(fd, "0\r\n\r\n", 5);
     /* the whole answer, then the status and the body after the blank line */
     char   buf[16384];
     size_t len = 0;
@@ -725,4 +726,19 @@ bool tsrv_write_canned(const char *dir, const char *model_dir)
     free(turn);
     dsv4_tokenizer_free(tok);
     return ok;
+}
+
+bool tsrv_make_model(struct test_ctx *t, const char *dir, unsigned long long seed)
+{
+    struct gen_opts o;
+    gen_opts_default(&o);
+    o.preset = "tiny-a";
+    o.seed   = seed;
+    o.quiet  = true;
+    struct dsv4_err err;
+    int             rc = gen_checkpoint(&o, dir, &err);
+    CHECKF(rc == DSV4_OK, "gen: %s", err.msg);
+    if (rc == DSV4_OK) rc = tsrv_write_tokenizer(dir, 2048, &err);
+    CHECKF(rc == DSV4_OK, "tokenizer: %s", err.msg);
+    return rc == DSV4_OK;
 }

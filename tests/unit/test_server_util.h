@@ -38,6 +38,11 @@ int tsrv_post(struct tsrv *s, const char *path, const char *body, const char *he
 int tsrv_post_retry(struct tsrv *s, const char *path, const char *body, json_t **json, char *retry_after, size_t cap);
 /* The body sent with Transfer-Encoding: chunked (no Content-Length). */
 int tsrv_post_chunked(struct tsrv *s, const char *path, const char *body, const char *headers, json_t **json);
+/* A loopback TCP connection to port (-1 on failure); sends all n bytes (false on failure). */
+int  tsrv_connect(int port);
+bool tsrv_send_all(int fd, const char *s, size_t n);
+/* A tiny-a checkpoint (seed) with the test tokenizer in dir. */
+bool tsrv_make_model(struct test_ctx *t, const char *dir, unsigned long long seed);
 /* Connects and sends a request without reading anything; returns the socket (or -1). */
 int tsrv_send_only(struct tsrv *s, const char *path, const char *body);
 
