@@ -133,7 +133,8 @@ int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv
         free(s);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
-    rc = dsv4_seq_state_init(&s->st, &e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp, err);
+    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(&e->model);
+    rc = dsv4_seq_state_init(&s->st, &e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp, &kvmem, err);
     if (rc) goto fail;
     /* one extra row: with MTP the previous call's last position joins the chunk */
     rc = dsv4_step_init(&s->step, &e->model, s->max_chunk + 1, p->max_ctx, err);

@@ -327,8 +327,9 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         goto done;
     }
+    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(m);
     for (int b = 0; b < max_b; b++)
-        if (dsv4_seq_state_init(&sts[b], c, ctx_cap, m->row_fmt, false, &err)) {
+        if (dsv4_seq_state_init(&sts[b], c, ctx_cap, m->row_fmt, false, &kvmem, &err)) {
             fprintf(stderr, "dsv4 bench: %s\n", err.msg);
             goto done;
         }

@@ -1,14 +1,29 @@
 /*
- * cmd_ops.c - `dsv4 ops`: which implementation runs each backend op on this machine, and
- * which ops run on plain C. The O(d)-per-row ops (norms, RoPE, FP8/FP4 simulation,
- * Hadamard, routing and expert glue) are scalar by design; a profile (DSV4_PROFILE=FILE)
- * shows their share of the time.
+ * cmd_ops.c - `dsv4 ops`: what runs each backend op (one row per op of op_list.h) at the
+ * selected backend and level on this machine, and which ops run on plain C. The O(d)-per-row
+ * ops (norms, RoPE, FP8/FP4 simulation, Hadamard, routing and the data-movement ops) are
+ * plain C on some levels by design; a profile (DSV4_PROFILE=FILE) shows their share of the
+ * time. The lines come from the backend's describe_op: this file names no backend's types.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "cli.h"
+
+/* "levels: scalar avx2 (not on this machine: avx512 avx512bf16)" */
+static void print_levels(const struct dsv4_backend_kind *kind)
+{
+    if (!kind->level) return;
+    printf("levels:");
+    bool here;
+    for (int i = 0; kind->level(i, &here); i++)
+        if (here) printf(" %s", kind->level(i, &here));
+    int n_absent = 0;
+    for (int i = 0; kind->level(i, &here); i++)
+        if (!here) printf("%s%s", n_absent++ ? " " : " (not on this machine: ", kind->level(i, &here));
+    printf("%s\n", n_absent ? ")" : "");
+}
 
 int cmd_ops(int argc, char **argv)
 {
@@ -21,24 +36,34 @@ int cmd_ops(int argc, char **argv)
         if (eo > 0) continue;
         bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
         if (!help) fprintf(stderr, "dsv4 ops: unknown option '%s'\n", argv[i]);
-        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--cpu-level L]   (or DSV4_CPU)\n");
+        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--backend B] [--cpu-level L]   (or DSV4_CPU)\n");
         return help ? 0 : 2;
     }
-    struct dsv4_err  err;
-    struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, ep.cpu_level, 0, &err)) {
+    const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
+    if (!kind) {
+        fprintf(stderr, "dsv4 ops: this build has no backend '%s'\n", ep.backend);
+        return 1;
+    }
+    struct dsv4_backend_params bp = { .level = ep.cpu_level, .tiles = ep.tiles };
+    struct dsv4_err            err;
+    void                      *impl = NULL;
+    if (kind->create(&impl, &bp, &err)) {
         fprintf(stderr, "dsv4 ops: %s\n", err.msg);
         return 1;
     }
-    printf("cpu: best level %s, using %s, %d threads\n", dsv4_cpu_level_name(dsv4_cpu_detect()),
-           cpu->ref ? "ref (DSV4_CPU=ref)" : dsv4_cpu_level_name(cpu->level), cpu->n_threads);
-    struct dsv4_op_impl ops[64];
-    int                 n = dsv4_cpu_describe(cpu, ops, 64), n_scalar = 0;
-    for (int i = 0; i < n; i++) {
-        printf("  %-40s %s%s\n", ops[i].op, ops[i].impl, ops[i].scalar ? "   [scalar]" : "");
-        n_scalar += ops[i].scalar;
+    char line[512];
+    kind->describe(impl, line, sizeof(line));
+    printf("backend: %s\n", line);
+    print_levels(kind);
+    int n_plain = 0;
+    for (int op = 0; op < DSV4_OP_COUNT; op++) {
+        int plain = 1;
+        if (kind->describe_op) plain = kind->describe_op(impl, (enum dsv4_op)op, line, sizeof(line));
+        else snprintf(line, sizeof(line), "(the backend does not describe its ops)");
+        printf("  %-15s %s%s\n", dsv4_op_name((enum dsv4_op)op), line, plain ? "   [plain C]" : "");
+        n_plain += plain;
     }
-    printf("%d of %d ops on plain C on this machine\n", n_scalar, n);
-    dsv4_cpu_free(cpu);
+    printf("%d of %d ops on plain C on this machine\n", n_plain, (int)DSV4_OP_COUNT);
+    kind->destroy(impl);
     return 0;
 }

@@ -23,7 +23,12 @@ can_apt() {
 
 missing_debs() {
     command -v dpkg >/dev/null 2>&1 || return 0
-    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || printf '%s ' "$p"; done
+    arch=$(dpkg --print-architecture)
+    # the native (or arch-independent) package: with arm64 packages also installed, `dpkg -s NAME`
+    # is ambiguous or finds the foreign one
+    for p in "$@"; do
+        dpkg -s "$p:$arch" >/dev/null 2>&1 || dpkg -s "$p:all" >/dev/null 2>&1 || printf '%s ' "$p"
+    done
 }
 
 apt_updated=0

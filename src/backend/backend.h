@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend/op_list.h"
 #include "core/core.h"
 #include "io/io.h"
 
@@ -70,10 +71,48 @@ enum dsv4_out {
     DSV4_OUT_BF16, /* round to bf16 */
 };
 
-/* Storage of one cached attention row (window ring or compressed row). */
+/* Storage of one cached row (window ring, compressed row, indexer key). */
 enum dsv4_row_fmt {
-    DSV4_ROW_FP8,  /* d_nope e4m3 codes, d_nope/64 e8m0 scales, d_rope bf16 (lossless after FP8 sim) */
-    DSV4_ROW_BF16, /* d_head bf16 (initial revision: the nope part is not FP8-rounded) */
+    DSV4_ROW_FP8,     /* d_nope e4m3 codes, d_nope/64 e8m0 scales, d_rope bf16 (lossless after FP8 sim) */
+    DSV4_ROW_BF16,    /* d_head bf16 (initial revision: the nope part is not FP8-rounded) */
+    DSV4_ROW_IDX_FP4, /* indexer key: d e2m1 codes (two per byte, low nibble first), d/32 e8m0 scales */
+};
+
+/*
+ * Stored rows as the ops address them: a pool (backend memory), a page table and the place
+ * of these rows in a page. Row j lives at
+ *     base + page[j / page_rows] * page_bytes + off + (j % page_rows) * row_bytes.
+ * KV pages (kv.h) are one such set per layer and kind; a window ring or a chunk's staging
+ * rows are a set of one page (page table {0}).
+ */
+struct dsv4_kv_rows {
+    uint8_t       *base;
+    const int32_t *page;       /* page ids, one per page_rows rows */
+    size_t         page_bytes;
+    size_t         off;        /* byte offset of row 0 of a page */
+    int            page_rows;
+    int            row_bytes;
+};
+
+static inline uint8_t *dsv4_kv_row_at(const struct dsv4_kv_rows *r, int j)
+{
+    return r->base + (size_t)r->page[j / r->page_rows] * r->page_bytes + r->off +
+           (size_t)(j % r->page_rows) * (size_t)r->row_bytes;
+}
+
+/*
+ * The cached rows a chunk of queries attends to (one sequence, positions p0, p0 + 1, ..).
+ * Query t at position p reads, in this order:
+ *   the window: positions max(0, p - window + 1) .. p, those before p0 from `ring` (row
+ *   pos % window), the others from `chunk` (row pos - p0: this chunk's own rows);
+ *   compressed rows of `comp`: with sel, the n_sel[t] rows sel[t * sel_stride ..]; without,
+ *   every completed row 0 .. (p + 1) / ratio - 1 (none when ratio is 0).
+ */
+struct dsv4_attn_src {
+    int                 p0, window, ratio;
+    struct dsv4_kv_rows ring, chunk, comp;
+    const int          *sel, *n_sel;
+    int                 sel_stride;
 };
 
 /* One RoPE frequency set: angle of pair i at position p = f32(p) * freq[i] (computed in f32
@@ -129,20 +168,54 @@ struct dsv4_backend_ops {
     void (*hc_head)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                     const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
 
-    /* Sink attention of one query position: q[n_head, d_head] against n_rows cached rows
-     * (rows[i] in `fmt`, shared K = V), o[n_head, d_head] = bf16(sum_t p_t V_t / (sum_t p_t +
-     * exp(sink_h - m))) with p_t = exp(s_t - m), s_t = q.K_t * scale (probabilities rounded to
-     * bf16 in the numerator, as the demo's kernel). */
-    void (*attention)(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
-                      const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
-                      float scale, float *o);
+    /* Sink attention of n_q query positions of one sequence: q[n_q, n_head, d_head] against the
+     * rows src names for each (struct dsv4_attn_src; shared K = V, stored in `fmt`),
+     * o[t] = bf16(sum_i p_i V_i / (sum_i p_i + exp(sink_h - m))) with p_i = exp(s_i - m),
+     * s_i = q.K_i * scale (probabilities rounded to bf16 in the numerator, as the demo's
+     * kernel). A query reads at most the step plan's max_attn_rows rows. */
+    void (*attention)(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                      const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
+                      float *o);
 
-    /* Indexer scores of one query over n_keys compact FP4 key rows (docs/MODEL.md §R3.7, bf16 at
-     * the four points of §11.2): score[j] = sum_h bf16(w_h * relu(bf16(q_h . k_j))). Keys sit
-     * in blocks of block_keys rows (the KV pages): key j at blocks[j / block_keys] +
-     * (j % block_keys) * dsv4_idx_key_bytes(d). */
+    /* Indexer scores of one query over key rows 0 .. n_keys-1 of `keys` (DSV4_ROW_IDX_FP4;
+     * docs/MODEL.md §R3.7, bf16 at the four points of §11.2):
+     * score[j] = bf16(sum_h bf16(w_h * relu(bf16(q_h . k_j)))). */
     void (*indexer_scores)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                           const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
+                           const struct dsv4_kv_rows *keys, int n_keys, float *score);
+
+    /* The indexer's selection for n_q queries at positions p0.. of a CSA layer (ratio 4):
+     * query t scores its n_done = (p0 + t + 1) / 4 completed keys as indexer_scores, keeps
+     * the topk best (higher score first, ties to the lower id) and writes their ids in
+     * ascending order to sel[t * topk ..] and min(topk, n_done) to n_sel[t]. */
+    void (*indexer_topk)(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
+                         const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel);
+
+    /* The KV compressor's token loop over one sequence's chunk (docs/MODEL.md §R3.6): token
+     * t (position p0 + t, slot p % ratio) stores its values a[t] and gate logits g[t] +
+     * ape[slot] (rows of `width` = coff * d, coff 2 with overlap at ratio 4, else 1) into the
+     * frontier kv/sc [coff * ratio, width] (with overlap, rows ratio.. are the current block);
+     * a token that completes a block pools the frontier per channel (softmax of the gates
+     * over the block's candidates, in double; with overlap the previous block through the
+     * first d channels) into the next row of out[., d], rounded to bf16, and with overlap
+     * the current block becomes the previous one. Rows written: completed blocks, in order. */
+    void (*compress)(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
+                     const float *ape, float *kv, float *sc, float *out);
+
+    /* Encodes rows x[n, d] (stride ldx) in `fmt` into dst: row t goes to row (first + t) %
+     * wrap of dst (wrap 0: first + t). DSV4_ROW_FP8 expects the nope part FP8-simulated
+     * (lossless then); DSV4_ROW_IDX_FP4 expects FP4-simulated keys. */
+    void (*store_rows)(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
+                       int ldx, const struct dsv4_kv_rows *dst, int first, int wrap);
+
+    /* Embedding gather: X[r, c, :] = f32(table[tok[r], :]) for each of `copies` streams. */
+    void (*embed)(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,
+                  float *X);
+
+    /* x[n] = bf16(f32(x * s)), the product in double (an f32 constant times a bf16 value). */
+    void (*scale)(struct dsv4_backend *be, size_t n, float *x, double s);
+
+    /* X[r, c, :] = bf16(f32(X[r, c, :] + e[r, :])) for every stream c < hc (the MTP combine). */
+    void (*add_streams)(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
 
     /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
      * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);
@@ -164,6 +237,19 @@ struct dsv4_backend_ops {
      * scratch: [2 * n_pairs * d_ff_exp] floats. */
     void (*experts)(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
                     const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch);
+
+    /* MoE dispatch: groups the (row, slot) pairs of ids[n, k] by expert, ascending expert
+     * id, rows then slots in order within an expert: pair i gets xe[i] = x[row] (rows of d),
+     * row_w[i] = w[row * k + slot], and pair_of[row * k + slot] = i; grp_ids[g] / grp_off[g]
+     * name the g-th used expert and its first pair (grp_off[n_groups] = n * k), as
+     * `experts` takes them. Returns n_groups (small metadata the host reads). */
+    int (*moe_dispatch)(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                        const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off);
+
+    /* MoE combine: f[r] = bf16(f32(sum of ye[i] over row r's pairs in ascending pair order,
+     * in double, + shared[r])); ye[n * k, d] from `experts`, shared[n, d]. */
+    void (*moe_combine)(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                        const float *shared, float *f);
 };
 
 /*
@@ -207,11 +293,13 @@ extern const struct dsv4_backend_ops dsv4_cpu_ref_ops;
 static inline int dsv4_row_bytes(enum dsv4_row_fmt fmt, int d_head, int d_rope)
 {
     int d_nope = d_head - d_rope;
+    if (fmt == DSV4_ROW_IDX_FP4) return d_head / 2 + d_head / 32;
     return fmt == DSV4_ROW_FP8 ? d_nope + d_nope / 64 + 2 * d_rope : 2 * d_head;
 }
 
 /* Encodes a row whose nope part is already FP8-simulated (values code * 2^k per 64):
- * lossless. For DSV4_ROW_BF16 stores the bf16 values. */
+ * lossless. For DSV4_ROW_BF16 stores the bf16 values; DSV4_ROW_IDX_FP4 is
+ * dsv4_idx_key_encode (d_rope unused). */
 void dsv4_row_encode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const float *x, uint8_t *row);
 void dsv4_row_decode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const uint8_t *row, float *x);
 
@@ -234,8 +322,6 @@ float dsv4_act_scale(float amax, float qmax, float floor_);
  * into its own layout, or uploading them), and says how much scratch a step plan needs. The
  * model layer names no backend's types; dsv4_backend_find picks one by name.
  */
-struct dsv4_config; /* model/model.h: the widths a plan is sized by */
-
 struct dsv4_backend_params {
     const char               *level;     /* the backend's code path ("avx2", "ref", ...); NULL = best */
     int                       n_threads; /* 0 = all */
@@ -252,6 +338,19 @@ struct dsv4_weight_set {
     size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */
 };
 
+/* The widths and bounds of a step plan: what a backend sizes its scratch by (filled by the
+ * model layer from its config; a backend needs no model header). */
+struct dsv4_plan_dims {
+    int max_rows;      /* token rows of a step */
+    int max_ctx;       /* positions of a sequence */
+    int max_attn_rows; /* cached rows one query attends to */
+    int d_model, hc, n_head, d_head, d_rope, q_lora_rank, o_groups, o_lora_rank;
+    int n_exp, n_exp_used, d_ff_exp, n_idx_head, d_idx_head, idx_topk;
+};
+
+/* What a buffer holds, for the backend's pools and memory accounting. */
+enum dsv4_mem_kind { DSV4_MEM_WEIGHTS, DSV4_MEM_KV, DSV4_MEM_ACT };
+
 struct dsv4_backend_kind {
     const char *name;
     int  (*create)(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err);
@@ -261,9 +360,30 @@ struct dsv4_backend_kind {
     void (*describe)(void *impl, char *buf, size_t cap);
     int  (*prepare_weights)(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
                             struct dsv4_err *err);
-    /* scratch floats a step context needs beyond the model layer's own buffers, for batches of
-     * up to max_rows rows and attention over up to max_attn_rows cached rows */
-    size_t (*scratch_floats)(void *impl, const struct dsv4_config *cfg, int max_rows, int max_attn_rows);
+    /* floats of scratch (struct dsv4_backend.scratch) one execution context needs for a plan */
+    size_t (*scratch_floats)(void *impl, const struct dsv4_plan_dims *dims);
+
+    /* ---- memory: the buffers ops read and write (activations, KV, prepared weights) */
+    /* Buffers are host memory: host code may read and write them in place (the CPU). A
+     * backend without it gets every host value through upload and returns results through
+     * download. */
+    bool host_visible;
+    /* bytes zero-filled, 64-byte aligned; NULL when out of memory */
+    void *(*alloc)(void *impl, size_t bytes, enum dsv4_mem_kind kind);
+    void  (*free)(void *impl, void *buf, size_t bytes);
+    void  (*upload)(void *impl, void *dst, const void *src, size_t bytes);   /* host -> buffer */
+    void  (*download)(void *impl, void *dst, const void *src, size_t bytes); /* buffer -> host */
+    void  (*copy)(void *impl, void *dst, const void *src, size_t bytes);     /* buffer -> buffer */
+    /* waits until every op issued so far has finished (downloads are complete after it) */
+    void  (*sync)(void *impl);
+
+    /* ---- introspection (`dsv4 ops`, `dsv4 test-ops`) */
+    /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when
+     * that is plain C (no vector or device code), 0 otherwise. */
+    int (*describe_op)(void *impl, enum dsv4_op op, char *buf, size_t cap);
+    /* The code paths params.level names, lowest first: the i-th one, NULL past the last;
+     * *here: whether this machine runs it (create caps a level it lacks to one it has). */
+    const char *(*level)(int i, bool *here);
 };
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */

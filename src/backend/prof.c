@@ -13,12 +13,9 @@
 
 #include "backend/backend.h"
 
-enum { OP_LINEAR, OP_RMSNORM, OP_HEAD_RMS, OP_ROPE, OP_FP8_SIM, OP_FP4_SIM, OP_HADAMARD, OP_HC_PRE, OP_HC_POST,
-       OP_HC_HEAD, OP_ATTENTION, OP_INDEXER, OP_ROUTER, OP_EXPERT, OP_EXPERTS, OP_STEP, OP_EMBED, OP_COUNT };
-
-static const char *const op_names[OP_COUNT] = { "linear", "rmsnorm", "head_rms", "rope", "fp8_sim", "fp4_sim",
-                                                "hadamard", "hc_pre", "hc_post", "hc_head", "attention",
-                                                "indexer_scores", "router", "expert", "experts", "step", "embed" };
+/* Events name an op (enum dsv4_op) or, from DSV4_OP_COUNT on, a named span (a forward step):
+ * spans hold the host work between ops and are left out of the ops' shares. */
+enum { MAX_SPANS = 8, N_KINDS = DSV4_OP_COUNT + MAX_SPANS };
 
 struct event {
     uint64_t t0, dur; /* ns */
@@ -35,7 +32,9 @@ struct dsv4_prof {
     uint64_t                       origin;
     int                            depth;
     size_t                         open[64]; /* stack of events being timed */
-    uint64_t                       self_ns[OP_COUNT], calls[OP_COUNT];
+    const char                    *span[MAX_SPANS]; /* names of the spans seen so far */
+    int                            n_spans;
+    uint64_t                       self_ns[N_KINDS], calls[N_KINDS];
 };
 
 static uint64_t now_ns(void)
@@ -80,9 +79,18 @@ static void end(struct dsv4_prof *p)
     if (idx != (size_t)-1) p->ev[idx].dur = now_ns() - p->ev[idx].t0;
 }
 
+static const char *kind_name(const struct dsv4_prof *p, int k)
+{
+    return k < DSV4_OP_COUNT ? dsv4_op_name((enum dsv4_op)k) : p->span[k - DSV4_OP_COUNT];
+}
+
 void dsv4_prof_begin(struct dsv4_prof *p, const char *name)
 {
-    if (p) begin(p, strcmp(name, "embed") ? OP_STEP : OP_EMBED, 0);
+    if (!p) return;
+    int s = 0;
+    while (s < p->n_spans && strcmp(p->span[s], name)) s++;
+    if (s == p->n_spans && s < MAX_SPANS) p->span[p->n_spans++] = name; /* callers pass literals */
+    begin(p, DSV4_OP_COUNT + (s < MAX_SPANS ? s : MAX_SPANS - 1), 0);
 }
 
 void dsv4_prof_end(struct dsv4_prof *p)
@@ -120,15 +128,14 @@ void dsv4_prof_finish(struct dsv4_prof *p, FILE *f)
         sp--;
         if (sp > 0) stack_child[sp - 1] += o->dur;
     }
-    for (int op = 0; op < OP_COUNT; op++)
-        if (op != OP_STEP) total += p->self_ns[op];
+    for (int op = 0; op < DSV4_OP_COUNT; op++) total += p->self_ns[op];
     FILE *tf = fopen(p->path, "w");
     if (tf) {
         fprintf(tf, "{\"traceEvents\":[\n");
         for (size_t i = 0; i < p->n; i++) {
             struct event *e = &p->ev[i];
             fprintf(tf, "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"arg\":%u}}\n",
-                    i ? "," : "", op_names[e->op], (double)(e->t0 - p->origin) / 1e3, (double)e->dur / 1e3, e->arg);
+                    i ? "," : "", kind_name(p, e->op), (double)(e->t0 - p->origin) / 1e3, (double)e->dur / 1e3, e->arg);
         }
         fprintf(tf, "]}\n");
         fclose(tf);
@@ -137,11 +144,15 @@ void dsv4_prof_finish(struct dsv4_prof *p, FILE *f)
         fprintf(f, "profile: %zu events%s, trace written to %s\n", p->n, p->dropped ? " (buffer full: later events dropped)" : "",
                 p->path);
         fprintf(f, "  %-16s %10s %12s %8s\n", "op", "calls", "self ms", "share");
-        for (int op = 0; op < OP_COUNT; op++) {
-            if (op == OP_STEP || !p->calls[op]) continue;
-            fprintf(f, "  %-16s %10llu %12.2f %7.1f%%\n", op_names[op], (unsigned long long)p->calls[op],
+        for (int op = 0; op < DSV4_OP_COUNT; op++) {
+            if (!p->calls[op]) continue;
+            fprintf(f, "  %-16s %10llu %12.2f %7.1f%%\n", kind_name(p, op), (unsigned long long)p->calls[op],
                     (double)p->self_ns[op] / 1e6, total ? 100.0 * (double)p->self_ns[op] / (double)total : 0.0);
         }
+        /* a span's self time is the host work between the ops it contains */
+        for (int s = 0; s < p->n_spans; s++)
+            fprintf(f, "  %-16s %10llu %12.2f   (span: host work outside ops)\n", p->span[s],
+                    (unsigned long long)p->calls[DSV4_OP_COUNT + s], (double)p->self_ns[DSV4_OP_COUNT + s] / 1e6);
     }
     free(p->ev);
     free(p->path);
@@ -150,132 +161,162 @@ void dsv4_prof_finish(struct dsv4_prof *p, FILE *f)
 
 /* ------------------------------------------------------------------ the wrapper table */
 
+/* Every op of the table is wrapped (dsv4_prof_ops is complete: the op checker runs it,
+ * `dsv4 test-ops --profiled`). arg: the op's row count, which a trace shows per event. */
 static inline struct dsv4_prof *P(struct dsv4_backend *be)
 {
     return be->prof;
 }
 
+#define TIMED(op, arg, call)                                                                                       \
+    do {                                                                                                           \
+        begin(P(be), op, (uint32_t)(arg));                                                                         \
+        call;                                                                                                      \
+        end(P(be));                                                                                                \
+    } while (0)
+
 static void p_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx, float *y,
                      int ldy, enum dsv4_act act, enum dsv4_out out)
 {
-    begin(P(be), OP_LINEAR, (uint32_t)w->fmt << 24 | (uint32_t)(n_tok & 0xffffff));
-    P(be)->inner->linear(be, w, n_tok, x, ldx, y, ldy, act, out);
-    end(P(be));
+    /* the weight format in the top byte: a trace tells FP8 from FP4 projections apart */
+    TIMED(DSV4_OP_LINEAR, (uint32_t)w->fmt << 24 | (uint32_t)(n_tok & 0xffffff),
+          P(be)->inner->linear(be, w, n_tok, x, ldx, y, ldy, act, out));
 }
 
-static void p_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps, float *y,
-                      int ldy)
+static void p_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
+                      float *y, int ldy)
 {
-    begin(P(be), OP_RMSNORM, (uint32_t)n);
-    P(be)->inner->rmsnorm(be, n, d, x, ldx, w, eps, y, ldy);
-    end(P(be));
+    TIMED(DSV4_OP_RMSNORM, n, P(be)->inner->rmsnorm(be, n, d, x, ldx, w, eps, y, ldy));
 }
 
 static void p_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps)
 {
-    begin(P(be), OP_HEAD_RMS, (uint32_t)n);
-    P(be)->inner->head_rms(be, n, n_head, d_head, q, eps);
-    end(P(be));
+    TIMED(DSV4_OP_HEAD_RMS, n, P(be)->inner->head_rms(be, n, n_head, d_head, q, eps));
 }
 
 static void p_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
                    const struct dsv4_rope_table *t, bool inverse)
 {
-    begin(P(be), OP_ROPE, (uint32_t)n);
-    P(be)->inner->rope(be, n, n_vec, d_full, x, pos, t, inverse);
-    end(P(be));
+    TIMED(DSV4_OP_ROPE, n, P(be)->inner->rope(be, n, n_vec, d_full, x, pos, t, inverse));
 }
 
 static void p_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
 {
-    begin(P(be), OP_FP8_SIM, (uint32_t)n);
-    P(be)->inner->fp8_sim(be, n, d, ld, x, block);
-    end(P(be));
+    TIMED(DSV4_OP_FP8_SIM, n, P(be)->inner->fp8_sim(be, n, d, ld, x, block));
 }
 
 static void p_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
 {
-    begin(P(be), OP_FP4_SIM, (uint32_t)n);
-    P(be)->inner->fp4_sim(be, n, d, ld, x, block);
-    end(P(be));
+    TIMED(DSV4_OP_FP4_SIM, n, P(be)->inner->fp4_sim(be, n, d, ld, x, block));
 }
 
 static void p_hadamard(struct dsv4_backend *be, int n, int d, float *x)
 {
-    begin(P(be), OP_HADAMARD, (uint32_t)n);
-    P(be)->inner->hadamard(be, n, d, x);
-    end(P(be));
+    TIMED(DSV4_OP_HADAMARD, n, P(be)->inner->hadamard(be, n, d, x));
 }
 
 static void p_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
                      const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
 {
-    begin(P(be), OP_HC_PRE, (uint32_t)n);
-    P(be)->inner->hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, u, post, comb);
-    end(P(be));
+    TIMED(DSV4_OP_HC_PRE, n,
+          P(be)->inner->hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, u, post, comb));
 }
 
 static void p_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres, const float *post,
                       const float *comb, float *Xout)
 {
-    begin(P(be), OP_HC_POST, (uint32_t)n);
-    P(be)->inner->hc_post(be, n, hc, d, f, Xres, post, comb, Xout);
-    end(P(be));
+    TIMED(DSV4_OP_HC_POST, n, P(be)->inner->hc_post(be, n, hc, d, f, Xres, post, comb, Xout));
 }
 
 static void p_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
                       const float *base, double norm_eps, double hc_eps, float *y)
 {
-    begin(P(be), OP_HC_HEAD, (uint32_t)n);
-    P(be)->inner->hc_head(be, n, hc, d, X, fn, scale, base, norm_eps, hc_eps, y);
-    end(P(be));
+    TIMED(DSV4_OP_HC_HEAD, n, P(be)->inner->hc_head(be, n, hc, d, X, fn, scale, base, norm_eps, hc_eps, y));
 }
 
-static void p_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
-                        const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink, float scale,
-                        float *o)
+static void p_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale, float *o)
 {
-    begin(P(be), OP_ATTENTION, (uint32_t)n_rows);
-    P(be)->inner->attention(be, n_head, d_head, d_rope, q, rows, n_rows, fmt, sink, scale, o);
-    end(P(be));
+    TIMED(DSV4_OP_ATTENTION, n_q, P(be)->inner->attention(be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o));
 }
 
-static void p_indexer(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                      const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
+static void p_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                             const struct dsv4_kv_rows *keys, int n_keys, float *score)
 {
-    begin(P(be), OP_INDEXER, (uint32_t)n_keys);
-    P(be)->inner->indexer_scores(be, n_head, d, q, w, blocks, block_keys, n_keys, score);
-    end(P(be));
+    TIMED(DSV4_OP_INDEXER_SCORES, n_keys, P(be)->inner->indexer_scores(be, n_head, d, q, w, keys, n_keys, score));
+}
+
+static void p_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
+                           const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+{
+    TIMED(DSV4_OP_INDEXER_TOPK, n_q, P(be)->inner->indexer_topk(be, n_q, p0, n_head, d, q, w, keys, topk, sel, n_sel));
+}
+
+static void p_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
+                       const float *ape, float *kv, float *sc, float *out)
+{
+    TIMED(DSV4_OP_COMPRESS, n, P(be)->inner->compress(be, ratio, d, n, p0, a, g, ape, kv, sc, out));
+}
+
+static void p_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
+                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
+{
+    TIMED(DSV4_OP_STORE_ROWS, n, P(be)->inner->store_rows(be, fmt, d, d_rope, n, x, ldx, dst, first, wrap));
+}
+
+static void p_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies, float *X)
+{
+    TIMED(DSV4_OP_EMBED, n, P(be)->inner->embed(be, n, tok, table, d, copies, X));
+}
+
+static void p_scale(struct dsv4_backend *be, size_t n, float *x, double s)
+{
+    TIMED(DSV4_OP_SCALE, n, P(be)->inner->scale(be, n, x, s));
+}
+
+static void p_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
+{
+    TIMED(DSV4_OP_ADD_STREAMS, n, P(be)->inner->add_streams(be, n, hc, d, e, X));
 }
 
 static void p_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,
                      const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale, int *ids,
                      float *weights, float *scratch)
 {
-    begin(P(be), OP_ROUTER, (uint32_t)n);
-    P(be)->inner->router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, ids, weights, scratch);
-    end(P(be));
+    TIMED(DSV4_OP_ROUTER, n,
+          P(be)->inner->router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, ids, weights, scratch));
 }
 
 static void p_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                      const float *row_w, double limit, float *y, float *scratch)
 {
-    begin(P(be), OP_EXPERT, (uint32_t)n);
-    P(be)->inner->expert(be, e, n, x, ldx, row_w, limit, y, scratch);
-    end(P(be));
+    TIMED(DSV4_OP_EXPERT, n, P(be)->inner->expert(be, e, n, x, ldx, row_w, limit, y, scratch));
 }
 
 static void p_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
                       const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
-    begin(P(be), OP_EXPERTS, (uint32_t)n_groups);
-    P(be)->inner->experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch);
-    end(P(be));
+    TIMED(DSV4_OP_EXPERTS, n_groups, P(be)->inner->experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch));
+}
+
+static int p_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                          const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off)
+{
+    int r = 0;
+    TIMED(DSV4_OP_MOE_DISPATCH, n,
+          r = P(be)->inner->moe_dispatch(be, n, k, n_exp, ids, w, x, d, xe, row_w, pair_of, grp_ids, grp_off));
+    return r;
+}
+
+static void p_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                          const float *shared, float *f)
+{
+    TIMED(DSV4_OP_MOE_COMBINE, n, P(be)->inner->moe_combine(be, n, k, d, pair_of, ye, shared, f));
 }
 
 const struct dsv4_backend_ops dsv4_prof_ops = {
-    .name = "profiled", .linear = p_linear, .rmsnorm = p_rmsnorm, .head_rms = p_head_rms, .rope = p_rope,
-    .fp8_sim = p_fp8_sim, .fp4_sim = p_fp4_sim, .hadamard = p_hadamard, .hc_pre = p_hc_pre, .hc_post = p_hc_post,
-    .hc_head = p_hc_head, .attention = p_attention, .indexer_scores = p_indexer, .router = p_router,
-    .expert = p_expert, .experts = p_experts,
+#define WRAP_(u, l) .l = p_##l,
+    .name = "profiled",
+    DSV4_OP_LIST(WRAP_)
+#undef WRAP_
 };

@@ -30,6 +30,10 @@ float dsv4_act_scale(float amax, float qmax, float floor_)
 void dsv4_row_encode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const float *x, uint8_t *row)
 {
     int d_nope = d_head - d_rope;
+    if (fmt == DSV4_ROW_IDX_FP4) {
+        dsv4_idx_key_encode(d_head, x, row);
+        return;
+    }
     if (fmt == DSV4_ROW_BF16) {
         for (int i = 0; i < d_head; i++) {
             uint16_t h = dsv4_bf16_from_f32(x[i]);
@@ -52,6 +56,10 @@ void dsv4_row_encode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const float 
 void dsv4_row_decode(enum dsv4_row_fmt fmt, int d_head, int d_rope, const uint8_t *row, float *x)
 {
     int d_nope = d_head - d_rope;
+    if (fmt == DSV4_ROW_IDX_FP4) {
+        dsv4_idx_key_decode(d_head, row, x);
+        return;
+    }
     if (fmt == DSV4_ROW_BF16) {
         for (int i = 0; i < d_head; i++) {
             uint16_t h;

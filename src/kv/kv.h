@@ -45,6 +45,19 @@
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
 
+/*
+ * Where KV memory (slots, pages, snapshots) lives: the backend's memory (kind->alloc with
+ * DSV4_MEM_KV), written only through its upload and copy, so the rows and frontiers can sit
+ * where the ops run. kind NULL: the host heap (tools and tests without a model).
+ */
+struct dsv4_kv_mem {
+    const struct dsv4_backend_kind *kind;
+    void                           *impl;
+};
+
+void *dsv4_kv_mem_alloc(const struct dsv4_kv_mem *m, size_t bytes);
+void  dsv4_kv_mem_free(const struct dsv4_kv_mem *m, void *p, size_t bytes);
+
 struct dsv4_layer_state {
     int      ratio;
     uint8_t *ring;      /* [window, row_bytes] */
@@ -67,9 +80,13 @@ struct dsv4_seq_state {
     bool                     has_mtp;
     float                   *mtp_x;       /* [hc, d_model] final streams of position pos-1 */
     int                      page_tokens; /* positions per page */
-    int                      n_pages;     /* entries of pages: ceil(max_ctx / page_tokens) */
-    uint8_t                **pages;       /* [n_pages] page of positions k*page_tokens.., or NULL */
-    void                    *meta;        /* layers and page table (one allocation) */
+    int                      n_pages;     /* entries of page: ceil(max_ctx / page_tokens) */
+    int32_t                 *page;        /* [n_pages] page table: id of the page of positions
+                                             k*page_tokens.. in the pool, or -1 (unmapped) */
+    uint8_t                 *page_base;   /* the pool: page id i at page_base + i * page_bytes */
+    size_t                   page_bytes;
+    struct dsv4_kv_mem       kvmem;       /* where the slot and pages live */
+    void                    *meta;        /* layers and page table (one allocation, host) */
     void                    *mem;         /* sessions: slot then pages, one allocation */
     size_t                   mem_bytes;
 };
@@ -90,7 +107,7 @@ size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv
 /* One allocation holding the slot and every page of the context, zero-filled on purpose so
  * that page faults happen here and not in the token loop; all pages mapped. */
 int    dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
-                           enum dsv4_row_fmt fmt, bool mtp, struct dsv4_err *err);
+                           enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, struct dsv4_err *err);
 void   dsv4_seq_state_free(struct dsv4_seq_state *st);
 /* Back to position 0: compressor frontiers to (value 0, gate -inf). Pages stay mapped. */
 void   dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg);
@@ -102,7 +119,8 @@ void   dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_sta
 /* Points st at a slot of dsv4_kv_slot_bytes() bytes (caller-owned) with an empty page table
  * of ceil(max_ctx / page_tokens) entries; allocates only the table (start-up). */
 int  dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
-                         enum dsv4_row_fmt fmt, bool mtp, void *slot, struct dsv4_err *err);
+                         enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, void *slot,
+                         struct dsv4_err *err);
 void dsv4_seq_state_unbind(struct dsv4_seq_state *st);
 
 /* ------------------------------------------------------------------ snapshots */
@@ -117,26 +135,35 @@ void dsv4_kv_snapshot_restore(struct dsv4_seq_state *st, const void *src, int po
 
 /* ------------------------------------------------------------------ accessors */
 
-/* Compressed row j of a layer (ratio > 0). */
-static inline uint8_t *dsv4_kv_comp_row(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int j)
+/* The compressed rows of a layer (ratio > 0) as the ops address them: row j covers
+ * positions j*ratio.. and lives in the page of position j*ratio. */
+static inline struct dsv4_kv_rows dsv4_kv_comp_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
 {
-    int p = j * ls->ratio;
-    return st->pages[p / st->page_tokens] + ls->comp_off +
-           (size_t)((p % st->page_tokens) / ls->ratio) * (size_t)st->row_bytes;
+    return (struct dsv4_kv_rows){ .base = st->page_base, .page = st->page, .page_bytes = st->page_bytes,
+                                  .off = ls->comp_off, .page_rows = st->page_tokens / ls->ratio,
+                                  .row_bytes = st->row_bytes };
 }
 
-/* Indexer key row j of a CSA layer. */
-static inline uint8_t *dsv4_kv_idx_row(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int j)
+/* The indexer key rows of a CSA layer (one per block of 4 positions). */
+static inline struct dsv4_kv_rows dsv4_kv_idx_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
 {
-    int p = j * 4;
-    return st->pages[p / st->page_tokens] + ls->idx_off + (size_t)((p % st->page_tokens) / 4) * (size_t)st->idx_bytes;
+    return (struct dsv4_kv_rows){ .base = st->page_base, .page = st->page, .page_bytes = st->page_bytes,
+                                  .off = ls->idx_off, .page_rows = st->page_tokens / 4, .row_bytes = st->idx_bytes };
+}
+
+/* The window ring of a layer: one page of `window` rows, row = position % window. */
+static inline struct dsv4_kv_rows dsv4_kv_ring_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
+{
+    static const int32_t page0[1] = { 0 };
+    return (struct dsv4_kv_rows){ .base = ls->ring, .page = page0, .page_bytes = 0, .off = 0,
+                                  .page_rows = st->window, .row_bytes = st->row_bytes };
 }
 
 /* True when every page holding positions [p0, p1) is mapped. */
 static inline bool dsv4_kv_mapped(const struct dsv4_seq_state *st, int p0, int p1)
 {
     for (int k = p0 / st->page_tokens; p1 > p0 && k <= (p1 - 1) / st->page_tokens; k++)
-        if (k >= st->n_pages || !st->pages[k]) return false;
+        if (k >= st->n_pages || st->page[k] < 0) return false;
     return true;
 }
 

@@ -82,9 +82,10 @@ static void *zalloc(size_t bytes)
 }
 
 int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, enum dsv4_row_fmt fmt,
-                      const struct dsv4_kv_pool_params *p, struct dsv4_err *err)
+                      const struct dsv4_kv_pool_params *p, const struct dsv4_kv_mem *mem, struct dsv4_err *err)
 {
     memset(pool, 0, sizeof(*pool));
+    if (mem) pool->kvmem = *mem;
     int rc = dsv4_kv_pool_plan(cfg, fmt, p, &pool->plan, err);
     if (rc) return rc;
     pool->p             = *p;
@@ -93,9 +94,9 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, 
     pool->pages_per_seq = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
     pool->n_bucket      = bucket_count(p->n_snapshots);
     size_t ns = (size_t)p->max_seqs, np = (size_t)p->n_pages, nn = (size_t)p->n_snapshots;
-    pool->slot_mem    = zalloc(pool->plan.slots);
-    pool->page_mem    = zalloc(pool->plan.pages);
-    pool->snap_mem    = zalloc(pool->plan.snapshots);
+    pool->slot_mem    = dsv4_kv_mem_alloc(&pool->kvmem, pool->plan.slots);
+    pool->page_mem    = dsv4_kv_mem_alloc(&pool->kvmem, pool->plan.pages);
+    pool->snap_mem    = dsv4_kv_mem_alloc(&pool->kvmem, pool->plan.snapshots);
     pool->seq         = zalloc(sizeof(*pool->seq) * ns);
     pool->map         = zalloc(sizeof(int32_t) * ns * (size_t)pool->pages_per_seq);
     pool->slot_free   = zalloc(sizeof(int32_t) * ns);
@@ -117,12 +118,14 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, 
                             (double)pool->plan.total / 1048576.0);
     }
     for (size_t i = 0; i < ns; i++) {
-        rc = dsv4_seq_state_bind(&pool->seq[i], cfg, p->max_ctx, p->page_tokens, fmt, false,
+        rc = dsv4_seq_state_bind(&pool->seq[i], cfg, p->max_ctx, p->page_tokens, fmt, false, &pool->kvmem,
                                  pool->slot_mem + i * pool->plan.slot_bytes, err);
         if (rc) {
             dsv4_kv_pool_free(pool);
             return rc;
         }
+        pool->seq[i].page_base  = pool->page_mem;
+        pool->seq[i].page_bytes = pool->plan.page_bytes;
         pool->slot_free[i] = (int32_t)(ns - 1 - i);
     }
     pool->n_slot_free = (int)ns;
@@ -144,9 +147,9 @@ void dsv4_kv_pool_free(struct dsv4_kv_pool *pool)
 {
     if (pool->seq)
         for (int i = 0; i < pool->p.max_seqs; i++) dsv4_seq_state_unbind(&pool->seq[i]);
-    free(pool->slot_mem);
-    free(pool->page_mem);
-    free(pool->snap_mem);
+    dsv4_kv_mem_free(&pool->kvmem, pool->slot_mem, pool->plan.slots);
+    dsv4_kv_mem_free(&pool->kvmem, pool->page_mem, pool->plan.pages);
+    dsv4_kv_mem_free(&pool->kvmem, pool->snap_mem, pool->plan.snapshots);
     free(pool->seq);
     free(pool->map);
     free(pool->slot_free);
@@ -274,7 +277,7 @@ static int32_t page_take(struct dsv4_kv_pool *pool)
 static void map_page(struct dsv4_kv_pool *pool, int slot, int k, int32_t id)
 {
     pool->map[(size_t)slot * (size_t)pool->pages_per_seq + (size_t)k] = id;
-    pool->seq[slot].pages[k] = id >= 0 ? pool->page_mem + (size_t)id * pool->plan.page_bytes : NULL;
+    pool->seq[slot].page[k] = id;
 }
 
 /* ------------------------------------------------------------------ slots */

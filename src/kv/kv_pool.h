@@ -70,6 +70,7 @@ struct dsv4_kv_pool {
     const struct dsv4_config  *cfg;
     enum dsv4_row_fmt          fmt;
     int                        pages_per_seq;
+    struct dsv4_kv_mem         kvmem;     /* where slots, pages and snapshots live */
     uint8_t                   *slot_mem;  /* [max_seqs, slot_bytes] */
     uint8_t                   *page_mem;  /* [n_pages, page_bytes] */
     uint8_t                   *snap_mem;  /* [n_snapshots, snap_bytes] */
@@ -101,7 +102,7 @@ int  dsv4_kv_pool_plan(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, con
                        struct dsv4_kv_plan *plan, struct dsv4_err *err);
 /* Allocates and zero-fills everything (pages touched now, not while serving). */
 int  dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, enum dsv4_row_fmt fmt,
-                       const struct dsv4_kv_pool_params *p, struct dsv4_err *err);
+                       const struct dsv4_kv_pool_params *p, const struct dsv4_kv_mem *mem, struct dsv4_err *err);
 void dsv4_kv_pool_free(struct dsv4_kv_pool *pool);
 void dsv4_kv_pool_counters(const struct dsv4_kv_pool *pool, struct dsv4_kv_counters *c);
 

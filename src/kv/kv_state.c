@@ -107,12 +107,50 @@ bool dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens)
     return true;
 }
 
+/* ------------------------------------------------------------------ memory */
+
+void *dsv4_kv_mem_alloc(const struct dsv4_kv_mem *m, size_t bytes)
+{
+    if (m && m->kind) return m->kind->alloc(m->impl, bytes, DSV4_MEM_KV);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes); /* touch every page now, not while decoding */
+    return p;
+}
+
+void dsv4_kv_mem_free(const struct dsv4_kv_mem *m, void *p, size_t bytes)
+{
+    if (!p) return;
+    if (m && m->kind) m->kind->free(m->impl, p, bytes);
+    else free(p);
+}
+
+static void kv_copy(const struct dsv4_kv_mem *m, void *dst, const void *src, size_t bytes)
+{
+    if (m->kind) m->kind->copy(m->impl, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+/* n floats of KV memory set to v, uploaded from a host block */
+static void kv_fill(const struct dsv4_kv_mem *m, float *dst, float v, size_t n)
+{
+    float blk[256];
+    for (int i = 0; i < 256; i++) blk[i] = v;
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        if (m->kind) m->kind->upload(m->impl, dst + i, blk, sizeof(float) * k);
+        else memcpy(dst + i, blk, sizeof(float) * k);
+    }
+}
+
 /* ------------------------------------------------------------------ binding */
 
 int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
-                        enum dsv4_row_fmt fmt, bool mtp, void *slot, struct dsv4_err *err)
+                        enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, void *slot,
+                        struct dsv4_err *err)
 {
     memset(st, 0, sizeof(*st));
+    if (mem) st->kvmem = *mem;
     if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
     if (!dsv4_kv_page_tokens_ok(cfg, page_tokens))
         return dsv4_err_set(err, DSV4_EINVAL,
@@ -120,11 +158,12 @@ int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg
     int    n       = n_states_of(cfg, mtp);
     int    n_pages = (max_ctx + page_tokens - 1) / page_tokens;
     size_t lb      = align64(sizeof(struct dsv4_layer_state) * (size_t)n);
-    uint8_t *meta  = calloc(1, lb + sizeof(uint8_t *) * (size_t)n_pages);
+    uint8_t *meta  = calloc(1, lb + sizeof(int32_t) * (size_t)n_pages);
     if (!meta) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a %d-page table", n_pages);
     st->meta        = meta;
     st->layers      = (struct dsv4_layer_state *)(void *)meta;
-    st->pages       = (uint8_t **)(void *)(meta + lb);
+    st->page        = (int32_t *)(void *)(meta + lb);
+    for (int k = 0; k < n_pages; k++) st->page[k] = -1;
     st->n_pages     = n_pages;
     st->page_tokens = page_tokens;
     st->max_ctx     = max_ctx;
@@ -159,28 +198,29 @@ static size_t session_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv
 size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
 {
     size_t n_pages = (size_t)(max_ctx + DSV4_KV_PAGE_TOKENS - 1) / DSV4_KV_PAGE_TOKENS;
-    return session_bytes(cfg, max_ctx, fmt, mtp) + sizeof(uint8_t *) * n_pages +
+    return session_bytes(cfg, max_ctx, fmt, mtp) + sizeof(int32_t) * n_pages +
            sizeof(struct dsv4_layer_state) * (size_t)n_states_of(cfg, mtp);
 }
 
 int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
-                        enum dsv4_row_fmt fmt, bool mtp, struct dsv4_err *err)
+                        enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *kvmem, struct dsv4_err *err)
 {
     memset(st, 0, sizeof(*st));
     if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
     size_t bytes = session_bytes(cfg, max_ctx, fmt, mtp);
-    void  *mem   = NULL;
-    if (posix_memalign(&mem, 64, bytes) != 0 || !mem)
+    void  *mem   = dsv4_kv_mem_alloc(kvmem, bytes);
+    if (!mem)
         return dsv4_err_set(err, DSV4_ENOMEM, "cannot allocate %.1f MiB of KV state for a %d-token context",
                             (double)bytes / 1048576.0, max_ctx);
-    memset(mem, 0, bytes); /* touch every page now, not while decoding */
-    int rc = dsv4_seq_state_bind(st, cfg, max_ctx, DSV4_KV_PAGE_TOKENS, fmt, mtp, mem, err);
+    int rc = dsv4_seq_state_bind(st, cfg, max_ctx, DSV4_KV_PAGE_TOKENS, fmt, mtp, kvmem, mem, err);
     if (rc) {
-        free(mem);
+        dsv4_kv_mem_free(kvmem, mem, bytes);
         return rc;
     }
     size_t slot = dsv4_kv_slot_bytes(cfg, fmt, mtp), page = dsv4_kv_page_bytes(cfg, fmt, DSV4_KV_PAGE_TOKENS);
-    for (int k = 0; k < st->n_pages; k++) st->pages[k] = (uint8_t *)mem + slot + (size_t)k * page;
+    st->page_base  = (uint8_t *)mem + slot;
+    st->page_bytes = page;
+    for (int k = 0; k < st->n_pages; k++) st->page[k] = k;
     st->mem       = mem;
     st->mem_bytes = bytes;
     return DSV4_OK;
@@ -188,22 +228,22 @@ int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg
 
 void dsv4_seq_state_free(struct dsv4_seq_state *st)
 {
-    free(st->mem);
+    dsv4_kv_mem_free(&st->kvmem, st->mem, st->mem_bytes);
     dsv4_seq_state_unbind(st);
 }
 
 void dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state *src)
 {
     DSV4_ASSERT(dst->mem && src->mem && dst->mem_bytes == src->mem_bytes);
-    memcpy(dst->mem, src->mem, src->mem_bytes);
+    kv_copy(&dst->kvmem, dst->mem, src->mem, src->mem_bytes);
     dst->pos = src->pos;
 }
 
-static void reset_frontier(float *kv, float *sc, int ratio, int d)
+static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, int ratio, int d)
 {
     size_t n = frontier_floats(ratio, d);
-    memset(kv, 0, n * sizeof(float));
-    for (size_t i = 0; i < n; i++) sc[i] = -INFINITY;
+    kv_fill(m, kv, 0.0f, n);
+    kv_fill(m, sc, -INFINITY, n);
 }
 
 void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg)
@@ -212,8 +252,8 @@ void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *c
     for (int il = 0; il < st->n_states; il++) {
         struct dsv4_layer_state *ls = &st->layers[il];
         if (!ls->ratio) continue;
-        reset_frontier(ls->ckv, ls->csc, ls->ratio, cfg->d_head);
-        if (ls->ratio == 4) reset_frontier(ls->ikv, ls->isc, ls->ratio, cfg->d_idx_head);
+        reset_frontier(&st->kvmem, ls->ckv, ls->csc, ls->ratio, cfg->d_head);
+        if (ls->ratio == 4) reset_frontier(&st->kvmem, ls->ikv, ls->isc, ls->ratio, cfg->d_idx_head);
     }
 }
 
@@ -227,8 +267,8 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
     DSV4_ASSERT(!st->has_mtp); /* the MTP block's state is not part of a snapshot */
 #define PART(ptr, bytes)                                                                                           \
     do {                                                                                                           \
-        if (save) memcpy(snap + off, (ptr), (bytes));                                                              \
-        else memcpy((ptr), snap + off, (bytes));                                                                   \
+        if (save) kv_copy(&st->kvmem, snap + off, (ptr), (bytes));                                                 \
+        else kv_copy(&st->kvmem, (ptr), snap + off, (bytes));                                                      \
         off += align64(bytes);                                                                                     \
     } while (0)
     for (int il = 0; il < n; il++) {

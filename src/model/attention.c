@@ -45,10 +45,20 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32);
     be->ops->linear(be, &L->idx.weights_proj, R, S->u, c->d_model, S->wi, nI, DSV4_ACT_NONE, DSV4_OUT_BF16);
     double wscale = (float)(pow(dI, -0.5) * pow(nI, -0.5)); /* an f32 constant, as in the demo */
-    for (size_t i = 0; i < (size_t)R * (size_t)nI; i++) S->wi[i] = dsv4_round_bf16((float)(S->wi[i] * wscale));
+    be->ops->scale(be, (size_t)R * (size_t)nI, S->wi, wscale);
 }
 
-/* Attention of every row of one sequence. */
+/* The chunk's own KV rows, encoded: one page of max_rows rows. */
+static struct dsv4_kv_rows staging_rows(struct dsv4_step *S, const struct dsv4_seq_state *st, int r0)
+{
+    static const int32_t page0[1] = { 0 };
+    return (struct dsv4_kv_rows){ .base = S->staging + (size_t)r0 * (size_t)st->row_bytes, .page = page0,
+                                  .page_rows = S->max_rows, .row_bytes = st->row_bytes };
+}
+
+/* Attention of every row of one sequence: the chunk's rows are encoded into staging, the
+ * indexer picks compressed rows (CSA), every query attends, then the ring keeps the last
+ * `window` rows. */
 static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
                        int s, int il)
 {
@@ -56,42 +66,37 @@ static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const st
     struct dsv4_backend      *be = &S->be;
     struct dsv4_seq_state    *st = S->seqs[s].st;
     struct dsv4_layer_state  *ls = &st->layers[state];
-    int    r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s], win = c->window, rb = st->row_bytes;
-    int    ratio = L->ratio, HD = c->n_head * c->d_head;
+    int    r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s], win = c->window;
+    int    HD = c->n_head * c->d_head;
     float  scale = (float)pow(c->d_head, -0.5);
-    uint8_t *staging = S->staging + (size_t)r0 * (size_t)rb;
-    for (int t = 0; t < n; t++) dsv4_row_encode(st->fmt, c->d_head, c->d_rope, S->kv + (size_t)(r0 + t) * (size_t)c->d_head,
-                                                 staging + (size_t)t * (size_t)rb);
-    for (int t = 0; t < n; t++) {
-        int p = p0 + t, nr = 0;
-        int first = p - win + 1 > 0 ? p - win + 1 : 0;
-        for (int q = first; q <= p; q++)
-            S->rowptr[nr++] = q < p0 ? ls->ring + (size_t)(q % win) * (size_t)rb : staging + (size_t)(q - p0) * (size_t)rb;
-        int n_done = ratio ? (p + 1) / ratio : 0;
-        if (ratio == 4) {
-            int *sel = S->isel;
-            int  k   = dsv4_indexer_select(m, S, S->qi + (size_t)(r0 + t) * (size_t)(c->n_idx_head * c->d_idx_head),
-                                           S->wi + (size_t)(r0 + t) * (size_t)c->n_idx_head, st, ls, n_done, sel);
-            float fsel[4096];
-            int   nd = k < 4096 ? k : 4096;
-            for (int i = 0; i < k; i++) S->rowptr[nr++] = dsv4_kv_comp_row(st, ls, sel[i]);
-            if (S->dump.fn) {
+    struct dsv4_attn_src src = { .p0 = p0, .window = win, .ratio = L->ratio, .ring = dsv4_kv_ring_rows(st, ls),
+                                 .chunk = staging_rows(S, st, r0) };
+    if (L->ratio) src.comp = dsv4_kv_comp_rows(st, ls);
+    const float *kv = S->kv + (size_t)r0 * (size_t)c->d_head;
+    be->ops->store_rows(be, st->fmt, c->d_head, c->d_rope, n, kv, c->d_head, &src.chunk, 0, 0);
+    if (L->ratio == 4) {
+        struct dsv4_kv_rows keys = dsv4_kv_idx_rows(st, ls);
+        int nI = c->n_idx_head, dI = c->d_idx_head;
+        be->ops->indexer_topk(be, n, p0, nI, dI, S->qi + (size_t)r0 * (size_t)(nI * dI), S->wi + (size_t)r0 * (size_t)nI,
+                              &keys, c->idx_topk, S->isel, S->n_isel);
+        src.sel        = S->isel;
+        src.n_sel      = S->n_isel;
+        src.sel_stride = c->idx_topk;
+        if (S->dump.fn)
+            for (int t = 0; t < n; t++) {
                 /* the selected set, -1 padded to index_topk, as floats */
-                int w = c->idx_topk < 4096 ? c->idx_topk : 4096;
-                for (int i = 0; i < w; i++) fsel[i] = i < nd ? (float)sel[i] : -1.0f;
-                dsv4_dump(S, "idx_topk", il, s, p, 1, w, fsel);
+                float fsel[4096];
+                int   w = c->idx_topk < 4096 ? c->idx_topk : 4096;
+                for (int i = 0; i < w; i++) fsel[i] = i < S->n_isel[t] ? (float)S->isel[(size_t)t * (size_t)c->idx_topk + (size_t)i] : -1.0f;
+                dsv4_dump(S, "idx_topk", il, s, p0 + t, 1, w, fsel);
             }
-        } else if (ratio) {
-            for (int j = 0; j < n_done; j++) S->rowptr[nr++] = dsv4_kv_comp_row(st, ls, j);
-        }
-        DSV4_ASSERT(nr <= S->max_attn_rows);
-        be->ops->attention(be, c->n_head, c->d_head, c->d_rope, S->q + (size_t)(r0 + t) * (size_t)HD, S->rowptr, nr,
-                           st->fmt, L->attn_sink, scale, S->o + (size_t)(r0 + t) * (size_t)HD);
     }
-    /* the ring keeps the last `win` rows */
+    be->ops->attention(be, n, c->n_head, c->d_head, c->d_rope, S->q + (size_t)r0 * (size_t)HD, &src, st->fmt,
+                       L->attn_sink, scale, S->o + (size_t)r0 * (size_t)HD);
+    /* the ring keeps the last `win` rows (after every query of the chunk has read it) */
     int from = n > win ? n - win : 0;
-    for (int t = from; t < n; t++)
-        memcpy(ls->ring + (size_t)((p0 + t) % win) * (size_t)rb, staging + (size_t)t * (size_t)rb, (size_t)rb);
+    be->ops->store_rows(be, st->fmt, c->d_head, c->d_rope, n - from, kv + (size_t)from * (size_t)c->d_head, c->d_head,
+                        &src.ring, p0 + from, win);
 }
 
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,

@@ -25,6 +25,19 @@ static void dump_rows(struct dsv4_step *S, const char *stage, int il, const floa
                   data + (size_t)S->seq_row0[s] * (size_t)width);
 }
 
+/* n floats from one backend buffer to another. */
+static void copy_rows(const struct dsv4_model *m, float *dst, const float *src, size_t n)
+{
+    m->backend->copy(m->backend_impl, dst, src, sizeof(float) * n);
+}
+
+/* Logits computed in the backend's memory, to the caller's host buffer. */
+static void download_logits(const struct dsv4_model *m, float *dst, const float *src, size_t n)
+{
+    m->backend->download(m->backend_impl, dst, src, sizeof(float) * n);
+    m->backend->sync(m->backend_impl);
+}
+
 /* One block over rows [0, R): *X holds the streams in and out, *Xn is scratch. */
 static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state, int R,
                   float **X, float **Xn)
@@ -63,7 +76,9 @@ static void head(const struct dsv4_model *m, struct dsv4_step *S, const float *X
     be->ops->hc_head(be, n, c->hc, c->d_model, X, fn, scale, base, c->norm_eps, c->hc_eps, S->hid);
     be->ops->rmsnorm(be, n, c->d_model, S->hid, c->d_model, norm, c->norm_eps, S->hid, c->d_model);
     dsv4_dump(S, "final_hidden", il, seq, pos, n, c->d_model, S->hid);
-    be->ops->linear(be, &m->w.head, n, S->hid, c->d_model, logits, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+    float *y = S->logits_dev ? S->logits_dev : logits;
+    be->ops->linear(be, &m->w.head, n, S->hid, c->d_model, y, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+    if (S->logits_dev) download_logits(m, logits, y, (size_t)n * (size_t)c->vocab_size);
     dsv4_dump(S, "logits", il, seq, pos, n, c->vocab_size, logits);
 }
 
@@ -86,15 +101,17 @@ static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const fl
             const struct dsv4_fwd_seq *q = &S->seqs[e];
             if (!q->n_logits) continue;
             if (q->logits != next) break;
-            memcpy(S->Xm + (size_t)rows * sd, X + (size_t)(S->seq_row0[e] + q->n - q->n_logits) * sd,
-                   sizeof(float) * sd * (size_t)q->n_logits);
+            copy_rows(m, S->Xm + (size_t)rows * sd, X + (size_t)(S->seq_row0[e] + q->n - q->n_logits) * sd,
+                      sd * (size_t)q->n_logits);
             rows += q->n_logits;
             next += (size_t)q->n_logits * V;
         }
         be->ops->hc_head(be, rows, c->hc, c->d_model, S->Xm, m->w.hc_head_fn, m->w.hc_head_scale, m->w.hc_head_base,
                          c->norm_eps, c->hc_eps, S->hid);
         be->ops->rmsnorm(be, rows, c->d_model, S->hid, c->d_model, m->w.norm, c->norm_eps, S->hid, c->d_model);
-        be->ops->linear(be, &m->w.head, rows, S->hid, c->d_model, out, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+        float *y = S->logits_dev ? S->logits_dev : out; /* the caller's buffer when it is the backend's too */
+        be->ops->linear(be, &m->w.head, rows, S->hid, c->d_model, y, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
+        if (S->logits_dev) download_logits(m, out, y, (size_t)rows * V);
         if (S->dump.fn)
             for (int i = s, r = 0; i < e; i++) {
                 const struct dsv4_fwd_seq *q = &S->seqs[i];
@@ -128,11 +145,11 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
         int first = p0 > 0 ? p0 - 1 : p0, cnt = 0;
         for (int p = first; p <= p0 + n - 2; p++, cnt++) {
             const float *src = p < p0 ? st->mtp_x : Xf + (size_t)(r0 + p - p0) * sd;
-            memcpy(S->Xm + (size_t)(Rm + cnt) * sd, src, sizeof(float) * sd);
+            copy_rows(m, S->Xm + (size_t)(Rm + cnt) * sd, src, sd);
             S->pos[Rm + cnt] = p;
             S->tok[Rm + cnt] = q->tokens[p - p0 + 1];
         }
-        memcpy(st->mtp_x, Xf + (size_t)(r0 + n - 1) * sd, sizeof(float) * sd); /* pending: next chunk's first */
+        copy_rows(m, st->mtp_x, Xf + (size_t)(r0 + n - 1) * sd, sd); /* pending: next chunk's first */
         S->seq_row0[s] = Rm;
         S->seq_n[s]    = cnt;
         S->seq_pos0[s] = first;
@@ -141,21 +158,14 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
     }
     if (Rm == 0) return;
     /* e = enorm(embed[next]); h = hnorm(streams); X = bf16(h_proj(h) + e_proj(e)) */
-    for (int r = 0; r < Rm; r++)
-        for (int i = 0; i < d; i++)
-            S->u[(size_t)r * (size_t)d + (size_t)i] = dsv4_f32_from_bf16(m->w.embed[(size_t)S->tok[r] * (size_t)d + (size_t)i]);
+    be->ops->embed(be, Rm, S->tok, m->w.embed, d, 1, S->u);
     be->ops->rmsnorm(be, Rm, d, S->u, d, L->enorm, c->norm_eps, S->u, d);
     dump_rows(S, "embed", c->n_layer, S->u, d);
     be->ops->rmsnorm(be, Rm * c->hc, d, S->Xm, d, L->hnorm, c->norm_eps, Xtmp, d);
     enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
     be->ops->linear(be, &L->e_proj, Rm, S->u, d, S->f, d, act, DSV4_OUT_BF16);
     be->ops->linear(be, &L->h_proj, Rm * c->hc, Xtmp, d, S->Xm, d, act, DSV4_OUT_BF16);
-    for (int r = 0; r < Rm; r++)
-        for (int j = 0; j < c->hc; j++)
-            for (int i = 0; i < d; i++) {
-                float *x = S->Xm + (size_t)r * sd + (size_t)j * (size_t)d + (size_t)i;
-                *x       = dsv4_round_bf16((float)((double)*x + S->f[(size_t)r * (size_t)d + (size_t)i]));
-            }
+    be->ops->add_streams(be, Rm, c->hc, d, S->f, S->Xm);
     dump_rows(S, "x_in", c->n_layer, S->Xm, c->hc * d);
     float *X = S->Xm, *Xn = Xtmp;
     block(m, S, L, c->n_layer, Rm, &X, &Xn);
@@ -202,8 +212,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     S->n_seqs = n_seqs;
     dsv4_prof_begin(S->be.prof, "step");
     dsv4_prof_begin(S->be.prof, "embed");
-    size_t sd = (size_t)c->hc * (size_t)c->d_model;
-    int    r  = 0;
+    int r = 0;
     for (int s = 0; s < n_seqs; s++) {
         struct dsv4_fwd_seq *q = &seqs[s];
         S->seq_row0[s] = r;
@@ -212,12 +221,9 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
         for (int t = 0; t < q->n; t++, r++) {
             S->pos[r] = q->st->pos + t;
             S->tok[r] = q->tokens[t];
-            float          *x = S->X + (size_t)r * sd;
-            const uint16_t *e = m->w.embed + (size_t)q->tokens[t] * (size_t)c->d_model;
-            for (int i = 0; i < c->d_model; i++) x[i] = dsv4_f32_from_bf16(e[i]);
-            for (int j = 1; j < c->hc; j++) memcpy(x + (size_t)j * (size_t)c->d_model, x, sizeof(float) * (size_t)c->d_model);
         }
     }
+    S->be.ops->embed(&S->be, R, S->tok, m->w.embed, c->d_model, c->hc, S->X);
     dsv4_prof_end(S->be.prof);
     float *X = S->X, *Xn = S->Xn;
     for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);

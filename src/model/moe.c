@@ -4,11 +4,9 @@
  * expert, round the f32 sum to bf16.
  *
  * Accumulation order is fixed: routed experts by ascending expert id, then the shared
- * expert, as the demo's loop does; the sum is in double (bf16 terms, so exact) and a row's
- * result does not depend on the other rows.
+ * expert, as the demo's loop does (the moe_combine op's contract); a row's result does not
+ * depend on the other rows.
  */
-#include <string.h>
-
 #include "model/runtime.h"
 
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
@@ -28,33 +26,11 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, k, fid);
                 dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, k, S->rw + (size_t)r * (size_t)k);
             }
-    /* gather (row, weight) pairs expert by expert, ascending expert id */
-    int n_groups = 0, np = 0;
-    for (int e = 0; e < c->n_exp; e++) {
-        int start = np;
-        for (int r = 0; r < R; r++)
-            for (int i = 0; i < k; i++)
-                if (S->ids[r * k + i] == e) {
-                    S->rows_e[np] = r;
-                    S->row_w[np]  = S->rw[r * k + i];
-                    memcpy(S->xe + (size_t)np * (size_t)d, S->u + (size_t)r * (size_t)d, sizeof(float) * (size_t)d);
-                    np++;
-                }
-        if (np == start) continue;
-        S->grp_ids[n_groups] = e;
-        S->grp_off[n_groups] = start;
-        n_groups++;
-    }
-    S->grp_off[n_groups] = np;
-    memset(S->moe_y, 0, sizeof(double) * (size_t)R * (size_t)d);
+    int n_groups = be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of,
+                                         S->grp_ids, S->grp_off);
     if (n_groups)
         be->ops->experts(be, L->experts, n_groups, S->grp_ids, S->grp_off, S->xe, S->row_w, c->swiglu_limit, S->ye,
                          S->exp_scratch);
-    for (int i = 0; i < np; i++) {
-        double      *y  = S->moe_y + (size_t)S->rows_e[i] * (size_t)d;
-        const float *ye = S->ye + (size_t)i * (size_t)d;
-        for (int j = 0; j < d; j++) y[j] += ye[j];
-    }
-    be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->ye, S->exp_scratch);
-    for (size_t i = 0; i < (size_t)R * (size_t)d; i++) S->f[i] = dsv4_round_bf16((float)(S->moe_y[i] + S->ye[i]));
+    be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->shared_y, S->exp_scratch);
+    be->ops->moe_combine(be, R, k, d, S->pair_of, S->ye, S->shared_y, S->f);
 }

@@ -58,11 +58,17 @@ struct dsv4_fwd_seq {
     int                    n_mtp;      /* out: MTP rows written */
 };
 
-/* Scratch for one step of up to max_rows token rows, planned once. */
+/*
+ * Scratch for one step of up to max_rows token rows, planned once. Two parts: buffers the
+ * ops read and write, allocated by the backend (its memory, DSV4_MEM_ACT), and the step's
+ * small host metadata (positions, tokens, the batch table) that the host fills and the
+ * ops take as host arrays.
+ */
 struct dsv4_step {
     int   max_rows;
     int   max_ctx;
     int   max_attn_rows;
+    /* ---- backend buffers */
     float *X, *Xn, *Xm;        /* [max_rows, hc, d_model] hyper-connection streams */
     float *u, *f;              /* [max_rows, d_model] */
     float *post, *comb;        /* [max_rows, hc], [max_rows, hc, hc] */
@@ -71,33 +77,34 @@ struct dsv4_step {
     float *kv;                 /* [max_rows, d_head] */
     float *z;                  /* [max_rows, o_groups * o_lora_rank] */
     float *ca, *cg;            /* [max_rows, 2 * d_head] compressor values / gates */
-    float *crow;               /* [d_head] one pooled row */
+    float *crows;              /* [max_rows + 1, max(d_head, d_idx_head)] pooled rows of a chunk */
     float *qi;                 /* [max_rows, n_idx_head * d_idx_head] */
     float *wi;                 /* [max_rows, n_idx_head] */
-    float *iscore;             /* [max_ctx / 4] */
-    int   *isel;               /* [max_ctx / 4] */
-    const uint8_t **kblk;      /* [max_ctx / 4] indexer key blocks (one per KV page) */
-    double *moe_y;             /* [max_rows, d_model] accumulator (bf16 terms: exact) */
+    int   *isel, *n_isel;      /* [max_rows, idx_topk], [max_rows] the indexer's choice */
     float *xe, *ye;            /* [max_rows * n_exp_used, d_model] rows gathered per expert */
     float *row_w;              /* [max_rows * n_exp_used] */
-    int   *rows_e;             /* [max_rows * n_exp_used] */
+    int   *pair_of;            /* [max_rows * n_exp_used] pair of each (row, slot) */
     int   *grp_ids, *grp_off;  /* [n_exp + 1] experts used in the step, their first pair */
+    float *shared_y;           /* [max_rows, d_model] the shared expert's output */
     float *exp_scratch;        /* [2 * max(max_rows * n_exp_used, max_rows) * d_ff_exp] */
     float *router_scratch;     /* [(max_rows + 1) * n_exp] */
     int   *ids;                /* [max_rows, n_exp_used] */
     float *rw;                 /* [max_rows, n_exp_used] */
     float *hid;                /* [max_rows, d_model] final hidden */
+    uint8_t *staging;          /* [max_rows, row_bytes] this chunk's KV rows, encoded */
+    float *logits_dev;         /* [max_rows, vocab] when the backend is not host-visible, else NULL */
+    /* ---- host metadata */
     int   *pos, *tok;          /* [max_rows] */
+    int   *cpos;               /* [max_rows + 1] first positions of a chunk's compressed rows */
     /* the batch of the current step (set by dsv4_forward) */
     struct dsv4_fwd_seq *seqs;
     int                  n_seqs;
     int   *seq_row0, *seq_n, *seq_pos0; /* [max_rows] first row, rows and first position of each */
-    const uint8_t **rowptr;    /* [max_attn_rows] */
-    uint8_t *staging;          /* [max_rows, row_bytes] this chunk's KV rows, encoded */
     struct dsv4_backend be;
     struct dsv4_dump_sink dump;
-    void *mem;
-    size_t mem_bytes;
+    const struct dsv4_model *m; /* whose backend owns dev */
+    void  *dev, *host;
+    size_t dev_bytes, host_bytes;
 };
 
 size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx);
@@ -117,17 +124,21 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
  * index of the layer's state in each sequence (il, or n_layer for the MTP block). */
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,
                              int state, int R);
-/* compress.c: one compressor over a sequence's rows; the indexer's top-k for one query. */
+/* compress.c: one compressor over a sequence's rows of the step. */
 void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
-                         bool is_indexer, const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls,
+                         bool is_indexer, const struct dsv4_seq_state *st, struct dsv4_layer_state *ls,
                          const float *a, const float *g, int n, int p0, int il, int seq);
-int  dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const float *q, const float *w,
-                         const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls, int n_done, int *sel);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 
 /* engine.c internals for tools that look inside (dsv4 align, tests). */
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 void                     dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink);
+
+/* KV memory from the model's backend. */
+static inline struct dsv4_kv_mem dsv4_model_kv_mem(const struct dsv4_model *m)
+{
+    return (struct dsv4_kv_mem){ .kind = m->backend, .impl = m->backend_impl };
+}
 
 static inline const struct dsv4_rope_table *dsv4_layer_rope(const struct dsv4_model *m, int ratio)
 {

@@ -1,7 +1,8 @@
 /*
- * step.c - the scratch of one forward step, planned once and carved from one allocation
- * (llm.c's malloc-and-point). Sizes follow from the config, the largest batch of rows and
- * the largest context; nothing in the forward allocates afterwards.
+ * step.c - the scratch of one forward step, planned once and carved from two allocations
+ * (llm.c's malloc-and-point): the buffers the ops use, from the backend's memory, and the
+ * host metadata. Sizes follow from the config, the largest batch of rows and the largest
+ * context; nothing in the forward allocates afterwards.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,27 @@ static int max_attn_rows(const struct dsv4_config *c, int max_ctx)
     return c->window + most;
 }
 
-static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max_ctx, uint8_t *base)
+/* The widths a backend sizes its scratch by. */
+static struct dsv4_plan_dims plan_dims(const struct dsv4_config *c, int R, int max_ctx)
+{
+    return (struct dsv4_plan_dims){ .max_rows = R, .max_ctx = max_ctx, .max_attn_rows = max_attn_rows(c, max_ctx),
+                                    .d_model = c->d_model, .hc = c->hc, .n_head = c->n_head, .d_head = c->d_head,
+                                    .d_rope = c->d_rope, .q_lora_rank = c->q_lora_rank, .o_groups = c->o_groups,
+                                    .o_lora_rank = c->o_lora_rank, .n_exp = c->n_exp, .n_exp_used = c->n_exp_used,
+                                    .d_ff_exp = c->d_ff_exp, .n_idx_head = c->n_idx_head,
+                                    .d_idx_head = c->d_idx_head, .idx_topk = c->idx_topk };
+}
+
+/* Lays out both parts (dev: backend buffers, host: metadata) from base pointers, or only
+ * sizes them when the bases are NULL. */
+static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max_ctx, uint8_t *dev, uint8_t *host,
+                 size_t *dev_bytes, size_t *host_bytes)
 {
     const struct dsv4_config *c = &m->cfg;
     size_t off = 0;
     size_t d = (size_t)c->d_model, hc = (size_t)c->hc, r = (size_t)R;
-    int    attn_rows = max_attn_rows(c, max_ctx);
+    struct dsv4_plan_dims dims = plan_dims(c, R, max_ctx);
+    uint8_t *base = dev;
 #define F(ptr, n)                                                                                                  \
     do {                                                                                                           \
         if (base) (ptr) = (void *)(base + off);                                                                    \
@@ -60,79 +76,85 @@ static size_t plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int m
     F(s->z, r * (size_t)c->o_groups * (size_t)c->o_lora_rank);
     F(s->ca, r * 2 * (size_t)c->d_head);
     F(s->cg, r * 2 * (size_t)c->d_head);
-    F(s->crow, (size_t)c->d_head);
+    F(s->crows, (r + 1) * (size_t)imax(c->d_head, c->d_idx_head));
     F(s->qi, r * (size_t)c->n_idx_head * (size_t)c->d_idx_head);
     F(s->wi, r * (size_t)c->n_idx_head);
-    F(s->iscore, (size_t)(max_ctx / 4 + 1));
-    F(s->isel, (size_t)(max_ctx / 4 + 1));
-    B(s->kblk, sizeof(void *) * (size_t)(max_ctx / 4 + 1));
-    F(s->moe_y, 2 * r * d);
+    F(s->isel, r * (size_t)imax(c->idx_topk, 1));
+    F(s->n_isel, r);
     size_t pairs = r * (size_t)c->n_exp_used;
     F(s->xe, pairs * d);
     F(s->ye, pairs * d);
     F(s->row_w, pairs);
-    F(s->rows_e, pairs);
+    F(s->pair_of, pairs);
     F(s->grp_ids, (size_t)c->n_exp + 1);
     F(s->grp_off, (size_t)c->n_exp + 1);
+    F(s->shared_y, r * d);
     F(s->exp_scratch, 2 * (pairs > r ? pairs : r) * (size_t)c->d_ff_exp);
     F(s->router_scratch, (r + 1) * (size_t)c->n_exp);
     F(s->ids, r * (size_t)c->n_exp_used);
     F(s->rw, r * (size_t)c->n_exp_used);
     F(s->hid, r * d);
+    B(s->staging, r * (size_t)dsv4_row_bytes(m->row_fmt, c->d_head, c->d_rope));
+    if (m->backend && !m->backend->host_visible) F(s->logits_dev, r * (size_t)c->vocab_size);
+    size_t sc = m->backend ? m->backend->scratch_floats(m->backend_impl, &dims) : 0;
+    F(s->be.scratch, sc);
+    *dev_bytes = off;
+    /* host metadata */
+    off  = 0;
+    base = host;
     F(s->pos, r);
     F(s->tok, r);
+    F(s->cpos, r + 1);
     F(s->seq_row0, r);
     F(s->seq_n, r);
     F(s->seq_pos0, r);
-    B(s->rowptr, sizeof(void *) * (size_t)attn_rows);
-    B(s->staging, r * (size_t)dsv4_row_bytes(m->row_fmt, c->d_head, c->d_rope));
-    size_t lin = (size_t)imax(imax(c->d_model, c->q_lora_rank), imax(c->n_head * c->d_head / c->o_groups,
-                                                                   imax(c->o_groups * c->o_lora_rank, c->d_ff_exp)));
-    size_t sc  = lin + lin / 128 + 2;
-    size_t att = (size_t)c->n_head * (size_t)attn_rows + (size_t)c->d_head;
-    if (att > sc) sc = att;
-    if ((size_t)c->d_idx_head > sc) sc = (size_t)c->d_idx_head;
-    size_t fast = m->backend ? m->backend->scratch_floats(m->backend_impl, c, R, attn_rows) : 0;
-    if (fast > sc) sc = fast;
-    F(s->be.scratch, sc);
-    if (base) {
-        s->be.scratch_len   = sc;
-        s->max_attn_rows    = attn_rows;
+    *host_bytes = off;
+    if (dev) {
+        s->be.scratch_len = sc;
+        s->max_attn_rows  = dims.max_attn_rows;
     }
 #undef F
 #undef B
-    return off;
 }
 
 size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx)
 {
     struct dsv4_step tmp;
+    size_t           dev, host;
     memset(&tmp, 0, sizeof(tmp));
-    return plan(&tmp, m, max_rows, max_ctx, NULL);
+    plan(&tmp, m, max_rows, max_ctx, NULL, NULL, &dev, &host);
+    return dev + host;
 }
 
 int dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows, int max_ctx, struct dsv4_err *err)
 {
     memset(s, 0, sizeof(*s));
-    size_t bytes = plan(s, m, max_rows, max_ctx, NULL);
-    void  *mem   = NULL;
-    if (posix_memalign(&mem, 64, bytes) != 0 || !mem)
+    size_t dev_bytes, host_bytes;
+    plan(s, m, max_rows, max_ctx, NULL, NULL, &dev_bytes, &host_bytes);
+    void *dev = m->backend->alloc(m->backend_impl, dev_bytes, DSV4_MEM_ACT), *host = NULL;
+    if (!dev || posix_memalign(&host, 64, host_bytes) != 0 || !host) {
+        if (dev) m->backend->free(m->backend_impl, dev, dev_bytes);
         return dsv4_err_set(err, DSV4_ENOMEM, "cannot allocate %.1f MiB of step scratch for %d rows",
-                            (double)bytes / 1048576.0, max_rows);
-    memset(mem, 0, bytes);
-    plan(s, m, max_rows, max_ctx, mem);
-    s->mem       = mem;
-    s->mem_bytes = bytes;
-    s->max_rows  = max_rows;
-    s->max_ctx   = max_ctx;
-    s->be.ops    = m->ops;
-    s->be.impl   = m->backend_impl;
-    s->be.prof   = m->prof;
+                            (double)(dev_bytes + host_bytes) / 1048576.0, max_rows);
+    }
+    memset(host, 0, host_bytes);
+    plan(s, m, max_rows, max_ctx, dev, host, &dev_bytes, &host_bytes);
+    s->m          = m;
+    s->dev        = dev;
+    s->host       = host;
+    s->dev_bytes  = dev_bytes;
+    s->host_bytes = host_bytes;
+    s->max_rows   = max_rows;
+    s->max_ctx    = max_ctx;
+    s->be.ops     = m->ops;
+    s->be.impl    = m->backend_impl;
+    s->be.prof    = m->prof;
     return DSV4_OK;
 }
 
 void dsv4_step_free(struct dsv4_step *s)
 {
-    free(s->mem);
+    if (s->dev) s->m->backend->free(s->m->backend_impl, s->dev, s->dev_bytes);
+    free(s->host);
     memset(s, 0, sizeof(*s));
 }

@@ -298,7 +298,8 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     }
     const struct dsv4_sched_params *p = &s->p;
     struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries };
-    rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg, s->m->row_fmt, &kp, err);
+    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(s->m);
+    rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg, s->m->row_fmt, &kp, &kvmem, err);
     if (rc) {
         free(s);
         return rc;

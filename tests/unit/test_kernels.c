@@ -277,21 +277,33 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
             int H = shapes[sh][0], D = shapes[sh][1], R = shapes[sh][2];
             if (H == 64 && n_rows < 20) continue;
             int      rb   = dsv4_row_bytes((enum dsv4_row_fmt)fmt, D, R);
-            uint8_t *rows = malloc((size_t)rb * (size_t)n_rows);
-            const uint8_t **ptr = malloc(sizeof(void *) * (size_t)n_rows);
+            /* row 0: the query's own (chunk) row; rows 1..: compressed rows in pages of 8,
+             * the page table and the selection both reversed, so rows come in any order */
+            int      nc = n_rows - 1, np = (nc + 7) / 8 + 1;
+            uint8_t *rows = malloc((size_t)rb * (size_t)(np * 8 + 1));
+            int32_t *pt   = malloc(sizeof(int32_t) * (size_t)np);
+            int     *sel  = malloc(sizeof(int) * (size_t)(nc + 1));
             float *kv = malloc(sizeof(float) * D), *q = malloc(sizeof(float) * H * D), *sink = malloc(sizeof(float) * H);
             float *o1 = malloc(sizeof(float) * H * D), *o2 = malloc(sizeof(float) * H * D);
+            static const int32_t page0[1] = { 0 };
+            for (int k = 0; k < np; k++) pt[k] = np - 1 - k;
+            struct dsv4_attn_src src = {
+                .p0 = 0, .window = 4, .ratio = 4, .n_sel = &nc, .sel = sel, .sel_stride = nc,
+                .chunk = { .base = rows, .page = page0, .page_rows = 1, .row_bytes = rb },
+                .comp  = { .base = rows + rb, .page = pt, .page_bytes = (size_t)8 * (size_t)rb, .page_rows = 8, .row_bytes = rb },
+            };
+            src.ring = src.chunk;
             for (int i = 0; i < n_rows; i++) {
                 for (int d = 0; d < D; d++) kv[d] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
                 if (fmt == DSV4_ROW_FP8) ref.ops->fp8_sim(&ref, 1, D - R, D, kv, 64);
-                dsv4_row_encode((enum dsv4_row_fmt)fmt, D, R, kv, rows + (size_t)i * rb);
-                ptr[i] = rows + (size_t)(n_rows - 1 - i) * rb; /* any order of rows */
+                dsv4_row_encode((enum dsv4_row_fmt)fmt, D, R, kv, i ? dsv4_kv_row_at(&src.comp, i - 1) : rows);
+                if (i) sel[i - 1] = nc - i;
             }
             for (int i = 0; i < H * D; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed) * 3);
             for (int h = 0; h < H; h++) sink[h] = test_rand_f32(&seed) * 2;
             float scale = 1.0f / sqrtf((float)D);
-            fast.ops->attention(&fast, H, D, R, q, ptr, n_rows, (enum dsv4_row_fmt)fmt, sink, scale, o1);
-            ref.ops->attention(&ref, H, D, R, q, ptr, n_rows, (enum dsv4_row_fmt)fmt, sink, scale, o2);
+            fast.ops->attention(&fast, 1, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o1);
+            ref.ops->attention(&ref, 1, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o2);
             /* one bf16 rounding of the output, plus f32 sums over the rows in another order:
              * |values| <= 2, so n_rows * 2^-22 bounds the absolute error of a cancelling sum */
             int   bad = 0;
@@ -301,7 +313,8 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
                     CHECKF(0, "attention H %d D %d rows %d fmt %d [%d]: %g vs %g", H, D, n_rows, fmt, i, o1[i], o2[i]);
             CHECKF(!bad, "attention H %d D %d rows %d: %d outputs off", H, D, n_rows, bad);
             free(rows);
-            free(ptr);
+            free(pt);
+            free(sel);
             free(kv);
             free(q);
             free(sink);
@@ -316,23 +329,25 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
         for (int nk = 1; nk <= 300; nk = nk * 6 + 1) {
             int      dI = 128, kb = dsv4_idx_key_bytes(dI), bk = 8, nb = (nk + bk - 1) / bk;
             uint8_t *keys = malloc((size_t)kb * (size_t)(nb * bk));
-            const uint8_t **blocks = malloc(sizeof(void *) * (size_t)nb);
+            int32_t *pt   = malloc(sizeof(int32_t) * (size_t)nb);
             float    key[128], *q = malloc(sizeof(float) * nI * dI), w[64], *s1 = malloc(sizeof(float) * nk),
                      *s2 = malloc(sizeof(float) * nk);
-            for (int b = 0; b < nb; b++) blocks[b] = keys + (size_t)(nb - 1 - b) * (size_t)(bk * kb);
+            for (int b = 0; b < nb; b++) pt[b] = nb - 1 - b;
+            struct dsv4_kv_rows kr = { .base = keys, .page = pt, .page_bytes = (size_t)(bk * kb), .page_rows = bk,
+                                       .row_bytes = kb };
             for (int j = 0; j < nk; j++) {
                 for (int d = 0; d < dI; d++) key[d] = test_rand_f32(&seed);
-                dsv4_idx_key_encode(dI, key, (uint8_t *)blocks[j / bk] + (size_t)(j % bk) * kb);
+                dsv4_idx_key_encode(dI, key, dsv4_kv_row_at(&kr, j));
             }
             for (int i = 0; i < nI * dI; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed));
             for (int h = 0; h < nI; h++) w[h] = dsv4_round_bf16(fabsf(test_rand_f32(&seed)) + 0.01f);
-            fast.ops->indexer_scores(&fast, nI, dI, q, w, blocks, bk, nk, s1);
-            ref.ops->indexer_scores(&ref, nI, dI, q, w, blocks, bk, nk, s2);
+            fast.ops->indexer_scores(&fast, nI, dI, q, w, &kr, nk, s1);
+            ref.ops->indexer_scores(&ref, nI, dI, q, w, &kr, nk, s2);
             for (int j = 0; j < nk; j++)
                 CHECKF(fabsf(s1[j] - s2[j]) <= 0.016f * fabsf(s2[j]) + 1e-6f, "indexer %d heads, %d keys, key %d: %g vs %g",
                        nI, nk, j, s1[j], s2[j]);
             free(keys);
-            free(blocks);
+            free(pt);
             free(q);
             free(s1);
             free(s2);

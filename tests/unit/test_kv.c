@@ -42,11 +42,12 @@ static bool pool_consistent(struct test_ctx *t, const struct dsv4_kv_pool *pool)
         for (int k = 0; k < pps; k++) {
             int32_t id = pool->map[(size_t)s * (size_t)pps + (size_t)k];
             if (id < 0) {
-                ok &= pool->seq[s].pages[k] == NULL;
+                ok &= pool->seq[s].page[k] == -1;
                 continue;
             }
             ok &= pool->slot_busy[s];
-            ok &= pool->seq[s].pages[k] == pool->page_mem + (size_t)id * pool->plan.page_bytes;
+            ok &= pool->seq[s].page[k] == id && pool->seq[s].page_base == pool->page_mem &&
+                  pool->seq[s].page_bytes == pool->plan.page_bytes;
             refs[id]++;
         }
     int n_cached = 0, n_evictable = 0, n_lru = 0;
@@ -103,7 +104,7 @@ static void test_pool_random(struct test_ctx *t)
     struct dsv4_kv_pool        pool;
     struct dsv4_kv_pool_params pp = { .max_ctx = 200, .max_seqs = 6, .page_tokens = 16, .n_pages = 40, .n_snapshots = 0 };
     struct dsv4_err            err;
-    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, &err)) {
+    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, NULL, &err)) {
         CHECKF(0, "%s", err.msg);
         dsv4_engine_close(e);
         return;
@@ -157,7 +158,7 @@ static void test_prefix_cache_random(struct test_ctx *t)
     struct dsv4_kv_pool        pool;
     struct dsv4_kv_pool_params pp = { .max_ctx = 128, .max_seqs = 4, .page_tokens = 16, .n_pages = 24, .n_snapshots = 10 };
     struct dsv4_err            err;
-    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, &err)) {
+    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, NULL, &err)) {
         CHECKF(0, "%s", err.msg);
         dsv4_engine_close(e);
         return;
@@ -226,8 +227,8 @@ static void test_layout_and_snapshot(struct test_ctx *t)
     /* a snapshot restores rings and previous blocks exactly */
     struct dsv4_seq_state a, b;
     struct dsv4_err       err;
-    CHECK(dsv4_seq_state_init(&a, c, 64, m->row_fmt, false, &err) == DSV4_OK);
-    CHECK(dsv4_seq_state_init(&b, c, 64, m->row_fmt, false, &err) == DSV4_OK);
+    CHECK(dsv4_seq_state_init(&a, c, 64, m->row_fmt, false, NULL, &err) == DSV4_OK);
+    CHECK(dsv4_seq_state_init(&b, c, 64, m->row_fmt, false, NULL, &err) == DSV4_OK);
     unsigned long long seed = 9;
     for (size_t i = 0; i < a.mem_bytes; i++) ((uint8_t *)a.mem)[i] = (uint8_t)test_rand_u64(&seed);
     a.page_tokens = b.page_tokens = 16; /* any boundary of the snapshot's own page size */

@@ -188,19 +188,23 @@ void dsv4_cpu_free(struct dsv4_cpu *cpu);
 /* The optimised op table (ops_fast.c): every op on the kernels of cpu->k and the pool. */
 extern const struct dsv4_backend_ops dsv4_cpu_fast_ops;
 
-/* What runs each op at this backend's level: fills up to max (op, implementation, scalar?)
- * entries and returns the count (`dsv4 ops`). */
-struct dsv4_op_impl {
-    const char *op;
-    const char *impl;
-    bool        scalar; /* runs plain C on this machine */
-};
-int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int max);
+/* The lifecycle table's introspection (cpu_describe.c, struct dsv4_backend_kind): what runs
+ * each op at cpu's level, and the levels in order with whether this machine runs them. */
+int         dsv4_cpu_describe_op(void *cpu, enum dsv4_op op, char *buf, size_t cap);
+const char *dsv4_cpu_level_at(int i, bool *here);
 
-struct dsv4_config; /* model/model.h: the widths the scratch is sized by */
+/* Token count from which a projection on the bf16 levels takes the panel GEMM instead of the
+ * GEMV (both give the same bits), on interleaved tiles or on the release layout; the
+ * measurements behind the numbers are at their use in ops_fast.c. `dsv4 ops` prints them. */
+static inline int dsv4_cpu_gemm_min_tokens(enum dsv4_wfmt fmt, bool tiles)
+{
+    if (tiles) return fmt == DSV4_WFMT_FP8 ? 24 : fmt == DSV4_WFMT_FP4 ? 56 : 128;
+    return fmt == DSV4_WFMT_FP4 ? 12 : 6;
+}
 
-/* Extra scratch floats the fast ops need per context beyond the reference's, for batches
- * of up to max_rows rows (activation buffers, per-thread attention and GEMM panels). */
-size_t dsv4_cpu_scratch_floats(const struct dsv4_config *cfg, int max_rows, int max_attn_rows, int n_threads);
+/* Scratch floats one context needs for a plan: the row lists of ops_data.c, then the
+ * larger of the reference's and the fast ops' needs (activation buffers, per-thread
+ * attention and GEMM panels). */
+size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads);
 
 #endif

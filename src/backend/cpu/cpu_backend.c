@@ -192,10 +192,38 @@ static void cpu_describe(void *impl, char *buf, size_t cap)
     snprintf(buf, cap, "cpu %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level), cpu->n_threads);
 }
 
-static size_t cpu_scratch_floats(void *impl, const struct dsv4_config *cfg, int max_rows, int max_attn_rows)
+static size_t cpu_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
 {
     const struct dsv4_cpu *cpu = impl;
-    return dsv4_cpu_scratch_floats(cfg, max_rows, max_attn_rows, cpu ? cpu->n_threads : 1);
+    return dsv4_cpu_scratch_floats(dims, cpu ? cpu->n_threads : 1);
+}
+
+/* ------------------------------------------------------------------ memory: host buffers */
+
+static void *cpu_alloc(void *impl, size_t bytes, enum dsv4_mem_kind kind)
+{
+    (void)impl, (void)kind;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes); /* touched now, not while decoding */
+    return p;
+}
+
+static void cpu_free(void *impl, void *buf, size_t bytes)
+{
+    (void)impl, (void)bytes;
+    free(buf);
+}
+
+static void cpu_move(void *impl, void *dst, const void *src, size_t bytes)
+{
+    (void)impl;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_sync(void *impl)
+{
+    (void)impl; /* ops return when done */
 }
 
 const struct dsv4_backend_kind dsv4_backend_cpu = {
@@ -206,4 +234,11 @@ const struct dsv4_backend_kind dsv4_backend_cpu = {
     .describe        = cpu_describe,
     .prepare_weights = cpu_prepare_weights,
     .scratch_floats  = cpu_scratch_floats,
+    .host_visible    = true,
+    .alloc           = cpu_alloc,
+    .free            = cpu_free,
+    .upload          = cpu_move,
+    .download        = cpu_move,
+    .copy            = cpu_move,
+    .sync            = cpu_sync,
 };

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "model/model.h" /* struct dsv4_config, for the scratch sizing only (issue: a dims struct instead) */
+#include "backend/cpu/ops_data.h"
 #include "backend/cpu/ref.h"
 #include "backend/cpu/ref_num.h"
 
@@ -33,7 +33,7 @@ static int imax(int a, int b)
     return a > b ? a : b;
 }
 
-static int max_in(const struct dsv4_config *c)
+static int max_in(const struct dsv4_plan_dims *c)
 {
     int m = imax(imax(c->d_model, c->q_lora_rank), imax(c->n_head * c->d_head / c->o_groups, c->o_groups * c->o_lora_rank));
     return imax(m, imax(c->d_ff_exp, c->d_idx_head));
@@ -41,22 +41,40 @@ static int max_in(const struct dsv4_config *c)
 
 static size_t attn_bf16_floats(int n_head, int d_head, int n_rows);
 
-size_t dsv4_cpu_scratch_floats(const struct dsv4_config *c, int max_rows, int max_attn_rows, int n_threads)
+/* What the reference ops take: a dequantised weight row and its activation scales, one
+ * query's scores and a decoded row, an indexer key. */
+static size_t ref_scratch_floats(const struct dsv4_plan_dims *c)
+{
+    size_t lin = (size_t)max_in(c), sc = lin + lin / 128 + 2;
+    size_t att = (size_t)c->n_head * (size_t)c->max_attn_rows + (size_t)c->d_head;
+    if (att > sc) sc = att;
+    if ((size_t)c->d_idx_head > sc) sc = (size_t)c->d_idx_head;
+    return sc;
+}
+
+static size_t fast_scratch_floats(const struct dsv4_plan_dims *c, int n_threads)
 {
     /* the MTP block projects hc streams per row (h_proj); the grouped experts hold every
      * (token, expert) pair; GEMM panels: DSV4_GEMM_PANEL rows of bf16 per thread */
-    size_t rows  = (size_t)max_rows * (size_t)c->hc;
-    size_t pairs = (size_t)max_rows * (size_t)c->n_exp_used;
+    size_t rows  = (size_t)c->max_rows * (size_t)c->hc;
+    size_t pairs = (size_t)c->max_rows * (size_t)c->n_exp_used;
     if (pairs > rows) rows = pairs;
     size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
-    size_t attn = (size_t)max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
-    size_t ab   = attn_bf16_floats(c->n_head, c->d_head, max_attn_rows);
+    size_t attn = (size_t)c->max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
+    size_t ab   = attn_bf16_floats(c->n_head, c->d_head, c->max_attn_rows);
     if (ab > attn) attn = ab;
     /* the indexer's bf16 query panel and per-thread buffers (scores and keys of one block) */
     size_t ix = (size_t)(c->n_idx_head + 15) / 16 * 8 * (size_t)c->d_idx_head
               + (size_t)(n_threads > 0 ? n_threads : 1) * ((size_t)dsv4_idx_bf16_s_floats(c->n_idx_head, c->d_idx_head) + 16) + 64;
     if (ix > attn) attn = ix;
     return x + attn;
+}
+
+size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads)
+{
+    size_t r = ref_scratch_floats(dims), f = fast_scratch_floats(dims, n_threads);
+    /* the row lists of attention and the indexer go in front of the kernels' own */
+    return dsv4_cpu_data_scratch_floats(dims) + (r > f ? r : f);
 }
 
 /* Token count from which projections take the panel GEMM path instead of the GEMV one
@@ -536,8 +554,8 @@ static void attn_heads_job(void *ctx, int64_t u0, int64_t u1, int tid)
     J->kb->attn_heads(&J->a, (int)u0, (int)u1);
 }
 
-static void fast_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
-                           const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+static void fast_attend_rows(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                             const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
                            float scale, float *o)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
@@ -572,6 +590,13 @@ static void fast_attention(struct dsv4_backend *be, int n_head, int d_head, int 
                               .sbuf = kbuf + (size_t)n_rows * (size_t)d_head, .o = o };
     dsv4_pool_for(cpu->pool, n_rows, 1, 32, attn_decode, &j);
     dsv4_pool_for(cpu->pool, n_head, 1, 1, attn_heads, &j);
+}
+
+static void fast_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                           const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
+                           float *o)
+{
+    dsv4_cpu_attention_with(fast_attend_rows, be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
 }
 
 /* ------------------------------------------------------------------ indexer */
@@ -616,8 +641,8 @@ static void idx_bf16_keys(void *ctx, int64_t b0, int64_t b1, int tid)
     J->kb->idx_keys(J->x, (int)b0, (int)b1, J->s + (size_t)tid * J->s_len);
 }
 
-static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                                const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
+static void fast_scores_rows(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                             const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
 {
     DSV4_ASSERT(d <= 4096);
     struct dsv4_cpu *cpu = cpu_of(be);
@@ -637,6 +662,12 @@ static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, cons
     }
     struct idx_job J = { cpu->k, n_head, d, q, w, blocks, block_keys, score };
     dsv4_pool_for(cpu->pool, n_keys, 1, 64, idx_keys, &J);
+}
+
+static void fast_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                                const struct dsv4_kv_rows *keys, int n_keys, float *score)
+{
+    dsv4_cpu_indexer_scores_with(fast_scores_rows, be, n_head, d, q, w, keys, n_keys, score);
 }
 
 /* ------------------------------------------------------------------ row ops */
@@ -952,45 +983,12 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .router         = dsv4_ref_router,
     .expert         = fast_expert,
     .experts        = fast_experts,
+    .indexer_topk   = dsv4_cpu_indexer_topk,
+    .compress       = dsv4_cpu_compress,
+    .store_rows     = dsv4_cpu_store_rows,
+    .embed          = dsv4_cpu_embed,
+    .scale          = dsv4_cpu_scale,
+    .add_streams    = dsv4_cpu_add_streams,
+    .moe_dispatch   = dsv4_cpu_moe_dispatch,
+    .moe_combine    = dsv4_cpu_moe_combine,
 };
-
-/* ------------------------------------------------------------------ description */
-
-int dsv4_cpu_describe(const struct dsv4_cpu *cpu, struct dsv4_op_impl *out, int max)
-{
-    const char *k   = cpu->k->name;
-    bool        ksc = cpu->level == DSV4_CPU_SCALAR;
-    const char *kb  = cpu->kb ? cpu->kb->name : k;
-    bool        ref = cpu->ref;
-    struct dsv4_op_impl all[] = {
-        /* on the bf16 levels the projections are 16-row tiles made at load (DSV4_TILES=0: the
-         * release layout, decoded row by row, with 4x6 dot-product tiles for the GEMMs) */
-        { cpu->kb ? "linear_fp8 (< 24 tokens)" : "linear_fp8 (< 6 tokens)",
-          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
-        { cpu->kb ? "linear_fp8 (>= 24 tokens)" : "linear_fp8 (>= 6 tokens)",
-          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k, ref || (ksc && !cpu->kb) },
-        { cpu->kb ? "linear_fp4 (< 56 tokens)" : "linear_fp4 (< 12 tokens)",
-          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps gemv" : k, ref || (ksc && !cpu->kb) },
-        { cpu->kb ? "linear_fp4 (>= 56 tokens)" : "linear_fp4 (>= 12 tokens)",
-          ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, bf16 panels + 2x14 tiles" : k, ref || (ksc && !cpu->kb) },
-        { "linear_bf16", ref ? "ref" : cpu->kb ? "avx512bf16 16-row tiles, broadcast vdpbf16ps" : kb, ref || (ksc && !cpu->kb) },
-        { "linear_f32", ref ? "ref" : k, ref || ksc },
-        { "activation_quant_e4m3", ref ? "ref" : cpu->kb ? "avx512bf16 (straight to bf16, rows in parallel)" : "scalar bit rounding, rows in parallel", ref || !cpu->kb },
-        { "attention (all layer kinds)", ref ? "ref" : cpu->kb ? "avx512bf16 (heads in lanes, bf16 rows once per query)" : k, ref || ksc },
-        { "indexer_scores", ref ? "ref" : cpu->kb ? "avx512bf16 (heads in lanes)" : k, ref || ksc },
-        { "hc_pre / hc_head (mix)", ref ? "ref" : k, ref || ksc },
-        { "hc_post (rows in parallel)", ref ? "ref" : k, ref || ksc },
-        { "compressor pooling", "scalar", true },
-        { "router (glue; gate via linear_bf16)", "scalar", true },
-        { "expert / experts SwiGLU", ref ? "ref" : cpu->k->swiglu_bf16 ? "avx512 double (reference roundings), rows in parallel" : "scalar",
-          ref || !cpu->k->swiglu_bf16 },
-        { "rmsnorm / head_rms / rope / hadamard", ref ? "ref" : cpu->k->rmsnorm_row ? "avx512 (reference bits), rows in parallel" : "scalar",
-          ref || !cpu->k->rmsnorm_row },
-        { "fp8_sim / fp4_sim", ref ? "ref" : cpu->k->fp8_sim_rows ? "avx512 (reference bits), rows in parallel" : "scalar",
-          ref || !cpu->k->fp8_sim_rows },
-    };
-    int n = (int)(sizeof(all) / sizeof(all[0]));
-    if (n > max) n = max;
-    memcpy(out, all, sizeof(all[0]) * (size_t)n);
-    return n;
-}

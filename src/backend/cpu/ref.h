@@ -27,11 +27,17 @@ void dsv4_ref_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float
                       const float *post, const float *comb, float *Xout);
 void dsv4_ref_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                       const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
-void dsv4_ref_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
-                        const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
-                        float scale, float *o);
+/* Row-pointer kernels (one query; keys in blocks) and the table ops built on them. */
+void dsv4_ref_attend_rows(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                          const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+                          float scale, float *o);
+void dsv4_ref_scores_rows(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                          const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
+void dsv4_ref_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
+                        float *o);
 void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                             const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
+                             const struct dsv4_kv_rows *keys, int n_keys, float *score);
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
                      double route_scale, int *ids, float *weights, float *scratch);

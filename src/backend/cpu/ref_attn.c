@@ -11,11 +11,12 @@
  */
 #include <math.h>
 
+#include "backend/cpu/ops_data.h"
 #include "backend/cpu/ref.h"
 #include "backend/cpu/ref_num.h"
 
-void dsv4_ref_attention(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
-                        const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+void dsv4_ref_attend_rows(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                          const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
                         float scale, float *o)
 {
     DSV4_ASSERT(n_rows >= 1 && n_head <= 1024 && d_head <= 4096);
@@ -61,8 +62,8 @@ void dsv4_ref_attention(struct dsv4_backend *be, int n_head, int d_head, int d_r
     }
 }
 
-void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
-                             const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
+void dsv4_ref_scores_rows(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                          const uint8_t *const *blocks, int block_keys, int n_keys, float *score)
 {
     DSV4_ASSERT(be->scratch_len >= (size_t)d);
     float *k  = be->scratch;
@@ -80,4 +81,18 @@ void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
         }
         score[j] = rbf16(sum);
     }
+}
+
+/* The table ops: the row lists of each query (ops_data.c), then the kernels above. */
+void dsv4_ref_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
+                        float *o)
+{
+    dsv4_cpu_attention_with(dsv4_ref_attend_rows, be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
+}
+
+void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                             const struct dsv4_kv_rows *keys, int n_keys, float *score)
+{
+    dsv4_cpu_indexer_scores_with(dsv4_ref_scores_rows, be, n_head, d, q, w, keys, n_keys, score);
 }

@@ -1,4 +1,5 @@
 /* ref_table.c - the op table of the scalar reference CPU backend. */
+#include "backend/cpu/ops_data.h"
 #include "backend/cpu/ref.h"
 
 const struct dsv4_backend_ops dsv4_cpu_ref_ops = {
@@ -18,4 +19,12 @@ const struct dsv4_backend_ops dsv4_cpu_ref_ops = {
     .router         = dsv4_ref_router,
     .expert         = dsv4_ref_expert,
     .experts        = dsv4_ref_experts,
+    .indexer_topk   = dsv4_cpu_indexer_topk,
+    .compress       = dsv4_cpu_compress,
+    .store_rows     = dsv4_cpu_store_rows,
+    .embed          = dsv4_cpu_embed,
+    .scale          = dsv4_cpu_scale,
+    .add_streams    = dsv4_cpu_add_streams,
+    .moe_dispatch   = dsv4_cpu_moe_dispatch,
+    .moe_combine    = dsv4_cpu_moe_combine,
 };

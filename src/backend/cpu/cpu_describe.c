@@ -1,0 +1,105 @@
+/*
+ * cpu_describe.c - what runs each op of the CPU backend at its level (`dsv4 ops`, struct
+ * dsv4_backend_kind.describe_op) and the levels in order (.level, for `dsv4 test-ops`).
+ *
+ * The lines are read off the state the fast ops dispatch on (the level's kernel tables and
+ * which of their entries exist), the thresholds off the function ops_fast.c uses, and an op
+ * whose fast entry is the reference's own function is reported as such, so the description
+ * cannot drift from the code by retyping.
+ */
+#include <stdio.h>
+
+#include "backend/cpu/cpu.h"
+
+const char *dsv4_cpu_level_at(int i, bool *here)
+{
+    if (i < 0 || i >= DSV4_CPU_LEVELS) return NULL;
+    *here = i <= (int)dsv4_cpu_detect();
+    return dsv4_cpu_level_name((enum dsv4_cpu_level)i);
+}
+
+/* A row op with a kernel of the level (reference bits, rows over threads) or the reference. */
+static int row_op(char *buf, size_t cap, const struct dsv4_kernels *k, bool has, const char *when)
+{
+    if (!has) {
+        snprintf(buf, cap, "the reference's plain C (no %s kernel)", k->name);
+        return 1;
+    }
+    snprintf(buf, cap, "%s (reference bits), rows in parallel%s%s", k->name, *when ? "; " : "", when);
+    return 0;
+}
+
+static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
+{
+    const struct dsv4_kernels *k = cpu->k, *kb = cpu->kb;
+    if (!kb) {
+        /* no bf16 kernels: f32 dot products at every token count, activations quantised in C */
+        snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser in plain C", k->name);
+        return cpu->level == DSV4_CPU_SCALAR;
+    }
+    snprintf(buf, cap,
+             "%s: on 16-row tiles (made at load) GEMV below %d (fp8) / %d (fp4) / %d (bf16) tokens, then GEMM; "
+             "release layout GEMV below %d (fp8, bf16) / %d (fp4) tokens, then bf16 panel GEMM; f32 weights: %s; "
+             "activations quantised straight to bf16",
+             kb->name, dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP8, true), dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP4, true),
+             dsv4_cpu_gemm_min_tokens(DSV4_WFMT_BF16, true), dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP8, false),
+             dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP4, false), k->name);
+    return 0;
+}
+
+int dsv4_cpu_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
+{
+    const struct dsv4_cpu     *cpu = impl;
+    const struct dsv4_kernels *k = cpu->k, *kb = cpu->kb;
+    bool                       sc = cpu->level == DSV4_CPU_SCALAR;
+    if (cpu->ref) {
+        snprintf(buf, cap, "reference (sums in double, one thread)");
+        return 1;
+    }
+    dsv4_op_fn fast = dsv4_op_entry(&dsv4_cpu_fast_ops, op);
+    if (!fast) {
+        snprintf(buf, cap, "MISSING from the fast table");
+        return 1;
+    }
+    if (fast == dsv4_op_entry(&dsv4_cpu_ref_ops, op)) {
+        snprintf(buf, cap, "plain C shared with the reference%s",
+                 op == DSV4_OP_ROUTER ? " (its gate projection through linear)" : "");
+        return 1;
+    }
+    switch (op) {
+    case DSV4_OP_LINEAR: return linear(cpu, buf, cap);
+    case DSV4_OP_RMSNORM: return row_op(buf, cap, k, k->rmsnorm_row, "");
+    case DSV4_OP_HEAD_RMS: return row_op(buf, cap, k, k->sumsq_bf16 && k->scale_bf16, "");
+    case DSV4_OP_ROPE: return row_op(buf, cap, k, k->rope_row, "");
+    case DSV4_OP_HADAMARD: return row_op(buf, cap, k, k->hadamard_rows, "d a power of two in 8..4096");
+    case DSV4_OP_FP8_SIM: return row_op(buf, cap, k, k->fp8_sim_rows, "blocks a multiple of 16 dividing d");
+    case DSV4_OP_FP4_SIM: return row_op(buf, cap, k, k->fp4_sim_rows, "blocks of 32");
+    case DSV4_OP_HC_PRE:
+    case DSV4_OP_HC_HEAD:
+        snprintf(buf, cap, "mix projections on %s dot products, Sinkhorn in double, rows in parallel", k->name);
+        return sc;
+    case DSV4_OP_HC_POST: snprintf(buf, cap, "%s axpy, rows in parallel", k->name); return sc;
+    case DSV4_OP_ATTENTION:
+        if (kb && kb->attn_rows) {
+            snprintf(buf, cap, "%s (heads in lanes, bf16 rows once per query; d_head %% 32 == 0), else %s f32", kb->name,
+                     k->name);
+            return 0;
+        }
+        snprintf(buf, cap, "%s dot / axpy on f32 rows decoded once a query, heads over threads", k->name);
+        return sc;
+    case DSV4_OP_INDEXER_SCORES:
+        if (kb && kb->idx_keys) {
+            snprintf(buf, cap, "%s (heads in lanes, blocks of %d keys over threads)", kb->name, DSV4_ATTN_NR);
+            return 0;
+        }
+        snprintf(buf, cap, "%s dot products, keys over threads", k->name);
+        return sc;
+    case DSV4_OP_EXPERT:
+    case DSV4_OP_EXPERTS:
+        snprintf(buf, cap, "projections as linear%s; SwiGLU %s",
+                 op == DSV4_OP_EXPERTS ? " (every expert's rows in one parallel pass)" : "",
+                 k->swiglu_bf16 ? "avx512 in double (reference roundings)" : "plain C");
+        return sc && !kb;
+    default: snprintf(buf, cap, "plain C (%s)", dsv4_cpu_fast_ops.name); return 1;
+    }
+}

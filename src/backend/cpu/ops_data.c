@@ -1,0 +1,317 @@
+/*
+ * ops_data.c - the CPU's data-movement and bookkeeping ops (see ops_data.h): what the model
+ * layer once did in host loops between ops, now behind the op table so that a device
+ * backend can run it where its buffers live.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ops_data.h"
+
+static size_t round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Floats that hold n pointers, rounded to 64 bytes so what follows stays aligned. */
+static size_t ptr_floats(size_t n)
+{
+    return round16((n * sizeof(void *) + sizeof(float) - 1) / sizeof(float));
+}
+
+/* The context minus the first `used` floats of its scratch. */
+static struct dsv4_backend after(const struct dsv4_backend *be, size_t used)
+{
+    DSV4_ASSERT(used <= be->scratch_len);
+    struct dsv4_backend sub = *be;
+    sub.scratch += used;
+    sub.scratch_len -= used;
+    return sub;
+}
+
+/* ------------------------------------------------------------------ element-wise */
+
+void dsv4_cpu_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,
+                    float *X)
+{
+    (void)be;
+    size_t D = (size_t)d;
+    for (int r = 0; r < n; r++) {
+        float          *x = X + (size_t)r * (size_t)copies * D;
+        const uint16_t *e = table + (size_t)tok[r] * D;
+        for (size_t i = 0; i < D; i++) x[i] = dsv4_f32_from_bf16(e[i]);
+        for (int c = 1; c < copies; c++) memcpy(x + (size_t)c * D, x, sizeof(float) * D);
+    }
+}
+
+void dsv4_cpu_scale(struct dsv4_backend *be, size_t n, float *x, double s)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] = dsv4_round_bf16((float)(x[i] * s));
+}
+
+void dsv4_cpu_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
+{
+    (void)be;
+    size_t D = (size_t)d;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < hc; c++) {
+            float       *x  = X + ((size_t)r * (size_t)hc + (size_t)c) * D;
+            const float *er = e + (size_t)r * D;
+            for (size_t i = 0; i < D; i++) x[i] = dsv4_round_bf16((float)((double)x[i] + er[i]));
+        }
+}
+
+/* ------------------------------------------------------------------ MoE dispatch / combine */
+
+int dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                          const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off)
+{
+    (void)be;
+    DSV4_ASSERT(n_exp >= 1 && n_exp <= DSV4_MAX_EXPERTS);
+    int next[DSV4_MAX_EXPERTS]; /* counts, then each expert's next free pair */
+    memset(next, 0, sizeof(int) * (size_t)n_exp);
+    for (int i = 0; i < n * k; i++) {
+        DSV4_ASSERT(ids[i] >= 0 && ids[i] < n_exp);
+        next[ids[i]]++;
+    }
+    /* a counting sort: experts ascending, (row, slot) in order within each */
+    int n_groups = 0, np = 0;
+    for (int e = 0; e < n_exp; e++) {
+        int c = next[e];
+        next[e] = np;
+        if (!c) continue;
+        grp_ids[n_groups] = e;
+        grp_off[n_groups] = np;
+        n_groups++;
+        np += c;
+    }
+    grp_off[n_groups] = np;
+    for (int r = 0; r < n; r++)
+        for (int s = 0; s < k; s++) {
+            int i = next[ids[r * k + s]]++;
+            pair_of[r * k + s] = i;
+            row_w[i]           = w[r * k + s];
+            memcpy(xe + (size_t)i * (size_t)d, x + (size_t)r * (size_t)d, sizeof(float) * (size_t)d);
+        }
+    return n_groups;
+}
+
+void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                          const float *shared, float *f)
+{
+    (void)be;
+    DSV4_ASSERT(k >= 1 && k <= 64);
+    for (int r = 0; r < n; r++) {
+        int p[64]; /* the row's pairs, ascending (the order the experts ran in) */
+        for (int s = 0; s < k; s++) {
+            int v = pair_of[r * k + s], j = s;
+            for (; j > 0 && p[j - 1] > v; j--) p[j] = p[j - 1];
+            p[j] = v;
+        }
+        const float *sh = shared + (size_t)r * (size_t)d;
+        float       *fr = f + (size_t)r * (size_t)d;
+        for (int i = 0; i < d; i++) {
+            double acc = 0; /* bf16 terms: exact for the usual spread of magnitudes */
+            for (int s = 0; s < k; s++) acc += ye[(size_t)p[s] * (size_t)d + (size_t)i];
+            fr[i] = dsv4_round_bf16((float)(acc + sh[i]));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ compressor */
+
+/* Per-channel softmax pooling of the frontier into out[d]: f32(sum softmax(g) * a), in
+ * double as the reference. */
+static void pool(const float *skv, const float *ssc, int ratio, int d, float *out)
+{
+    bool overlap = ratio == 4;
+    int  width   = overlap ? 2 * d : d;
+    int  n       = overlap ? 2 * ratio : ratio;
+    DSV4_ASSERT(n <= 256);
+    for (int ch = 0; ch < d; ch++) {
+        double g[256], m = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            int col = (overlap && i >= ratio) ? d + ch : ch;
+            g[i]    = ssc[(size_t)i * (size_t)width + (size_t)col];
+            m       = fmax(m, g[i]);
+        }
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (g[i] = exp(g[i] - m));
+        double acc = 0;
+        for (int i = 0; i < n; i++) {
+            int col = (overlap && i >= ratio) ? d + ch : ch;
+            acc += (g[i] / sum) * skv[(size_t)i * (size_t)width + (size_t)col];
+        }
+        out[ch] = (float)acc;
+    }
+}
+
+void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
+                       const float *ape, float *kv, float *sc, float *out)
+{
+    (void)be;
+    bool   overlap = ratio == 4;
+    int    width   = (overlap ? 2 : 1) * d;
+    size_t W       = (size_t)width;
+    for (int t = 0; t < n; t++) {
+        int p = p0 + t, slot = p % ratio, dst = overlap ? ratio + slot : slot;
+        const float *at = a + (size_t)t * W, *gt = g + (size_t)t * W, *ap = ape + (size_t)slot * W;
+        float       *kd = kv + (size_t)dst * W, *sd = sc + (size_t)dst * W;
+        for (size_t i = 0; i < W; i++) {
+            kd[i] = at[i];
+            sd[i] = gt[i] + ap[i];
+        }
+        if ((p + 1) % ratio != 0) continue;
+        pool(kv, sc, ratio, d, out);
+        for (int i = 0; i < d; i++) out[i] = dsv4_round_bf16(out[i]);
+        out += d;
+        if (overlap) {
+            memcpy(kv, kv + (size_t)ratio * W, sizeof(float) * (size_t)ratio * W);
+            memcpy(sc, sc + (size_t)ratio * W, sizeof(float) * (size_t)ratio * W);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ stored rows */
+
+void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
+                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
+{
+    (void)be;
+    DSV4_ASSERT(dst->row_bytes == dsv4_row_bytes(fmt, d, d_rope));
+    for (int t = 0; t < n; t++) {
+        int j = wrap ? (first + t) % wrap : first + t;
+        dsv4_row_encode(fmt, d, d_rope, x + (size_t)t * (size_t)ldx, dsv4_kv_row_at(dst, j));
+    }
+}
+
+/* How many rows query t reads (dsv4_cpu_attn_rows writes them). */
+static int attn_count(const struct dsv4_attn_src *src, int t)
+{
+    int p = src->p0 + t, win = p + 1 < src->window ? p + 1 : src->window;
+    return win + (src->sel ? src->n_sel[t] : src->ratio ? (p + 1) / src->ratio : 0);
+}
+
+int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **rows)
+{
+    int p = src->p0 + t, nr = 0;
+    int first = p - src->window + 1 > 0 ? p - src->window + 1 : 0;
+    for (int q = first; q <= p; q++)
+        rows[nr++] = q < src->p0 ? dsv4_kv_row_at(&src->ring, q % src->window) : dsv4_kv_row_at(&src->chunk, q - src->p0);
+    if (src->sel) {
+        const int *sel = src->sel + (size_t)t * (size_t)src->sel_stride;
+        for (int i = 0; i < src->n_sel[t]; i++) rows[nr++] = dsv4_kv_row_at(&src->comp, sel[i]);
+    } else if (src->ratio) {
+        for (int j = 0; j < (p + 1) / src->ratio; j++) rows[nr++] = dsv4_kv_row_at(&src->comp, j);
+    }
+    return nr;
+}
+
+void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, int n_q, int n_head, int d_head,
+                             int d_rope, const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt,
+                             const float *sink, float scale, float *o)
+{
+    size_t          HD   = (size_t)n_head * (size_t)d_head;
+    const uint8_t **rows = (const uint8_t **)(void *)be->scratch;
+    for (int t = 0; t < n_q; t++) {
+        struct dsv4_backend sub = after(be, ptr_floats((size_t)attn_count(src, t)));
+        int                 nr  = dsv4_cpu_attn_rows(src, t, rows);
+        fn(&sub, n_head, d_head, d_rope, q + (size_t)t * HD, rows, nr, fmt, sink, scale, o + (size_t)t * HD);
+    }
+}
+
+void dsv4_cpu_indexer_scores_with(dsv4_cpu_scores_fn fn, struct dsv4_backend *be, int n_head, int d, const float *q,
+                                  const float *w, const struct dsv4_kv_rows *keys, int n_keys, float *score)
+{
+    DSV4_ASSERT(keys->row_bytes == dsv4_idx_key_bytes(d));
+    int             nb     = (n_keys + keys->page_rows - 1) / keys->page_rows;
+    size_t          used   = ptr_floats((size_t)nb);
+    const uint8_t **blocks = (const uint8_t **)(void *)be->scratch;
+    DSV4_ASSERT(used <= be->scratch_len);
+    for (int b = 0; b < nb; b++) blocks[b] = dsv4_kv_row_at(keys, b * keys->page_rows);
+    struct dsv4_backend sub = after(be, used);
+    fn(&sub, n_head, d, q, w, blocks, keys->page_rows, n_keys, score);
+}
+
+/* ------------------------------------------------------------------ indexer top-k */
+
+/* Key a ranks before key b: higher score, ties to the lower id. */
+static bool ranks_before(const float *sc, int a, int b)
+{
+    return sc[a] != sc[b] ? sc[a] > sc[b] : a < b;
+}
+
+/* Sift-down in a heap whose root is the element that ranks last (min-heap by rank). */
+static void sift_worst(int *h, int n, int i, const float *sc)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && ranks_before(sc, h[w], h[l])) w = l;
+        if (r < n && ranks_before(sc, h[w], h[r])) w = r;
+        if (w == i) return;
+        int t = h[i];
+        h[i] = h[w], h[w] = t;
+        i = w;
+    }
+}
+
+/* Sift-down in a max-heap of ints (heapsort ascending). */
+static void sift_int(int *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && h[l] > h[w]) w = l;
+        if (r < n && h[r] > h[w]) w = r;
+        if (w == i) return;
+        int t = h[i];
+        h[i] = h[w], h[w] = t;
+        i = w;
+    }
+}
+
+/* The k best of n scores, ids ascending, into sel: a bounded heap rooted at the worst kept,
+ * then a heapsort of the ids; allocates nothing (glibc's qsort mallocs over 1 KiB). */
+static void top_k(const float *sc, int n, int k, int *sel)
+{
+    for (int j = 0; j < k; j++) sel[j] = j;
+    for (int i = k / 2 - 1; i >= 0; i--) sift_worst(sel, k, i, sc);
+    for (int j = k; j < n; j++)
+        if (ranks_before(sc, j, sel[0])) {
+            sel[0] = j;
+            sift_worst(sel, k, 0, sc);
+        }
+    for (int i = k / 2 - 1; i >= 0; i--) sift_int(sel, k, i);
+    for (int m = k - 1; m > 0; m--) {
+        int t = sel[0];
+        sel[0] = sel[m], sel[m] = t;
+        sift_int(sel, m, 0);
+    }
+}
+
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
+                           const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+{
+    for (int t = 0; t < n_q; t++) {
+        int  n_done = (p0 + t + 1) / 4, k = topk < n_done ? topk : n_done;
+        int *st     = sel + (size_t)t * (size_t)topk;
+        n_sel[t]    = k;
+        if (k == n_done) { /* every completed key is kept: no scores needed */
+            for (int j = 0; j < k; j++) st[j] = j;
+            continue;
+        }
+        float              *score = be->scratch;
+        struct dsv4_backend sub   = after(be, round16((size_t)n_done));
+        be->ops->indexer_scores(&sub, n_head, d, q + (size_t)t * (size_t)n_head * (size_t)d, w + (size_t)t * (size_t)n_head,
+                                keys, n_done, score);
+        top_k(score, n_done, k, st);
+    }
+}
+
+size_t dsv4_cpu_data_scratch_floats(const struct dsv4_plan_dims *dims)
+{
+    size_t keys = (size_t)dims->max_ctx / 4 + 1;
+    size_t attn = ptr_floats((size_t)dims->max_attn_rows);
+    size_t topk = round16(keys) + ptr_floats(keys);
+    return attn > topk ? attn : topk;
+}

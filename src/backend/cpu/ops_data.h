@@ -1,0 +1,50 @@
+/*
+ * ops_data.h - the CPU's data-movement and bookkeeping ops (ops_data.c): embedding gather,
+ * MoE dispatch and combine, the compressor's frontier loop, row stores into KV pages, the
+ * indexer's top-k and the attention row lists. Plain C, shared by the reference and the
+ * fast op tables: they move bytes and compare numbers, their cost is memory traffic, and a
+ * row's result is the same whatever else is in the step.
+ */
+#ifndef DSV4_CPU_OPS_DATA_H
+#define DSV4_CPU_OPS_DATA_H
+
+#include "backend/backend.h"
+
+void dsv4_cpu_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,
+                    float *X);
+void dsv4_cpu_scale(struct dsv4_backend *be, size_t n, float *x, double s);
+void dsv4_cpu_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
+int  dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off);
+void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                          const float *shared, float *f);
+void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
+                       const float *ape, float *kv, float *sc, float *out);
+void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
+                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap);
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
+                           const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel);
+
+/* The rows query t of a chunk reads (struct dsv4_attn_src), as row addresses in order;
+ * returns their count. */
+int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **rows);
+
+/* The row-pointer form of the attention and indexer kernels that the table ops wrap. */
+typedef void (*dsv4_cpu_attend_fn)(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
+                                   const uint8_t *const *rows, int n_rows, enum dsv4_row_fmt fmt, const float *sink,
+                                   float scale, float *o);
+typedef void (*dsv4_cpu_scores_fn)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                                   const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
+
+/* The table ops on top of those kernels: row lists (and key block lists) are built at the
+ * start of the context's scratch, and the kernel gets the rest of it. */
+void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, int n_q, int n_head, int d_head,
+                             int d_rope, const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt,
+                             const float *sink, float scale, float *o);
+void dsv4_cpu_indexer_scores_with(dsv4_cpu_scores_fn fn, struct dsv4_backend *be, int n_head, int d, const float *q,
+                                  const float *w, const struct dsv4_kv_rows *keys, int n_keys, float *score);
+
+/* Scratch floats the wrappers above take in front of the kernels' own, for a plan. */
+size_t dsv4_cpu_data_scratch_floats(const struct dsv4_plan_dims *dims);
+
+#endif

@@ -1,0 +1,308 @@
+/*
+ * op_check_rows.c - the op checker's cases for the row ops (norms, RoPE, the FP8/FP4
+ * simulations, Hadamard), the hyper-connection ops and the element-wise data ops (embed,
+ * scale, add_streams). Shapes: awkward sizes (1, 3, 17, 31, widths off the vector and block
+ * sizes, row strides wider than the rows, in place), then the widths these ops see in the
+ * tiny and flash-shaped models (d_model, q_lora, d_head, d_nope, the indexer's d, hc).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/op_check_int.h"
+
+/* Rows of n x ld with magnitudes that vary by row and a few special values in the first
+ * rows: NaN, -NaN, +-inf and signed zeros (the ops must treat them as the reference). */
+static void fill_rows(struct chk *h, float *x, int n, int ld, bool specials)
+{
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < ld; i++)
+            x[(size_t)r * ld + i] = (float)chk_uniform(h) * ldexpf(1.0f, (int)(chk_u64(h) % 20) - 10);
+    if (!specials) return;
+    int d = ld;
+    if (n > 1) x[ld + 3 % d] = NAN;
+    if (n > 2) x[2 * ld + 1 % d] = -0.0f;
+    if (n > 3) x[3 * ld + 5 % d] = INFINITY;
+    if (n > 4) x[4 * ld + 2 % d] = -INFINITY;
+    if (n > 5) x[5 * ld + 4 % d] = -NAN;
+}
+
+static void run_rmsnorm(struct chk *h)
+{
+    const struct chk_model *M = chk_models;
+    /* n, d, ld, in place */
+    const int shapes[][4] = { { 1, 1, 1, 0 },   { 3, 17, 17, 0 }, { 5, 31, 40, 1 }, { 7, 160, 170, 0 },
+                              { 17, M[0].d_model, M[0].d_model, 0 }, { 4, M[0].q_lora, M[0].q_lora, 1 },
+                              { 3, M[0].d_head, M[0].d_head, 0 },  { 2, M[2].d_model, M[2].d_model, 0 },
+                              { 3, M[2].q_lora, M[2].q_lora, 1 },  { 2, M[2].d_head, M[2].d_head, 0 } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], d = shapes[s][1], ld = shapes[s][2];
+        bool inplace = shapes[s][3];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.d_model = d;
+        chk_case(h, &dims, "n %d d %d ld %d%s", n, d, ld, inplace ? " in place" : "");
+        float    *x = chk_floats(h, (size_t)n * ld);
+        uint16_t *w = chk_alloc(h, sizeof(uint16_t) * (size_t)d);
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < ld; i++) x[(size_t)r * ld + i] = (float)chk_uniform(h) * (float)(1 + (r * ld + i) % 13);
+        for (int i = 0; i < d; i++) w[i] = dsv4_bf16_from_f32(1.0f + 0.5f * (float)chk_uniform(h));
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * ld, CHK_EXACT, inplace ? x : NULL, NULL);
+            be->ops->rmsnorm(be, n, d, inplace ? y : x, ld, w, 1e-6, y, ld);
+        }
+    }
+}
+
+static void run_head_rms(struct chk *h)
+{
+    const struct chk_model *M = chk_models;
+    const int shapes[][3] = { { 1, 1, 1 }, { 3, 5, 68 }, { 17, 3, 31 }, { 1, M[0].n_head, M[0].d_head },
+                              { 5, M[0].n_head, M[0].d_head }, { 2, M[2].n_head, M[2].d_head } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], H = shapes[s][1], D = shapes[s][2];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.n_head = H, dims.d_head = D;
+        chk_case(h, &dims, "n %d heads %d d_head %d", n, H, D);
+        size_t N = (size_t)n * H * D;
+        float *q = chk_floats(h, N);
+        for (size_t i = 0; i < N; i++) q[i] = dsv4_round_bf16((float)chk_uniform(h) * (float)(1 + i % 7));
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, N, CHK_EXACT, q, NULL);
+            be->ops->head_rms(be, n, H, D, y, 1e-6);
+        }
+    }
+}
+
+static void run_rope(struct chk *h)
+{
+    const struct chk_model *M = chk_models;
+    /* n_vec, d_full, d_rope: heads of q, the kv row, the indexer's heads; then awkward pairs */
+    const int shapes[][3] = { { M[0].n_head, M[0].d_head, M[0].d_rope }, { 1, M[0].d_head, M[0].d_rope },
+                              { M[0].n_idx_head, M[0].d_idx, M[0].d_rope }, { M[2].n_head, M[2].d_head, M[2].d_rope },
+                              { M[2].n_idx_head, M[2].d_idx, M[2].d_rope }, { 3, 40, 16 }, { 1, 3, 2 }, { 2, 96, 62 } };
+    static const int pos[] = { 0, 1, 17, 4095, 70000, 1048575, 31, 3 };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (int inv = 0; inv < 2; inv++) {
+            int nv = shapes[s][0], df = shapes[s][1], dr = shapes[s][2], n = s % 2 ? 8 : 3;
+            struct dsv4_plan_dims dims = chk_dims();
+            dims.max_rows = n;
+            chk_case(h, &dims, "n %d vectors %d of %d, d_rope %d%s", n, nv, df, dr, inv ? " inverse" : "");
+            float *freq = chk_floats(h, (size_t)dr / 2 + 1);
+            for (int i = 0; i < dr / 2; i++) freq[i] = powf(10000.0f, -2.0f * (float)i / (float)dr);
+            struct dsv4_rope_table t = { dr, freq };
+            size_t N = (size_t)n * nv * df;
+            float *x = chk_floats(h, N);
+            chk_fill_bf16(h, x, N, 3.0f);
+            for (struct dsv4_backend *be; (be = chk_next(h));) {
+                float *y = chk_out_f32(h, 0, N, CHK_EXACT, x, NULL);
+                be->ops->rope(be, n, nv, df, y, pos, &t, inv);
+            }
+        }
+}
+
+static void run_sim(struct chk *h, bool fp8)
+{
+    const struct chk_model *M = chk_models;
+    /* n, d, ld, block: the kv row's nope part (d_head - d_rope, stride d_head), the
+     * indexer's keys (FP4), awkward widths and partial blocks */
+    const int s8[][4] = { { 7, 128, 170, 64 }, { 7, 128, 170, 32 }, { 3, 100, 100, 64 }, { 1, 17, 17, 17 },
+                          { 17, M[0].d_head - M[0].d_rope, M[0].d_head, 64 }, { 31, 64, 64, 64 },
+                          { 3, M[2].d_head - M[2].d_rope, M[2].d_head, 64 } };
+    const int s4[][4] = { { 7, 160, 170, 32 }, { 1, 32, 32, 32 }, { 2, 48, 50, 32 }, { 3, 17, 17, 16 },
+                          { 17, M[0].d_idx, M[0].d_idx, 32 }, { 5, M[2].d_idx, M[2].d_idx, 32 } };
+    size_t n_shapes = fp8 ? sizeof(s8) / sizeof(s8[0]) : sizeof(s4) / sizeof(s4[0]);
+    for (size_t s = 0; s < n_shapes; s++) {
+        const int *sh = fp8 ? s8[s] : s4[s];
+        int n = sh[0], d = sh[1], ld = sh[2], block = sh[3];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n;
+        chk_case(h, &dims, "n %d d %d ld %d block %d", n, d, ld, block);
+        float *x = chk_floats(h, (size_t)n * ld);
+        fill_rows(h, x, n, ld, true);
+        if (!fp8 && n > 6)
+            for (int i = 0; i < ld; i++) x[6 * ld + i] = (float)((int)(chk_u64(h) % 25) - 12) * 0.25f; /* e2m1 ties */
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * ld, CHK_EXACT, x, NULL);
+            if (fp8) be->ops->fp8_sim(be, n, d, ld, y, block);
+            else be->ops->fp4_sim(be, n, d, ld, y, block);
+        }
+    }
+}
+
+static void run_fp8_sim(struct chk *h)
+{
+    run_sim(h, true);
+}
+
+static void run_fp4_sim(struct chk *h)
+{
+    run_sim(h, false);
+}
+
+static void run_hadamard(struct chk *h)
+{
+    const int shapes[][2] = { { 2, 2 }, { 4, 8 }, { 3, 16 }, { 1, 128 }, { 17, 128 }, { 31, 64 }, { 2, 512 }, { 1, 4096 } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], d = shapes[s][1];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.d_idx_head = d;
+        chk_case(h, &dims, "n %d d %d", n, d);
+        float *x = chk_floats(h, (size_t)n * d);
+        chk_fill_bf16(h, x, (size_t)n * d, 2.0f);
+        if (n > 1) { /* a NaN with every payload bit set: its rounding must not reach the sign */
+            uint32_t ones = 0xffffffffu;
+            memcpy(&x[d + 1], &ones, 4);
+        }
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * d, CHK_EXACT, x, NULL);
+            be->ops->hadamard(be, n, d, y);
+        }
+    }
+}
+
+/* n, hc, d of the hyper-connection cases: awkward, then the models' (hc streams of d_model). */
+static const int hc_shapes[][3] = { { 1, 4, 17 }, { 5, 2, 31 }, { 1, 1, 96 }, { 2, 8, 64 }, { 3, 4, 256 }, { 17, 4, 256 },
+                                    { 2, 4, 4096 } };
+enum { N_HC = sizeof(hc_shapes) / sizeof(hc_shapes[0]) };
+
+struct hc_in {
+    int    n, hc, d, n_mix;
+    float *X, *fn, *base, scale[3];
+};
+
+static void hc_inputs(struct chk *h, struct hc_in *in, int s, bool head)
+{
+    in->n = hc_shapes[s][0], in->hc = hc_shapes[s][1], in->d = hc_shapes[s][2];
+    in->n_mix = head ? in->hc : (2 + in->hc) * in->hc;
+    size_t hd = (size_t)in->hc * in->d;
+    struct dsv4_plan_dims dims = chk_dims();
+    dims.max_rows = in->n, dims.hc = in->hc, dims.d_model = in->d;
+    chk_case(h, &dims, "n %d hc %d d %d", in->n, in->hc, in->d);
+    in->X    = chk_floats(h, (size_t)in->n * hd);
+    in->fn   = chk_floats(h, (size_t)in->n_mix * hd);
+    in->base = chk_floats(h, (size_t)in->n_mix);
+    chk_fill_bf16(h, in->X, (size_t)in->n * hd, 2.0f);
+    for (size_t i = 0; i < (size_t)in->n_mix * hd; i++) in->fn[i] = (float)chk_uniform(h) * 0.05f;
+    for (int i = 0; i < in->n_mix; i++) in->base[i] = (float)chk_uniform(h) * 0.5f;
+    for (int i = 0; i < 3; i++) in->scale[i] = 0.9f + 0.2f * (float)chk_uniform(h);
+}
+
+static void run_hc_pre(struct chk *h)
+{
+    for (int s = 0; s < N_HC; s++) {
+        struct hc_in in;
+        hc_inputs(h, &in, s, false);
+        /* the mixing weights go through a sigmoid and Sinkhorn in double on both sides: f32
+         * dot products move them by far less than 1e-5 */
+        struct chk_tol w = { 0, 1e-5, 0, 0 };
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *u    = chk_out_f32(h, 0, (size_t)in.n * in.d, CHK_BF16, NULL, NULL);
+            float *post = chk_out_f32(h, 1, (size_t)in.n * in.hc, w, NULL, NULL);
+            float *comb = chk_out_f32(h, 2, (size_t)in.n * in.hc * in.hc, w, NULL, NULL);
+            be->ops->hc_pre(be, in.n, in.hc, in.d, in.X, in.fn, in.scale, in.base, 20, 1e-6, 1e-6, u, post, comb);
+        }
+    }
+}
+
+static void run_hc_post(struct chk *h)
+{
+    for (int s = 0; s < N_HC; s++) {
+        struct hc_in in;
+        hc_inputs(h, &in, s, true);
+        int    n = in.n, hc = in.hc, d = in.d;
+        float *f = chk_floats(h, (size_t)n * d), *post = chk_floats(h, (size_t)n * hc);
+        float *comb = chk_floats(h, (size_t)n * hc * hc);
+        chk_fill_bf16(h, f, (size_t)n * d, 2.0f);
+        for (int i = 0; i < n * hc; i++) post[i] = 2.0f * (float)fabs(chk_uniform(h));
+        for (int i = 0; i < n * hc * hc; i++) comb[i] = (float)fabs(chk_uniform(h)) / (float)hc;
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * hc * d, CHK_BF16, NULL, NULL);
+            be->ops->hc_post(be, n, hc, d, f, in.X, post, comb, y);
+        }
+    }
+}
+
+static void run_hc_head(struct chk *h)
+{
+    for (int s = 0; s < N_HC; s++) {
+        struct hc_in in;
+        hc_inputs(h, &in, s, true);
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)in.n * in.d, CHK_BF16, NULL, NULL);
+            be->ops->hc_head(be, in.n, in.hc, in.d, in.X, in.fn, in.scale, in.base, 1e-6, 1e-6, y);
+        }
+    }
+}
+
+static void run_embed(struct chk *h)
+{
+    const struct chk_model *M = chk_models;
+    /* n, d, copies, vocab rows (a slice of the real vocabulary: the gather does not care) */
+    const int shapes[][4] = { { 1, 1, 1, 1 }, { 3, 17, 1, 50 }, { 31, 31, 3, 7 }, { 17, M[0].d_model, M[0].hc, 2048 },
+                              { 2, M[2].d_model, M[2].hc, 300 } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], d = shapes[s][1], copies = shapes[s][2], vocab = shapes[s][3];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.d_model = d, dims.hc = copies;
+        chk_case(h, &dims, "n %d d %d copies %d", n, d, copies);
+        uint16_t *table = chk_alloc(h, sizeof(uint16_t) * (size_t)vocab * d);
+        int      *tok   = chk_alloc(h, sizeof(int) * (size_t)n);
+        for (size_t i = 0; i < (size_t)vocab * d; i++) table[i] = dsv4_bf16_from_f32((float)chk_uniform(h) * 0.1f);
+        for (int r = 0; r < n; r++) tok[r] = r == 0 ? vocab - 1 : r == 1 ? 0 : (int)(chk_u64(h) % (uint64_t)vocab);
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *X = chk_out_f32(h, 0, (size_t)n * copies * d, CHK_EXACT, NULL, NULL);
+            be->ops->embed(be, n, tok, table, d, copies, X);
+        }
+    }
+}
+
+static void run_scale(struct chk *h)
+{
+    static const struct { size_t n; double s; } shapes[] = { { 1, 0.5 }, { 17, 0.0883883476483184 }, { 31, -3.3 },
+                                                             { 4 * 4096, 1.7320508075688772 }, { 3, 1e-30 } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        size_t n = shapes[s].n;
+        struct dsv4_plan_dims dims = chk_dims();
+        chk_case(h, &dims, "n %zu s %g", n, shapes[s].s);
+        float *x = chk_floats(h, n);
+        chk_fill_bf16(h, x, n, 5.0f);
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, n, CHK_EXACT, x, NULL);
+            be->ops->scale(be, n, y, shapes[s].s);
+        }
+    }
+}
+
+static void run_add_streams(struct chk *h)
+{
+    const struct chk_model *M = chk_models;
+    const int shapes[][3] = { { 1, 1, 1 }, { 3, 1, 17 }, { 5, 8, 31 }, { 17, M[0].hc, M[0].d_model }, { 2, M[2].hc, M[2].d_model } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], hc = shapes[s][1], d = shapes[s][2];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.hc = hc, dims.d_model = d;
+        chk_case(h, &dims, "n %d hc %d d %d", n, hc, d);
+        float *X = chk_floats(h, (size_t)n * hc * d), *e = chk_floats(h, (size_t)n * d);
+        chk_fill_bf16(h, X, (size_t)n * hc * d, 3.0f);
+        chk_fill_bf16(h, e, (size_t)n * d, 3.0f);
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * hc * d, CHK_EXACT, X, NULL);
+            be->ops->add_streams(be, n, hc, d, e, y);
+        }
+    }
+}
+
+const struct chk_op chk_ops_rows[] = {
+    { DSV4_OP_RMSNORM, "bit-exact", run_rmsnorm },
+    { DSV4_OP_HEAD_RMS, "bit-exact", run_head_rms },
+    { DSV4_OP_ROPE, "bit-exact", run_rope },
+    { DSV4_OP_FP8_SIM, "bit-exact", run_fp8_sim },
+    { DSV4_OP_FP4_SIM, "bit-exact", run_fp4_sim },
+    { DSV4_OP_HADAMARD, "bit-exact", run_hadamard },
+    { DSV4_OP_HC_PRE, "u 2^-7 rel + 1e-6; post, comb 1e-5", run_hc_pre },
+    { DSV4_OP_HC_POST, "2^-7 rel + 1e-6 (one bf16 rounding)", run_hc_post },
+    { DSV4_OP_HC_HEAD, "2^-7 rel + 1e-6 (one bf16 rounding)", run_hc_head },
+    { DSV4_OP_EMBED, "bit-exact", run_embed },
+    { DSV4_OP_SCALE, "bit-exact", run_scale },
+    { DSV4_OP_ADD_STREAMS, "bit-exact", run_add_streams },
+    { DSV4_OP_COUNT, NULL, NULL },
+};
