@@ -522,7 +522,7 @@ int dsv4_op_check(const struct dsv4_check_opts *o, struct dsv4_check_report *r, 
     if (!h) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     h->o    = o;
     h->r    = r;
-    h->kind = dsv4_backend_find(o->backend);
+    h->kind = o->kind ? o->kind : dsv4_backend_find(o->backend);
     h->cpu  = dsv4_backend_find("cpu");
     int rc  = DSV4_OK;
     if (!h->kind || !h->cpu) {

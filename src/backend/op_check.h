@@ -25,6 +25,7 @@ enum { DSV4_CHECK_MAX_LEVELS = 8 };
 
 struct dsv4_check_opts {
     const char *backend;   /* the kind's name; NULL = the default */
+    const struct dsv4_backend_kind *kind; /* or this kind itself (tests: a table with a hole) */
     const char *level;     /* only this level; NULL = every level the kind lists */
     int         op;        /* only this op (enum dsv4_op); -1 = all */
     int         n_threads; /* threads of the contexts checked; 0 = 2 (splits work, fits any machine) */

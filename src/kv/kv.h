@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "model/model.h"
+struct dsv4_config; /* model/model.h: the widths the state is laid out by */
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
 

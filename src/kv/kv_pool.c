@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kv/kv_pool.h"
+#include "model/model.h"
 
 static const uint64_t CHAIN_SEED = 0x6a09e667f3bcc908ull;
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kv/kv.h"
+#include "model/model.h"
 
 static size_t align64(size_t v)
 {

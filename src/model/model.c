@@ -73,6 +73,12 @@ static void each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), 
     dsv4_weights_each_linear(&m->w, &m->cfg, fn, ud);
 }
 
+static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    struct dsv4_model *m = ctx;
+    dsv4_weights_each_tensor(&m->w, &m->cfg, fn, ud);
+}
+
 int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
 {
@@ -129,7 +135,7 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     char desc[128];
     m->backend->describe(m->backend_impl, desc, sizeof(desc));
     dsv4_log(lg, DSV4_LOG_INFO, "backend: %s", desc);
-    struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .ctx = m };
+    struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .each_tensor = each_tensor, .ctx = m };
     rc                        = m->backend->prepare_weights(m->backend_impl, &ws, &bp, err);
     m->tiles_replaced         = ws.replaced;
     if (rc) {

@@ -154,6 +154,9 @@ void dsv4_bind_report_free(struct dsv4_bind_report *r);
 /* Calls fn on every projection of w, in a fixed order (unbound ones have n_out 0). */
 void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *c,
                               void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
+/* Every other tensor the ops read, with its size in bytes (prepare_weights may repoint it). */
+void dsv4_weights_each_tensor(struct dsv4_weights *w, const struct dsv4_config *c,
+                              void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
 
 /* ------------------------------------------------------------------ sizes (inspect, planning) */
 

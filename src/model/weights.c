@@ -371,3 +371,52 @@ void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *
         }
     }
 }
+
+/* Visits t when it is bound. */
+static void visit(const void **t, size_t bytes, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    if (*t) fn(t, bytes, ud);
+}
+
+static void each_compressor_tensor(struct dsv4_compressor_w *cw, void (*fn)(const void **, size_t, void *), void *ud)
+{
+    size_t width = (size_t)cw->coff * (size_t)cw->d_out;
+    visit((const void **)&cw->ape, sizeof(float) * (size_t)cw->ratio * width, fn, ud);
+    visit((const void **)&cw->norm, sizeof(uint16_t) * (size_t)cw->d_out, fn, ud);
+}
+
+void dsv4_weights_each_tensor(struct dsv4_weights *w, const struct dsv4_config *c,
+                              void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    size_t d = (size_t)c->d_model, hc = (size_t)c->hc, mix = (2 + hc) * hc, f = sizeof(float), h = sizeof(uint16_t);
+    visit((const void **)&w->embed, h * (size_t)c->vocab_size * d, fn, ud);
+    visit((const void **)&w->norm, h * d, fn, ud);
+    visit((const void **)&w->hc_head_fn, f * hc * hc * d, fn, ud);
+    visit((const void **)&w->hc_head_base, f * hc, fn, ud);
+    visit((const void **)&w->hc_head_scale, f, fn, ud);
+    for (int il = 0; il <= c->n_layer; il++) {
+        if (il == c->n_layer && !w->has_mtp) break;
+        struct dsv4_layer_w *L = il < c->n_layer ? &w->layers[il] : &w->mtp;
+        visit((const void **)&L->attn_norm, h * d, fn, ud);
+        visit((const void **)&L->ffn_norm, h * d, fn, ud);
+        visit((const void **)&L->hc_attn_fn, f * mix * hc * d, fn, ud);
+        visit((const void **)&L->hc_ffn_fn, f * mix * hc * d, fn, ud);
+        visit((const void **)&L->hc_attn_base, f * mix, fn, ud);
+        visit((const void **)&L->hc_ffn_base, f * mix, fn, ud);
+        visit((const void **)&L->hc_attn_scale, f * 3, fn, ud);
+        visit((const void **)&L->hc_ffn_scale, f * 3, fn, ud);
+        visit((const void **)&L->attn_sink, f * (size_t)c->n_head, fn, ud);
+        visit((const void **)&L->q_norm, h * (size_t)c->q_lora_rank, fn, ud);
+        visit((const void **)&L->kv_norm, h * (size_t)c->d_head, fn, ud);
+        if (L->has_comp) each_compressor_tensor(&L->comp, fn, ud);
+        if (L->has_indexer) each_compressor_tensor(&L->idx.comp, fn, ud);
+        visit((const void **)&L->tid2eid, sizeof(int64_t) * (size_t)c->vocab_size * (size_t)c->n_exp_used, fn, ud);
+        visit((const void **)&L->gate_bias, f * (size_t)c->n_exp, fn, ud);
+        visit((const void **)&L->enorm, h * d, fn, ud);
+        visit((const void **)&L->hnorm, h * d, fn, ud);
+        visit((const void **)&L->mtp_norm, h * d, fn, ud);
+        visit((const void **)&L->hc_head_fn, f * hc * hc * d, fn, ud);
+        visit((const void **)&L->hc_head_base, f * hc, fn, ud);
+        visit((const void **)&L->hc_head_scale, f, fn, ud);
+    }
+}

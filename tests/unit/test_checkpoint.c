@@ -61,6 +61,54 @@ static bool report_has(const struct dsv4_bind_report *r, const char *a, const ch
     return false;
 }
 
+/* Marks the checkpoint tensors the weight iterators reach (prepare_weights' view). */
+struct reach {
+    const struct dsv4_checkpoint *ck;
+    bool                         *seen;
+    int                           bad;
+    char                          what[200];
+};
+
+static void reach_mark(struct reach *r, const void *data, size_t bytes)
+{
+    for (size_t i = 0; i < r->ck->n_tensors; i++)
+        if (r->ck->tensors[i].data == data) {
+            r->seen[i] = true;
+            if (bytes && r->ck->tensors[i].nbytes != bytes && !r->bad++)
+                snprintf(r->what, sizeof(r->what), "%s: %llu bytes, iterator says %zu", r->ck->tensors[i].name,
+                         (unsigned long long)r->ck->tensors[i].nbytes, bytes);
+            return;
+        }
+    if (!r->bad++) snprintf(r->what, sizeof(r->what), "a tensor of %zu bytes outside the checkpoint", bytes);
+}
+
+static void reach_tensor(const void **tp, size_t bytes, void *ud)
+{
+    reach_mark(ud, *tp, bytes);
+}
+
+static void reach_linear(struct dsv4_linear *l, void *ud)
+{
+    if (l->wt) reach_mark(ud, l->wt->data, 0);
+    if (l->st) reach_mark(ud, l->st->data, 0);
+}
+
+/* Every tensor of the checkpoint is reached exactly as bound: the projections through
+ * each_linear, everything else through each_tensor with its true size. */
+static void check_reach(struct test_ctx *t, struct bound *b, const char *name)
+{
+    struct reach r = { .ck = &b->ck, .seen = calloc(b->ck.n_tensors, sizeof(bool)) };
+    dsv4_weights_each_linear(&b->w, &b->cfg, reach_linear, &r);
+    dsv4_weights_each_tensor(&b->w, &b->cfg, reach_tensor, &r);
+    CHECKF(!r.bad, "%s: %s", name, r.what);
+    size_t missed = 0, first = 0;
+    for (size_t i = 0; i < b->ck.n_tensors; i++)
+        if (!r.seen[i] && !missed++) first = i;
+    CHECKF(!missed, "%s: %zu tensors reached by neither iterator (first %s)", name, missed,
+           missed ? b->ck.tensors[first].name : "");
+    free(r.seen);
+}
+
 static void test_presets_bind(struct test_ctx *t)
 {
     const char *presets[] = { "tiny-a", "tiny-b" };
@@ -76,6 +124,7 @@ static void test_presets_bind(struct test_ctx *t)
         CHECKF(rc == DSV4_OK, "%s: %s", presets[i], err.msg);
         CHECK(b.rep.n_problems == 0);
         CHECK(b.w.has_mtp);
+        if (rc == DSV4_OK) check_reach(t, &b, presets[i]);
         bound_close(&b);
     }
     /* variants the release also has: no MTP, FP8 experts, F32 scales, single file */

@@ -234,6 +234,7 @@ const struct dsv4_backend_kind dsv4_backend_cpu = {
     .describe        = cpu_describe,
     .prepare_weights = cpu_prepare_weights,
     .scratch_floats  = cpu_scratch_floats,
+    .describe_op     = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */
     .host_visible    = true,
     .alloc           = cpu_alloc,
     .free            = cpu_free,

@@ -63,7 +63,9 @@ int dsv4_cpu_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
     }
     if (fast == dsv4_op_entry(&dsv4_cpu_ref_ops, op)) {
         snprintf(buf, cap, "plain C shared with the reference%s",
-                 op == DSV4_OP_ROUTER ? " (its gate projection through linear)" : "");
+                 op == DSV4_OP_ROUTER         ? " (its gate projection through linear)"
+                 : op == DSV4_OP_INDEXER_TOPK ? " (its scores through indexer_scores)"
+                                              : "");
         return 1;
     }
     switch (op) {

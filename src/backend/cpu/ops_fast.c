@@ -83,7 +83,7 @@ size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads)
  * FP4's table decoding is cheap enough that the GEMV keeps up to about 12. */
 static int gemm_min_tokens(enum dsv4_wfmt fmt)
 {
-    return fmt == DSV4_WFMT_FP4 ? 12 : 6;
+    return dsv4_cpu_gemm_min_tokens(fmt, false); /* the numbers: cpu.h, so dsv4 ops prints these */
 }
 
 /* The same for weights held as interleaved tiles (x86_avx512bf16_i16.c), where the GEMV
@@ -94,7 +94,7 @@ static int gemm_min_tokens(enum dsv4_wfmt fmt)
  * has nothing to decode and the GEMV stays as fast up to hundreds of tokens. */
 static int i16_gemm_min_tokens(enum dsv4_wfmt fmt)
 {
-    return fmt == DSV4_WFMT_FP8 ? 24 : fmt == DSV4_WFMT_FP4 ? 56 : 128;
+    return dsv4_cpu_gemm_min_tokens(fmt, true);
 }
 
 static struct dsv4_cpu *cpu_of(struct dsv4_backend *be)
