@@ -3,7 +3,13 @@
 # Variables: CC, CFLAGS (default -O2 -g), WERROR=1 (warnings are errors; CI sets it),
 # SANITIZE=address,undefined | thread (separate build dir), DEBUG=1 (DSV4_DEBUG checks:
 # allocation guard, arena poisoning, debug asserts), BUILD=dir (default build; any other
-# build dir also holds its own dsv4 binary, so parallel builds do not collide).
+# build dir also holds its own dsv4 binary, so parallel builds do not collide),
+# ARCH=x86_64|other (default: the first field of `$(CC) -dumpmachine`; read from the command
+# line only, since kernel builds export ARCH=x86/arm64). The x86 kernel files
+# (src/backend/cpu/x86_*.c) are built only when ARCH is x86_64; any other value builds the
+# portable C path alone (DSV4_HAVE_X86=0: scalar is the best level), e.g.
+# `make CC=aarch64-linux-gnu-gcc BUILD=build-aarch64`, or `make ARCH=generic BUILD=build-generic`
+# on x86 (each in its own BUILD dir: objects do not record the flags they were built with).
 
 comma    := ,
 CC       ?= cc
@@ -34,7 +40,17 @@ ALL_CPPFLAGS = -Iinclude -Isrc -Itools -D_GNU_SOURCE $(DEFS) -MMD -MP
 LDLIBS   := -ljansson -lonig -lmicrohttpd -lm -lpthread
 LDFLAGS  += $(SANFLAGS) -pthread
 
+ifneq ($(origin ARCH),command line)
+ARCH := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)))
+endif
+X86_SRC   := $(wildcard src/backend/cpu/x86_*.c)
 LIB_SRC   := $(shell find src -name '*.c' | sort)
+ifneq ($(ARCH),x86_64)
+# Other targets: no x86 objects, and cpu.h declares no x86 tables (a reference is a compile
+# error, not a link error). Also taken by an x86 compiler when ARCH=generic is asked for.
+LIB_SRC   := $(filter-out $(X86_SRC),$(LIB_SRC))
+DEFS      += -DDSV4_HAVE_X86=0
+endif
 TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
 TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' | sort)
 
@@ -48,7 +64,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak
+.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak cross-check
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -66,9 +82,13 @@ help:
 	@echo "  make demo         build and generate text from the bundled model"
 	@echo "  make bench        the benchmarks (tokenizer: MB/s against tokenizers.js on the KJV)"
 	@echo "  make soak         soak benchmark: dsv4 serve under a mixed load for SOAK_MINUTES (15; not in CI)"
+	@echo "  make cross-check  the portable path without the x86 kernels: ARCH=generic here, then an"
+	@echo "                    aarch64 cross build (-Werror) and, with qemu-aarch64, dsv4 ops and kernels"
 	@echo "  make clean        remove build outputs"
 	@echo ""
-	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=..."
+	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=...  BUILD=dir"
+	@echo "             ARCH=x86_64|generic (default from \$$(CC) -dumpmachine, now $(ARCH); only x86_64"
+	@echo "             builds the x86_*.c kernels, e.g. make CC=aarch64-linux-gnu-gcc BUILD=build-aarch64)"
 	@echo "             TEST_GROUPS=\"kernels forward\"  TEST_FLAGS=--strict  NO_INSTALL=1"
 
 $(BUILD)/%.o: %.c
@@ -95,10 +115,13 @@ $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests
 
 $(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git describe --always --dirty 2>/dev/null || echo unknown)\"
 
-# ISA files: each compiled for its own instruction set, called only after a CPUID check.
+# ISA files (x86_64 only, see ARCH): each compiled for its own instruction set, called only
+# after a CPUID check.
+ifeq ($(ARCH),x86_64)
 $(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
 $(BUILD)/src/backend/cpu/x86_avx512.o $(BUILD)/src/backend/cpu/x86_avx512_ops.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_attn.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
+endif
 
 # `make test` sets itself up as `make demo` does: the Debian packages it needs (as root; else
 # it names them), then the pinned npm packages of tests/tokenizer and tests/server whenever
@@ -122,6 +145,12 @@ bench: bench-tokenizer
 
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer
+
+# The portable C path built and run without the x86 kernels (tools/cross_build.sh; not in CI):
+# ARCH=generic with $(CC), then CROSS_CC (aarch64-linux-gnu-gcc) and qemu-aarch64 if present.
+CROSS_CC ?= aarch64-linux-gnu-gcc
+cross-check:
+	CROSS_CC=$(CROSS_CC) tools/cross_build.sh
 
 # Soak benchmark, not part of `make test` or CI (bench/soak.sh): starts dsv4 serve on
 # SOAK_MODEL, runs `dsv4 loadtest --soak` against it for SOAK_MINUTES (a mixed load; a
@@ -147,9 +176,10 @@ test-tsan:
 # memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
 # prefill in chunks, decode, MTP.
 VG_TOKENS := 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24
+VG_LEVELS := $(if $(filter x86_64,$(ARCH)),avx2 scalar,scalar)
 valgrind: $(BIN)
 	@mkdir -p $(BUILD)/vg && ./$(BIN) gen --preset tiny-a -q -o $(BUILD)/vg/tiny-a
-	for lvl in avx2 scalar; do \
+	for lvl in $(VG_LEVELS); do \
 	  DSV4_CPU=$$lvl valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a \
 	    --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin || exit 1; \
 	done

@@ -76,7 +76,8 @@ struct dsv4_engine_params {
     enum dsv4_revision revision;
     int                n_threads; /* 0 = all online CPUs */
     /* The CPU code path: NULL or "" = the best this CPU has; "scalar", "avx2", "avx512",
-     * "avx512bf16" cap it (a level above the CPU's runs the CPU's best); "ref" = the
+     * "avx512bf16" cap it (a level above the CPU's runs the CPU's best; one this build
+     * lacks, the x86 levels on another architecture, is DSV4_EUNSUPPORTED); "ref" = the
      * double-precision reference ops (bit-exact with the Python reference, one thread).
      * The command-line tools set it from --cpu-level or DSV4_CPU. */
     const char        *cpu_level;

@@ -117,7 +117,6 @@ static void check_dot(struct test_ctx *t, const char *what, const struct dsv4_li
 static void test_projection_kernels(struct test_ctx *t)
 {
     enum dsv4_cpu_level top = dsv4_cpu_detect();
-    const struct dsv4_kernels *ks[] = { &dsv4_kernels_scalar, &dsv4_kernels_avx2, &dsv4_kernels_avx512 };
     /* odd: some e8m0 scales outside the range the kernels fold into bf16 exponents */
     struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s, odd; } shapes[] = {
         { DSV4_WFMT_FP4, 12, 1024, false, true }, { DSV4_WFMT_FP8, 260, 384, false, true },
@@ -152,7 +151,7 @@ static void test_projection_kernels(struct test_ctx *t)
             view.n_out   = O - 4;
         }
         for (int lv = 0; lv < 3 && lv <= (int)top; lv++) {
-            const struct dsv4_kernels *k = ks[lv];
+            const struct dsv4_kernels *k = dsv4_cpu_kernels((enum dsv4_cpu_level)lv);
             void (*f)(const struct dsv4_linear *, int, int, int, const float *, int, float *, int) =
                 r.l.fmt == DSV4_WFMT_FP8 ? k->dot_fp8 : r.l.fmt == DSV4_WFMT_FP4 ? k->dot_fp4
                 : r.l.fmt == DSV4_WFMT_BF16 ? k->dot_bf16 : k->dot_f32;
@@ -166,7 +165,7 @@ static void test_projection_kernels(struct test_ctx *t)
             check_dot(t, k->name, &view, 1, view.n_out, 2, x, y);
         }
         if (top >= DSV4_CPU_AVX512BF16 && r.l.fmt != DSV4_WFMT_F32) {
-            const struct dsv4_kernels *k = &dsv4_kernels_avx512bf16;
+            const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(DSV4_CPU_AVX512BF16);
             void (*f)(const struct dsv4_linear *, int, int, int, const uint16_t *, int, float *, int) =
                 r.l.fmt == DSV4_WFMT_FP8 ? k->dotb_fp8 : r.l.fmt == DSV4_WFMT_FP4 ? k->dotb_fp4 : k->dotb_bf16;
             for (int nt = 1; nt <= nmax; nt++) {
@@ -220,7 +219,8 @@ static void test_projection_kernels(struct test_ctx *t)
 static void test_fp8_all_codes(struct test_ctx *t)
 {
     if (dsv4_cpu_detect() < DSV4_CPU_AVX2) {
-        test_skip(t, TEST_SKIP_MACHINE, "the bf16-path decoders need AVX2, which this CPU lacks");
+        test_skip(t, TEST_SKIP_MACHINE, "the bf16-path decoders need AVX2, which %s",
+                  dsv4_cpu_level_built(DSV4_CPU_AVX2) ? "this CPU lacks" : "is not built for this architecture");
         return;
     }
     struct rand_lin r;
@@ -234,16 +234,17 @@ static void test_fp8_all_codes(struct test_ctx *t)
         x[c * 256 + c]  = 1.0f;
         xb[c * 256 + c] = 0x3f80;
     }
-    const struct dsv4_kernels *ks[] = { &dsv4_kernels_avx2, &dsv4_kernels_avx512, &dsv4_kernels_avx512bf16 };
-    enum dsv4_cpu_level        lv[] = { DSV4_CPU_AVX2, DSV4_CPU_AVX512, DSV4_CPU_AVX512BF16 };
+    enum dsv4_cpu_level lv[] = { DSV4_CPU_AVX2, DSV4_CPU_AVX512, DSV4_CPU_AVX512BF16 };
     for (int i = 0; i < 3; i++) {
         if (dsv4_cpu_detect() < lv[i]) continue;
+        /* the level's decoder: its bf16-activation table where it has one */
+        const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(lv[i]) ? dsv4_cpu_kernels_bf16(lv[i]) : dsv4_cpu_kernels(lv[i]);
         memset(y, 0, 256 * 2 * sizeof(float));
-        if (ks[i]->dotb_fp8) ks[i]->dotb_fp8(&r.l, 0, 1, 256, xb, 256, y, 2);
-        else ks[i]->dot_fp8(&r.l, 0, 1, 256, x, 256, y, 2);
+        if (k->dotb_fp8) k->dotb_fp8(&r.l, 0, 1, 256, xb, 256, y, 2);
+        else k->dot_fp8(&r.l, 0, 1, 256, x, 256, y, 2);
         for (int c = 0; c < 256; c++) {
             float want = r.w[c] == 0 ? 0.0f : dsv4_f32_from_e4m3(r.w[c]);
-            CHECKF(y[c * 2] == want, "%s: e4m3 code 0x%02x gives %g, want %g", ks[i]->name, c, y[c * 2], want);
+            CHECKF(y[c * 2] == want, "%s: e4m3 code 0x%02x gives %g, want %g", k->name, c, y[c * 2], want);
         }
     }
     free(x);
@@ -587,10 +588,11 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
 static void test_i16_kernels(struct test_ctx *t)
 {
     if (dsv4_cpu_detect() < DSV4_CPU_AVX512BF16) {
-        test_skip(t, TEST_SKIP_MACHINE, "the tile kernels need AVX512-BF16, which this CPU lacks");
+        test_skip(t, TEST_SKIP_MACHINE, "the tile kernels need AVX512-BF16, which %s",
+                  dsv4_cpu_level_built(DSV4_CPU_AVX512BF16) ? "this CPU lacks" : "is not built for this architecture");
         return;
     }
-    const struct dsv4_kernels *k = &dsv4_kernels_avx512bf16;
+    const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(DSV4_CPU_AVX512BF16);
     struct { enum dsv4_wfmt fmt; int n_out, n_in; } shapes[] = {
         { DSV4_WFMT_FP8, 5, 384 },  { DSV4_WFMT_FP8, 260, 1024 }, { DSV4_WFMT_FP8, 48, 128 },
         { DSV4_WFMT_FP4, 66, 512 }, { DSV4_WFMT_FP4, 16, 32 },    { DSV4_WFMT_FP4, 130, 2048 },
@@ -818,6 +820,33 @@ static void test_pool(struct test_ctx *t)
     dsv4_pool_free(p);
 }
 
+/* Level names: every level this build holds is accepted (capped at the CPU's best); a level
+ * it does not hold (the x86 ones off x86_64) is an error that says so, never scalar quietly,
+ * and dsv4_cpu_create_at refuses it the same way. */
+static void test_level_pick(struct test_ctx *t)
+{
+    enum dsv4_cpu_level top = dsv4_cpu_detect();
+    CHECK(dsv4_cpu_level_built(DSV4_CPU_SCALAR) && dsv4_cpu_level_built(top));
+    CHECK(dsv4_cpu_kernels(DSV4_CPU_SCALAR) == &dsv4_kernels_scalar && !dsv4_cpu_kernels_bf16(DSV4_CPU_SCALAR));
+    for (int l = 0; l < DSV4_CPU_LEVELS; l++) {
+        struct dsv4_err     err;
+        enum dsv4_cpu_level got;
+        bool                ref;
+        const char         *name = dsv4_cpu_level_name((enum dsv4_cpu_level)l);
+        int                 rc   = dsv4_cpu_pick(name, &got, &ref, &err);
+        if (dsv4_cpu_level_built((enum dsv4_cpu_level)l)) {
+            CHECKF(rc == DSV4_OK && !ref && (int)got == (l < (int)top ? l : (int)top), "pick %s: rc %d level %d", name,
+                   rc, (int)got);
+            continue;
+        }
+        CHECKF(rc == DSV4_EUNSUPPORTED && strstr(err.msg, "not built for this architecture"), "pick %s: rc %d", name, rc);
+        struct dsv4_cpu *cpu = NULL;
+        rc                   = dsv4_cpu_create_at(&cpu, (enum dsv4_cpu_level)l, false, 1, &err);
+        CHECKF(rc == DSV4_EUNSUPPORTED && !cpu && strstr(err.msg, "not built"), "create_at %s: rc %d", name, rc);
+    }
+    CHECK(DSV4_HAVE_X86 == dsv4_cpu_level_built(DSV4_CPU_AVX2));
+}
+
 const struct test_case test_group_kernels[] = {
     { "projection_kernels_all_levels", test_projection_kernels },
     { "fp8_all_codes_all_levels", test_fp8_all_codes },
@@ -825,5 +854,6 @@ const struct test_case test_group_kernels[] = {
     { "fast_activation_quantiser", test_fast_quantiser },
     { "i16_tiles_and_kernels", test_i16_kernels },
     { "pool_parallel_for", test_pool },
+    { "level_names_and_builds", test_level_pick },
     { NULL, NULL },
 };

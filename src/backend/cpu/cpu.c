@@ -16,20 +16,27 @@ const char *dsv4_cpu_level_name(enum dsv4_cpu_level l)
     return (unsigned)l < DSV4_CPU_LEVELS ? level_names[l] : "?";
 }
 
+bool dsv4_cpu_level_built(enum dsv4_cpu_level l)
+{
+    return l == DSV4_CPU_SCALAR || (DSV4_HAVE_X86 && (unsigned)l < DSV4_CPU_LEVELS);
+}
+
+#if DSV4_HAVE_X86
 /* AMX tiles need the kernel's permission for the XTILEDATA state component, once per process. */
 static bool amx_permitted(void)
 {
-#if defined(__x86_64__) && defined(SYS_arch_prctl)
+#if defined(SYS_arch_prctl)
     enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 #else
     return false;
 #endif
 }
+#endif
 
 enum dsv4_cpu_level dsv4_cpu_detect(void)
 {
-#if defined(__x86_64__)
+#if DSV4_HAVE_X86
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return DSV4_CPU_SCALAR;
     if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -40,8 +47,15 @@ enum dsv4_cpu_level dsv4_cpu_detect(void)
         return DSV4_CPU_AVX512BF16;
     return DSV4_CPU_AMX;
 #else
-    return DSV4_CPU_SCALAR;
+    return DSV4_CPU_SCALAR; /* the only level built (no kernels for this architecture yet) */
 #endif
+}
+
+/* Asked-for levels this build lacks are an error, not the best level quietly: a caller
+ * that names avx2 on another architecture would otherwise measure or test scalar code. */
+static int not_built(enum dsv4_cpu_level l, struct dsv4_err *err)
+{
+    return dsv4_err_set(err, DSV4_EUNSUPPORTED, "level %s is not built for this architecture", dsv4_cpu_level_name(l));
 }
 
 int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
@@ -58,6 +72,7 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struc
     }
     for (int l = 0; l < DSV4_CPU_LEVELS; l++) {
         if (strcmp(env, level_names[l]) == 0) {
+            if (!dsv4_cpu_level_built((enum dsv4_cpu_level)l)) return not_built((enum dsv4_cpu_level)l, err);
             *level = (enum dsv4_cpu_level)l < best ? (enum dsv4_cpu_level)l : best;
             return DSV4_OK;
         }
@@ -66,15 +81,26 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struc
                         "CPU level '%s' is not one of ref, scalar, avx2, avx512, avx512bf16, amx", env);
 }
 
-static const struct dsv4_kernels *kernels_for(enum dsv4_cpu_level l)
+const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l)
 {
     switch (l) {
+#if DSV4_HAVE_X86
     case DSV4_CPU_AVX2: return &dsv4_kernels_avx2;
     case DSV4_CPU_AVX512:
     case DSV4_CPU_AVX512BF16:
     case DSV4_CPU_AMX: return &dsv4_kernels_avx512;
+#endif
     default: return &dsv4_kernels_scalar;
     }
+}
+
+const struct dsv4_kernels *dsv4_cpu_kernels_bf16(enum dsv4_cpu_level l)
+{
+#if DSV4_HAVE_X86
+    if (l >= DSV4_CPU_AVX512BF16) return &dsv4_kernels_avx512bf16;
+#endif
+    (void)l;
+    return NULL;
 }
 
 int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err)
@@ -90,6 +116,7 @@ int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads
 int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads, struct dsv4_err *err)
 {
     *out = NULL;
+    if (!dsv4_cpu_level_built(level)) return not_built(level, err);
     if (level > dsv4_cpu_detect())
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", dsv4_cpu_level_name(level));
     struct dsv4_cpu *cpu = calloc(1, sizeof(*cpu));
@@ -101,8 +128,8 @@ int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool re
         free(cpu);
         return rc;
     }
-    cpu->k         = kernels_for(cpu->level);
-    cpu->kb        = cpu->level >= DSV4_CPU_AVX512BF16 ? &dsv4_kernels_avx512bf16 : NULL;
+    cpu->k         = dsv4_cpu_kernels(cpu->level);
+    cpu->kb        = dsv4_cpu_kernels_bf16(cpu->level);
     cpu->n_threads = dsv4_pool_threads(cpu->pool);
     *out           = cpu;
     return DSV4_OK;

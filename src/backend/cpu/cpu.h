@@ -3,17 +3,36 @@
  * state shared by all execution contexts of an engine (thread pool, chosen level).
  *
  * Levels, lowest first: scalar (plain C, always compiled), avx2 (AVX2+FMA+F16C), avx512
- * (F/BW/VL/DQ), avx512-bf16, amx (AMX-BF16 tiles for prefill GEMMs). The best level the CPU
- * and OS support is picked at engine open; dsv4_engine_params.cpu_level (the tools'
- * --cpu-level or DSV4_CPU) = scalar|avx2|avx512|avx512bf16|amx caps it (valgrind cannot
- * run AVX-512: avx2). ISA code lives in x86_*.c files compiled
- * with their own -m flags and is only ever called after the check.
+ * (F/BW/VL/DQ), avx512-bf16, amx (detected only: AMX-BF16 CPUs run the avx512bf16 kernels,
+ * there are no AMX kernels). The best level the CPU and OS support is picked at engine open;
+ * dsv4_engine_params.cpu_level (the tools' --cpu-level or DSV4_CPU) =
+ * scalar|avx2|avx512|avx512bf16|amx caps it (valgrind cannot run AVX-512: avx2). ISA code
+ * lives in x86_*.c files compiled with their own -m flags and is only ever called after the
+ * check.
  */
 #ifndef DSV4_CPU_H
 #define DSV4_CPU_H
 
 #include "backend/backend.h"
 #include "core/pool.h"
+
+/*
+ * DSV4_HAVE_X86: this build holds the x86 kernel files (x86_*.c) and their tables. The
+ * Makefile builds them for ARCH=x86_64 only and passes DSV4_HAVE_X86=0 otherwise, so that
+ * the portable C path builds on any 64-bit little-endian target; there every level above
+ * scalar is "not built" (dsv4_cpu_level_built) and the x86 symbols below are not declared,
+ * so a portable file that names one fails to compile rather than to link.
+ */
+#ifndef DSV4_HAVE_X86
+#if defined(__x86_64__)
+#define DSV4_HAVE_X86 1
+#else
+#define DSV4_HAVE_X86 0
+#endif
+#endif
+#if DSV4_HAVE_X86 && !defined(__x86_64__)
+#error "DSV4_HAVE_X86=1 needs a compiler for x86_64"
+#endif
 
 enum dsv4_cpu_level {
     DSV4_CPU_SCALAR,
@@ -25,10 +44,15 @@ enum dsv4_cpu_level {
 };
 
 const char *dsv4_cpu_level_name(enum dsv4_cpu_level l);
-/* Best level this CPU and OS support (asks the kernel for AMX tile permission once). */
+/* Whether this build holds the level's kernels: scalar always, the x86 levels only where
+ * DSV4_HAVE_X86. */
+bool dsv4_cpu_level_built(enum dsv4_cpu_level l);
+/* Best level this CPU and OS support among those built (asks the kernel for AMX tile
+ * permission once). */
 enum dsv4_cpu_level dsv4_cpu_detect(void);
-/* The level to use: detected, capped by name if given (an unknown name is an error);
- * "ref" selects the scalar reference ops (double precision, single thread). */
+/* The level to use: detected, capped by name if given (an unknown name, or a level this
+ * build lacks, is an error); "ref" selects the scalar reference ops (double precision,
+ * single thread). */
 int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
 
 /*
@@ -126,6 +150,9 @@ static inline int dsv4_idx_bf16_s_floats(int n_head, int d)
 {
     return (n_head + 31) / 32 * 32 * DSV4_ATTN_NR + DSV4_ATTN_NR * d / 2;
 }
+#if DSV4_HAVE_X86
+/* The AVX-512 row ops and bf16 attention (x86_avx512_ops.c, x86_avx512bf16_attn.c), reached
+ * through the tables only. */
 void   dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld);
 double dsv4_avx512_sumsq_bf16(const float *v, int d);
 void   dsv4_avx512_scale_bf16(float *v, int d, float r);
@@ -138,6 +165,7 @@ void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);
 void dsv4_avx512bf16_idx_keys(const struct dsv4_idx_bf16 *x, int b0, int b1, float *s);
+#endif
 
 /*
  * Interleaved 16-row tiles ("i16", repack.c): whether a projection can be held so (FP8/FP4
@@ -155,6 +183,7 @@ void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *
 enum { DSV4_GEMM_PANEL = 32 };
 
 extern const struct dsv4_kernels dsv4_kernels_scalar;
+#if DSV4_HAVE_X86
 extern const struct dsv4_kernels dsv4_kernels_avx2;
 extern const struct dsv4_kernels dsv4_kernels_avx512;
 extern const struct dsv4_kernels dsv4_kernels_avx512bf16;
@@ -163,6 +192,12 @@ void dsv4_avx512bf16_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int n
                               int ldy);
 void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
                                int ldy, uint16_t *panel);
+#endif
+/* A built level's tables, for code that must not name an x86 table (tests, cpu.c): the f32
+ * kernels (scalar, avx2, or avx512 for avx512 and up) and the bf16-activation kernels
+ * (avx512bf16 and up; NULL below). Call them only for a level <= dsv4_cpu_detect(). */
+const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l);
+const struct dsv4_kernels *dsv4_cpu_kernels_bf16(enum dsv4_cpu_level l);
 
 /* Backend state shared by contexts: pointed to by dsv4_backend.impl. */
 struct dsv4_cpu {
