@@ -27,6 +27,7 @@ int cmd_batch(int argc, char **argv);
 int cmd_align(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
+int cmd_test_ops(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_loadtest(int argc, char **argv);

@@ -16,6 +16,7 @@ static const struct cli_command commands[] = {
     { "align",   "compare every stage with a reference dump; name the first divergence", cmd_align },
     { "bench",   "prefill and decode speed, bytes per step and share of the memory bandwidth", cmd_bench },
     { "ops",     "which kernel runs each backend op on this machine", cmd_ops },
+    { "test-ops", "every backend op against the scalar reference, at each level this machine runs", cmd_test_ops },
     { "convert", "write the dsv4-native checkpoint (page-aligned, one mmap, loads without work)", cmd_convert },
     { "gen",     "write a random-weight checkpoint in the official layout (tests, benchmarks)", cmd_gen },
     { "serve",   "OpenAI-compatible HTTP server: chat, completions, streaming, metrics, health, drain", cmd_serve },

@@ -130,7 +130,9 @@ struct dsv4_backend_ops {
     /* y[n_tok, w->n_out] = x[n_tok, w->n_in] . W^T, any weight format (dsv4_wfmt). With
      * DSV4_ACT_FP8 each 128-block of a row of x is quantised to e4m3 (scale
      * 2^ceil(log2(max(amax,1e-4)/448))); partial sums per block are scaled by the activation
-     * and weight scales, as the demo's fp8_gemm/fp4_gemm. */
+     * and weight scales, as the demo's fp8_gemm/fp4_gemm. FP8/FP4 weights have n_in a
+     * multiple of 128 (the config checks it: model/config.c), and DSV4_ACT_FP8 goes with FP8
+     * or FP4 weights only. */
     void (*linear)(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
                    float *y, int ldy, enum dsv4_act act, enum dsv4_out out);
 
@@ -149,7 +151,8 @@ struct dsv4_backend_ops {
                  const struct dsv4_rope_table *t, bool inverse);
 
     /* In place quantise->dequantise of x[n, d] (row stride ld) in blocks of `block`:
-     * e4m3 with qmax 448 and amax floor 1e-4, or e2m1 with qmax 6 and floor 6*2^-126. */
+     * e4m3 with qmax 448 and amax floor 1e-4, or e2m1 with qmax 6 and floor 6*2^-126;
+     * d is a multiple of block. */
     void (*fp8_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
     void (*fp4_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
 

@@ -69,6 +69,7 @@ struct chk {
     /* the run: level -1 is the reference; variant 1 runs on prepared weights */
     int                  level, variant;
     bool                 run_failed;
+    double               run_used; /* the run's largest difference, as a fraction of the tolerance */
     void                *run_impl; /* a context made for this run, or NULL */
     float               *scratch;
     struct dsv4_backend  be;
@@ -153,14 +154,15 @@ void chk_fail(struct chk *h, const char *fmt, ...)
     h->run_failed = true;
 }
 
-void chk_note(struct chk *h, size_t values, size_t differ, double max_abs, double max_rel)
+void chk_note(struct chk *h, size_t values, size_t differ, double max_abs, double max_used)
 {
     if (h->level < 0 || h->level >= h->n_levels) return;
     struct dsv4_check_cell *c = cell(h);
     c->values += values;
     c->differ += differ;
     if (max_abs > c->max_abs) c->max_abs = max_abs;
-    if (max_rel > c->max_rel) c->max_rel = max_rel;
+    if (max_used > c->max_used) c->max_used = max_used;
+    if (max_used > h->run_used) h->run_used = max_used;
 }
 
 /* Fails the check of one level (no run) with a reason, e.g. its context cannot be made. */
@@ -243,7 +245,7 @@ void chk_compare_slot(struct chk *h, int i)
     struct slot *s = &h->slot[i];
     if (!s->ref || !s->got) return;
     size_t differ = 0, bad = 0, first = 0;
-    double max_abs = 0, max_rel = 0, fa = 0, fb = 0, fl = 0;
+    double max_abs = 0, max_used = 0, fa = 0, fb = 0, fl = 0;
     for (size_t k = 0; k < s->n; k++) {
         if (!memcmp((const uint8_t *)s->ref + k * s->elem, (const uint8_t *)s->got + k * s->elem, s->elem)) continue;
         differ++;
@@ -258,14 +260,12 @@ void chk_compare_slot(struct chk *h, int i)
         }
         double e = fabs(g - r);
         if (isnan(r) && isnan(g) && !tol_exact(s->tol)) e = 0; /* any NaN for a NaN, where not bit-exact */
-        if (!isnan(e)) {
-            if (e > max_abs) max_abs = e;
-            if (r != 0 && e / fabs(r) > max_rel) max_rel = e / fabs(r);
-        }
         bool ok = s->kind == SLOT_F32 && !tol_exact(s->tol) && e <= allowed;
+        if (!isnan(e) && e > max_abs) max_abs = e;
+        if (ok && allowed > 0 && e / allowed > max_used) max_used = e / allowed;
         if (!ok && bad++ == 0) first = k, fa = g, fb = r, fl = allowed;
     }
-    chk_note(h, s->n, differ, max_abs, max_rel);
+    chk_note(h, s->n, differ, max_abs, max_used);
     if (bad > (size_t)s->tol.bad_per_mille * s->n / 1000) {
         if (s->kind == SLOT_F32 && !tol_exact(s->tol))
             chk_fail(h, "output %d: %zu of %zu values off, first [%zu] %.9g, reference %.9g (allowed %.3g)", i, bad,
@@ -290,6 +290,13 @@ static void each_weight(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), 
     for (int i = 0; i < h->n_w; i++) fn(h->w[i], ud);
 }
 
+/* The other tensors of the case (norm weights, tables) are host arrays the ops read in
+ * place: none to prepare (the checker runs host-visible backends only). */
+static void each_no_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    (void)ctx, (void)fn, (void)ud;
+}
+
 /* A fresh context of level l for a case with weights, prepared with or without tiles;
  * false when it could not be made (a failure is recorded) or, for the prepared layout, when
  * preparing left every descriptor as it was (nothing more to check). */
@@ -305,7 +312,7 @@ static bool make_weight_ctx(struct chk *h, int l, bool tiles)
     }
     struct dsv4_checkpoint none;
     memset(&none, 0, sizeof(none)); /* no stored tiles to find, no tensors to read ahead */
-    struct dsv4_weight_set ws = { .ck = &none, .each_linear = each_weight, .ctx = h };
+    struct dsv4_weight_set ws = { .ck = &none, .each_linear = each_weight, .each_tensor = each_no_tensor, .ctx = h };
     for (int i = 0; i < h->n_w; i++) h->saved[i] = *h->w[i];
     int  rc      = h->kind->prepare_weights ? h->kind->prepare_weights(h->run_impl, &ws, &p, &err) : DSV4_OK;
     bool changed = false;
@@ -346,6 +353,7 @@ static void start_run(struct chk *h, void *impl)
         if (c->status == DSV4_CHECK_NOT_RUN) c->status = DSV4_CHECK_OK;
         c->runs++;
         h->run_failed = false;
+        h->run_used   = 0;
     }
 }
 
@@ -358,9 +366,9 @@ static void end_run(struct chk *h)
         else
             for (int i = 0; i < MAX_SLOTS; i++) chk_compare_slot(h, i);
         if (h->o->verbose)
-            fprintf(h->o->verbose, "  %-15s %-11s %s%s: %s (%zu values differ)\n", dsv4_op_name(h->op),
-                    h->lv[h->level].name, h->what, h->variant ? " (prepared weights)" : "",
-                    h->run_failed ? "FAIL" : "ok", c->differ - differ);
+            fprintf(h->o->verbose, "  %-15s %-11s %s%s: %s (%zu values differ, largest %.0f%% of the tolerance)\n",
+                    dsv4_op_name(h->op), h->lv[h->level].name, h->what, h->variant ? " (prepared weights)" : "",
+                    h->run_failed ? "FAIL" : "ok", c->differ - differ, 100 * h->run_used);
         for (int i = 0; i < MAX_SLOTS; i++) h->slot[i].got = NULL;
     }
     h->scratch = NULL; /* freed with the case */
@@ -538,10 +546,15 @@ int dsv4_op_check(const struct dsv4_check_opts *o, struct dsv4_check_report *r, 
     struct dsv4_backend_params rp = { .level = "ref", .n_threads = 1 };
     if ((rc = h->cpu->create(&h->ref_impl, &rp, err))) goto out;
     if ((rc = setup_levels(h, err))) goto out;
-    void *any = NULL;
-    for (int l = 0; l < h->n_levels && !any; l++) any = h->lv[l].impl;
-    if (any) h->kind->describe(any, r->backend, sizeof(r->backend));
-    else snprintf(r->backend, sizeof(r->backend), "%s", h->kind->name);
+    void *best = NULL; /* the describe line of the highest level run */
+    for (int l = 0; l < h->n_levels; l++) best = h->lv[l].impl ? h->lv[l].impl : best;
+    if (best) {
+        h->kind->describe(best, r->backend, sizeof(r->backend));
+        size_t n = strlen(r->backend);
+        snprintf(r->backend + n, sizeof(r->backend) - n, " (the highest level run)");
+    } else {
+        snprintf(r->backend, sizeof(r->backend), "%s (no level asked for runs on this machine)", h->kind->name);
+    }
     r->n_levels = h->n_levels;
     for (int l = 0; l < h->n_levels; l++) {
         snprintf(r->level[l], sizeof(r->level[l]), "%s", h->lv[l].name);
@@ -581,11 +594,12 @@ int dsv4_op_check_failures(const struct dsv4_check_report *r)
 
 void dsv4_op_check_print(const struct dsv4_check_report *r, FILE *f)
 {
-    fprintf(f, "backend %s against the scalar reference (cpu ref)\n", r->backend);
+    fprintf(f, "%s against the scalar reference (cpu ref)\n", r->backend);
     fprintf(f, "%-15s", "op");
     for (int l = 0; l < r->n_levels; l++) fprintf(f, " %-11s", r->level[l]);
     fprintf(f, " tolerance\n");
     int n_ok = 0, n_absent = 0;
+    for (int l = 0; l < r->n_levels; l++) n_absent += !r->here[l];
     for (int op = 0; op < DSV4_OP_COUNT; op++) {
         if (!r->selected[op]) continue;
         fprintf(f, "%-15s", dsv4_op_name((enum dsv4_op)op));
@@ -594,20 +608,21 @@ void dsv4_op_check_print(const struct dsv4_check_report *r, FILE *f)
             char                          s[24];
             switch (c->status) {
             case DSV4_CHECK_OK:
-                if (c->differ) snprintf(s, sizeof(s), "ok %.1e", c->max_rel);
-                else snprintf(s, sizeof(s), "exact");
+                if (!c->differ) snprintf(s, sizeof(s), "exact");
+                else if (c->max_used > 0) snprintf(s, sizeof(s), "ok %.0f%%", c->max_used < 0.01 ? 1 : 100 * c->max_used);
+                else snprintf(s, sizeof(s), "ok");
                 n_ok++;
                 break;
             case DSV4_CHECK_FAIL: snprintf(s, sizeof(s), "FAIL"); break;
             case DSV4_CHECK_MISSING: snprintf(s, sizeof(s), "missing"); break;
-            default: snprintf(s, sizeof(s), "-"), n_absent += !r->here[l]; break;
+            default: snprintf(s, sizeof(s), "-"); break;
             }
             fprintf(f, " %-11s", s);
         }
         fprintf(f, " %s\n", dsv4_op_check_tolerance((enum dsv4_op)op));
     }
-    fprintf(f, "exact: every output bit-identical to the reference; ok R: within the tolerance, largest relative "
-               "difference R; -: not run (the CPU lacks the level)\n");
+    fprintf(f, "exact: every output bit-identical to the reference; ok N%%: within the tolerance, the largest "
+               "difference N%% of the one allowed there; -: not run (the CPU lacks the level)\n");
     int n_fail = dsv4_op_check_failures(r);
     for (int op = 0; op < DSV4_OP_COUNT; op++)
         for (int l = 0; l < r->n_levels; l++) {
@@ -619,5 +634,5 @@ void dsv4_op_check_print(const struct dsv4_check_report *r, FILE *f)
                         r->level[l]);
         }
     if (n_fail) fprintf(f, "%d of %d op checks failed\n", n_fail, n_fail + n_ok);
-    else fprintf(f, "all %d op checks passed (%d not run on this machine)\n", n_ok, n_absent);
+    else fprintf(f, "all %d op checks passed (%d level%s not on this machine)\n", n_ok, n_absent, n_absent == 1 ? "" : "s");
 }

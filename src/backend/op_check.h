@@ -45,7 +45,8 @@ struct dsv4_check_cell {
     enum dsv4_check_status status;
     int                    runs;          /* case runs compared (cases x weight layouts) */
     size_t                 values, differ; /* values compared; of those, not bit-identical */
-    double                 max_abs, max_rel; /* largest difference from the reference */
+    double                 max_abs;       /* largest difference from the reference */
+    double                 max_used;      /* largest difference as a fraction of the one allowed */
     char                   why[200];      /* the first failure: case, index, values */
 };
 

@@ -26,8 +26,6 @@ struct chk_tol {
     int    bad_per_mille;
 };
 #define CHK_EXACT ((struct chk_tol){ 0, 0, 0, 0 })
-/* One bf16 rounding apart (2^-7 relative covers a flipped rounding of a bf16 result). */
-#define CHK_BF16 ((struct chk_tol){ 0.0079, 1e-6, 0, 0 })
 
 /* An op's cases: runs every case (chk_case .. chk_next returning NULL) for h->op. */
 struct chk_op {
@@ -64,7 +62,9 @@ const void *chk_ref(const struct chk *h, int slot);
 const void *chk_got(const struct chk *h, int slot);
 /* The default comparison of one slot (for custom comparisons that use it for some). */
 void        chk_compare_slot(struct chk *h, int slot);
-void        chk_note(struct chk *h, size_t values, size_t differ, double max_abs, double max_rel);
+/* values compared, how many not bit-identical, the largest difference, and the largest as a
+ * fraction of the difference the tolerance allows there (0 when not measured). */
+void        chk_note(struct chk *h, size_t values, size_t differ, double max_abs, double max_used);
 void        chk_fail(struct chk *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Memory of the case (freed when it ends; the check stops the op if none is left). */

@@ -220,7 +220,7 @@ static void router_compare(struct chk *h, void *ud)
     const int   *ri = chk_ref(h, 0), *gi = chk_got(h, 0);
     const float *rw = chk_ref(h, 1), *gw = chk_got(h, 1);
     size_t       differ = 0;
-    double       max_abs = 0, max_rel = 0;
+    double       max_abs = 0, max_used = 0;
     for (int r = 0; r < c->n; r++) {
         const int *a = ri + (size_t)r * c->n_used, *b = gi + (size_t)r * c->n_used;
         if (memcmp(a, b, sizeof(int) * (size_t)c->n_used)) {
@@ -246,13 +246,14 @@ static void router_compare(struct chk *h, void *ud)
         }
         for (int k = 0; k < c->n_used; k++) {
             double x = rw[r * c->n_used + k], y = gw[r * c->n_used + k], e = fabs(x - y);
-            max_abs = fmax(max_abs, e);
-            if (x != 0) max_rel = fmax(max_rel, e / fabs(x));
+            double allowed = 2e-5 * fabs(x) + 1e-7;
+            max_abs  = fmax(max_abs, e);
+            max_used = fmax(max_used, e / allowed);
             differ += x != y;
-            if (!(e <= 2e-5 * fabs(x) + 1e-7)) chk_fail(h, "row %d weight %d: %.9g, reference %.9g", r, k, y, x);
+            if (!(e <= allowed)) chk_fail(h, "row %d weight %d: %.9g, reference %.9g", r, k, y, x);
         }
     }
-    chk_note(h, (size_t)c->n * c->n_used * 2, differ, max_abs, max_rel);
+    chk_note(h, (size_t)c->n * c->n_used * 2, differ, max_abs, max_used);
 }
 
 static void run_router(struct chk *h)
@@ -320,7 +321,7 @@ static void run_expert(struct chk *h)
     /* fmt, d, f, n, routing weights, limit */
     const int cases[][6] = { { DSV4_WFMT_FP8, A->d_model, A->d_ff, 1, 0, 10 }, { DSV4_WFMT_FP8, A->d_model, A->d_ff, 3, 1, 10 },
                              { DSV4_WFMT_FP8, A->d_model, A->d_ff, 17, 0, 0 }, { DSV4_WFMT_FP4, 160, 96, 5, 1, 0 },
-                             { DSV4_WFMT_FP8, 200, 72, 1, 0, 10 },             { DSV4_WFMT_BF16, 96, 64, 3, 1, 10 },
+                             { DSV4_WFMT_FP8, 384, 256, 1, 0, 10 },            { DSV4_WFMT_BF16, 96, 64, 3, 1, 10 },
                              { DSV4_WFMT_F32, 33, 17, 2, 0, 10 },               { DSV4_WFMT_FP8, F->d_model, F->d_ff, 2, 0, 10 } };
     for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) {
         enum dsv4_wfmt fmt = (enum dsv4_wfmt)cases[s][0];

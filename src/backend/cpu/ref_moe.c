@@ -85,7 +85,8 @@ void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int
 void dsv4_ref_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
                       const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
-    int d = experts[0].w2.n_out;
+    if (n_groups < 1) return;
+    int d = experts[ids[0]].w2.n_out; /* the groups' experts (all of one width) */
     for (int g = 0; g < n_groups; g++)
         be->ops->expert(be, &experts[ids[g]], off[g + 1] - off[g], x + (size_t)off[g] * (size_t)d, d, row_w + off[g],
                         limit, y + (size_t)off[g] * (size_t)d, scratch);
