@@ -97,6 +97,23 @@ static void chunk_invariance(struct test_ctx *t, const char *preset, int T)
         free(lg);
         free(mtp);
     }
+    /* the same bits through the device-memory path (logits downloaded, KV through the
+     * backend's upload and copy) */
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.backend = "cpu-staged";
+    dsv4_engine *es;
+    if (ref && dsv4_engine_open(&es, dir, &ep, &err) == DSV4_OK) {
+        float *mtp = NULL, *lg = run_chunked(t, es, toks, T, 7, &mtp);
+        CHECKF(lg && memcmp(lg, ref, (size_t)T * V * sizeof(float)) == 0, "%s: cpu-staged logits differ", preset);
+        CHECKF(mtp && memcmp(mtp, ref_mtp, (size_t)(T - 1) * V * sizeof(float)) == 0, "%s: cpu-staged MTP logits differ",
+               preset);
+        free(lg);
+        free(mtp);
+        dsv4_engine_close(es);
+    } else if (ref) {
+        CHECKF(0, "open cpu-staged: %s", err.msg);
+    }
     /* logits are finite and not degenerate */
     bool   finite = true;
     double ss = 0;

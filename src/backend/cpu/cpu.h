@@ -213,6 +213,8 @@ struct dsv4_cpu {
 
 /* The CPU backend's lifecycle table (cpu_backend.c). */
 extern const struct dsv4_backend_kind dsv4_backend_cpu;
+/* The same, declared not host-visible ("cpu-staged"): the model's device-memory path. */
+extern const struct dsv4_backend_kind dsv4_backend_cpu_staged;
 
 /* The level from dsv4_cpu_pick (environment), or an explicit one (tests, `dsv4 ops`). */
 int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err);

@@ -243,3 +243,27 @@ const struct dsv4_backend_kind dsv4_backend_cpu = {
     .copy            = cpu_move,
     .sync            = cpu_sync,
 };
+
+/*
+ * The CPU ops behind the device-memory path: the same kind, but it tells the model that its
+ * buffers are not host memory, so the model reads results only through download (logits)
+ * and writes KV only through upload and copy. It proves, test by test, that the model layer
+ * needs nothing from a backend but the two tables (tests/unit/test_forward.c).
+ */
+const struct dsv4_backend_kind dsv4_backend_cpu_staged = {
+    .name            = "cpu-staged",
+    .create          = cpu_create,
+    .destroy         = cpu_destroy,
+    .ops             = cpu_ops,
+    .describe        = cpu_describe,
+    .prepare_weights = cpu_prepare_weights,
+    .scratch_floats  = cpu_scratch_floats,
+    .describe_op     = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */
+    .host_visible    = false,
+    .alloc           = cpu_alloc,
+    .free            = cpu_free,
+    .upload          = cpu_move,
+    .download        = cpu_move,
+    .copy            = cpu_move,
+    .sync            = cpu_sync,
+};
