@@ -453,10 +453,146 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
         free(b);
     }
 
-    /* the grouped experts' SwiGLU on AVX-512 against the reference expression in double
-     * (ref_moe.c), with and without the clamp, gates far out in both tails */
+    /* awkward sizes of the same row ops (tails below the vector widths, the largest
+     * Hadamard), with infinities, NaNs and bf16 ties where the op keeps them apart */
+    {
+        size_t cap = 4 * 4096;
+        float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap), *y1 = malloc(sizeof(float) * cap),
+              *y2 = malloc(sizeof(float) * cap);
+        uint16_t w[515];
+        for (int i = 0; i < 515; i++) w[i] = dsv4_bf16_from_f32(0.5f + test_rand_f32(&seed));
+        static const int rms_d[] = { 1, 7, 9, 17, 163, 515 };
+        for (size_t di = 0; di < sizeof(rms_d) / sizeof(rms_d[0]); di++) {
+            int d = rms_d[di], n = 5, bad = 0;
+            for (int i = 0; i < n * d; i++) a[i] = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 30) - 15);
+            a[d - 1] = INFINITY; /* row 0: an infinite sum of squares (every output NaN or 0) */
+            fast.ops->rmsnorm(&fast, n, d, a, d, w, 1e-6, y1, d);
+            ref.ops->rmsnorm(&ref, n, d, a, d, w, 1e-6, y2, d);
+            for (int i = 0; i < n * d; i++) bad += memcmp(&y1[i], &y2[i], 4) != 0;
+            CHECKF(!bad, "rmsnorm d %d: %d values differ from the reference", d, bad);
+        }
+        static const int hr_d[] = { 3, 12, 33, 128, 512 };
+        for (size_t di = 0; di < sizeof(hr_d) / sizeof(hr_d[0]); di++) {
+            int d = hr_d[di], nh = 3, bad = 0;
+            for (int i = 0; i < 2 * nh * d; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * (float)(1 + i % 5));
+            fast.ops->head_rms(&fast, 2, nh, d, a, 1e-6);
+            ref.ops->head_rms(&ref, 2, nh, d, b, 1e-6);
+            for (int i = 0; i < 2 * nh * d; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "head_rms d_head %d: %d values differ from the reference", d, bad);
+        }
+        for (int dr = 2; dr <= 14; dr += 4) { /* 1, 3, 5, 7 pairs: all tail below 4 doubles but the last */
+            float                  freq[8];
+            int                    pos[3] = { 1, 999, 65537 }, df = dr + 6, bad = 0;
+            for (int i = 0; i < dr / 2; i++) freq[i] = powf(10000.0f, -2.0f * (float)i / (float)dr);
+            struct dsv4_rope_table rt = { dr, freq };
+            for (int i = 0; i < 3 * 2 * df; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * 5);
+            fast.ops->rope(&fast, 3, 2, df, a, pos, &rt, false);
+            ref.ops->rope(&ref, 3, 2, df, b, pos, &rt, false);
+            for (int i = 0; i < 3 * 2 * df; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "rope d_rope %d: %d values differ from the reference", dr, bad);
+        }
+        for (int hd = 512; hd <= 4096; hd *= 2) {
+            int rows = (int)(cap / (size_t)hd) < 3 ? (int)(cap / (size_t)hd) : 3, bad = 0;
+            for (int i = 0; i < rows * hd; i++) a[i] = b[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+            a[5] = b[5] = -INFINITY;
+            fast.ops->hadamard(&fast, rows, hd, a);
+            ref.ops->hadamard(&ref, rows, hd, b);
+            for (int i = 0; i < rows * hd; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "hadamard (d %d): %d values differ from the reference", hd, bad);
+        }
+        /* FP8 simulation in blocks of 16 (two vectors of 8) and FP4 rows whose blocks hold
+         * only e2m1 ties, zeros, tiny values (the scale floor) or one infinity */
+        {
+            int n = 4, d = 96, bad = 0;
+            for (int i = 0; i < n * d; i++) a[i] = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 40) - 20);
+            a[3] = NAN;
+            a[d + 17] = -INFINITY;
+            memcpy(b, a, sizeof(float) * (size_t)(n * d));
+            fast.ops->fp8_sim(&fast, n, d, d, a, 16);
+            ref.ops->fp8_sim(&ref, n, d, d, b, 16);
+            for (int i = 0; i < n * d; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "fp8_sim (block 16): %d values differ from the reference", bad);
+            for (int i = 0; i < n * d; i++) {
+                int blk = i / 32;
+                a[i]    = blk == 0 ? (float)((int)(test_rand_u64(&seed) % 49) - 24) * 0.125f
+                        : blk == 1 ? 0.0f
+                        : blk == 2 ? test_rand_f32(&seed) * 0x1p-130f
+                        : blk == 3 ? (i == 100 ? INFINITY : test_rand_f32(&seed))
+                                   : test_rand_f32(&seed) * 1e30f;
+            }
+            memcpy(b, a, sizeof(float) * (size_t)(n * d));
+            fast.ops->fp4_sim(&fast, n, d, d, a, 32);
+            ref.ops->fp4_sim(&ref, n, d, d, b, 32);
+            bad = 0;
+            for (int i = 0; i < n * d; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+            CHECKF(!bad, "fp4_sim (ties, zeros, tiny, inf): %d values differ from the reference", bad);
+        }
+        free(a);
+        free(b);
+        free(y1);
+        free(y2);
+    }
+
+    /* the data ops whose arithmetic the fast table runs on kernels (embed, scale, add_streams,
+     * moe_combine) against ops_data.c's plain C through the reference table: widths with
+     * tails, bf16 ties, NaN and infinities, sums whose exponents lie far apart (an f32 sum
+     * would round twice) */
+    {
+        static const int dd[] = { 1, 5, 8, 13, 67 };
+        for (size_t di = 0; di < sizeof(dd) / sizeof(dd[0]); di++) {
+            int       d = dd[di], n = 7, hc = 3, bad = 0;
+            size_t    N = (size_t)n * (size_t)hc * (size_t)d;
+            uint16_t *tab = malloc(2 * (size_t)(10 * d));
+            float    *x1 = malloc(sizeof(float) * N), *x2 = malloc(sizeof(float) * N), *e = malloc(sizeof(float) * N);
+            int       tok[7] = { 3, 0, 9, 3, 1, 8, 2 };
+            for (int i = 0; i < 10 * d; i++) tab[i] = (uint16_t)test_rand_u64(&seed);
+            fast.ops->embed(&fast, n, tok, tab, d, hc, x1);
+            ref.ops->embed(&ref, n, tok, tab, d, hc, x2);
+            CHECKF(memcmp(x1, x2, sizeof(float) * N) == 0, "embed d %d differs from the reference", d);
+            for (size_t i = 0; i < N; i++) {
+                float v = test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 60) - 30);
+                x1[i] = x2[i] = i % 11 == 3 ? dsv4_round_bf16(v) + ldexpf(dsv4_round_bf16(v), -8) /* a bf16 tie */
+                              : i % 17 == 5 ? (i % 2 ? NAN : -INFINITY)
+                                            : v;
+                /* (no sum of two NaNs: which payload survives is the C compiler's choice of
+                 * operand order, free for a commutative addition) */
+                e[i] = i % 3 ? test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 80) - 40)
+                     : isnan(x1[i]) ? 1.0f : -x1[i];
+            }
+            fast.ops->scale(&fast, N, x1, 1.0 / 3.0);
+            ref.ops->scale(&ref, N, x2, 1.0 / 3.0);
+            for (size_t i = 0; i < N; i++) bad += memcmp(&x1[i], &x2[i], 4) != 0;
+            CHECKF(!bad, "scale (%zu values): %d differ from the reference", N, bad);
+            fast.ops->add_streams(&fast, n, hc, d, e, x1);
+            ref.ops->add_streams(&ref, n, hc, d, e, x2);
+            bad = 0;
+            for (size_t i = 0; i < N; i++) bad += memcmp(&x1[i], &x2[i], 4) != 0;
+            CHECKF(!bad, "add_streams d %d: %d values differ from the reference", d, bad);
+            /* combine: n rows of k = 3 pairs each in a scrambled pair order */
+            int   k = hc, pair_of[21];
+            float f1[7 * 67], f2[7 * 67];
+            for (int i = 0; i < n * k; i++) pair_of[i] = (i * 8 + 5) % (n * k);
+            for (size_t i = 0; i < (size_t)(n * k * d); i++) { /* expert outputs: bf16, one NaN, one inf */
+                x1[i] = dsv4_round_bf16(test_rand_f32(&seed) * ldexpf(1.0f, (int)(test_rand_u64(&seed) % 50) - 25));
+                e[i]  = isnan(e[i]) ? 0.5f : e[i];
+            }
+            x1[(size_t)(2 * d)] = NAN;
+            x1[(size_t)(4 * d + d / 2)] = -INFINITY;
+            fast.ops->moe_combine(&fast, n, k, d, pair_of, x1, e, f1);
+            ref.ops->moe_combine(&ref, n, k, d, pair_of, x1, e, f2);
+            CHECKF(memcmp(f1, f2, sizeof(float) * (size_t)(n * d)) == 0, "moe_combine d %d differs from the reference", d);
+            free(tab);
+            free(x1);
+            free(x2);
+            free(e);
+        }
+    }
+
+    /* the grouped experts' SwiGLU (AVX2, AVX-512) against the reference expression in double
+     * (ref_moe.c), with and without the clamp, gates far out in both tails; n not a multiple
+     * of the vector width, so the scalar tail runs too */
     if (cpu->k->swiglu_bf16) {
-        int    n = 200000; /* the final bf16 rounding hides most f32-level slips: many values */
+        int    n = 200003; /* the final bf16 rounding hides most f32-level slips: many values */
         float *g = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
         for (int lim = 0; lim < 2; lim++) {
             double limit = lim ? 7.0 : 0.0;
@@ -757,6 +893,28 @@ static void test_fast_quantiser(struct test_ctx *t)
             for (int row = 0; row < NT; row++) quant_ref_row(x + row * 128, 128, q + row * 128);
             for (int i = 0; i < NT * 128; i++) bad |= y[i] != q[i]; /* the sum turns -0 into +0 */
             CHECKF(!bad, "%s: quantised activations differ (iteration %d)", dsv4_cpu_level_name(cpu->level), it);
+        }
+        if (cpu->k->quant_f32) { /* the f32 levels' quantiser directly, on awkward lengths */
+            static const int lens[] = { 1, 3, 7, 8, 9, 100, 127, 128, 129, 255, 300, 1024 };
+            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+                int    n  = lens[li];
+                float *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
+                float *qb = malloc(sizeof(float) * (size_t)(n + 1));
+                fill_quant_input(&seed, xa, n);
+                if (n > 5) xa[5] = -INFINITY; /* saturates its block (scale 1), as the codec */
+                quant_ref_row(xa, n, qa);
+                qb[n] = 12345.0f;
+                cpu->k->quant_f32(xa, n, qb);
+                int diff = -1;
+                for (int i = 0; i < n && diff < 0; i++)
+                    if (memcmp(&qa[i], &qb[i], 4)) diff = i;
+                CHECKF(diff < 0, "%s quant_f32 n=%d: element %d is %g, codec gives %g", cpu->k->name, n, diff,
+                       diff < 0 ? 0 : qb[diff], diff < 0 ? 0 : qa[diff]);
+                CHECKF(qb[n] == 12345.0f, "quant_f32 n=%d wrote past the row", n);
+                free(xa);
+                free(qa);
+                free(qb);
+            }
         }
         if (cpu->kb) {
             static const int lens[] = { 1, 3, 15, 16, 17, 100, 127, 128, 129, 255, 300, 1024 };

@@ -96,7 +96,7 @@ struct dsv4_kernels {
      * see struct dsv4_attn_bf16): decode row pairs [p0, p1), then head-group pairs [u0, u1);
      * the indexer's query panel, then key blocks [b0, b1) of DSV4_ATTN_NR keys with a
      * per-thread buffer s of dsv4_idx_bf16_s_floats floats. */
-    /* Row ops with the reference's results (AVX-512 and up; NULL elsewhere): the FP4
+    /* Row ops with the reference's results (AVX2 and up; NULL on scalar): the FP4
      * simulation with blocks of 32 (d % 32 == 0); sum of bf16(v[i]^2) in double; and
      * v[i] = bf16(v[i] * r). */
     void (*fp4_sim_rows)(float *x, int n, int d, int ld);
@@ -112,6 +112,18 @@ struct dsv4_kernels {
     void (*rmsnorm_row)(const float *x, int d, const uint16_t *w, double eps, float *y);
     void (*rope_row)(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
     void (*hadamard_rows)(float *x, int n, int d);
+    /* The f32 levels' activation quantiser (FP8/FP4 projections): one row, e4m3 per block of
+     * 128 with a power-of-two scale (the last block may be short), the dequantised values
+     * (exact) as f32. NULL: plain C in ops_fast.c. */
+    void (*quant_f32)(const float *x, int n, float *out);
+    /* The data ops' arithmetic (ops_data.c's expressions, NULL: those plain C loops): bf16 ->
+     * f32; x[i] = bf16(f32(x[i] * s)) and x[i] = bf16(f32(x[i] + e[i])) in double; a MoE
+     * combine row, f[i] = bf16(f32(sum_j ye[p[j] * d + i] + sh[i])) summed in double in the
+     * order of p. */
+    void (*bf16_to_f32)(const uint16_t *h, size_t n, float *x);
+    void (*scale_rows)(float *x, size_t n, double s);
+    void (*add_rows)(float *x, const float *e, size_t n);
+    void (*combine_row)(int k, int d, const int *p, const float *ye, const float *sh, float *f);
     void (*attn_rows)(const struct dsv4_attn_bf16 *a, int p0, int p1);
     void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
     void (*idx_query)(const struct dsv4_idx_bf16 *x);
@@ -161,6 +173,21 @@ void   dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block);
 void   dsv4_avx512_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
 void   dsv4_avx512_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
 void   dsv4_avx512_hadamard_rows(float *x, int n, int d);
+/* The same row ops on AVX2 + FMA (x86_avx2_ops.c), and the activation quantiser and data-op
+ * arithmetic of the avx2 table. */
+void   dsv4_avx2_fp4_sim_rows(float *x, int n, int d, int ld);
+double dsv4_avx2_sumsq_bf16(const float *v, int d);
+void   dsv4_avx2_scale_bf16(float *v, int d, float r);
+void   dsv4_avx2_swiglu_bf16(float *g, const float *v, int n, float w, double limit);
+void   dsv4_avx2_fp8_sim_rows(float *x, int n, int d, int ld, int block);
+void   dsv4_avx2_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
+void   dsv4_avx2_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
+void   dsv4_avx2_hadamard_rows(float *x, int n, int d);
+void   dsv4_avx2_quant_f32(const float *x, int n, float *out);
+void   dsv4_avx2_bf16_to_f32(const uint16_t *h, size_t n, float *x);
+void   dsv4_avx2_scale_rows(float *x, size_t n, double s);
+void   dsv4_avx2_add_rows(float *x, const float *e, size_t n);
+void   dsv4_avx2_combine_row(int k, int d, const int *p, const float *ye, const float *sh, float *f);
 void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);

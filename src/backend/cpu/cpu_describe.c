@@ -29,12 +29,24 @@ static int row_op(char *buf, size_t cap, const struct dsv4_kernels *k, bool has,
     return 0;
 }
 
+/* An element-wise data op (ops_data.c's arithmetic) on a kernel of the level, or plain C. */
+static int data_op(char *buf, size_t cap, const struct dsv4_kernels *k, bool has, const char *what)
+{
+    if (!has) {
+        snprintf(buf, cap, "plain C of ops_data.c (no %s kernel)", k->name);
+        return 1;
+    }
+    snprintf(buf, cap, "%s (reference bits: %s), rows in parallel", k->name, what);
+    return 0;
+}
+
 static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
 {
     const struct dsv4_kernels *k = cpu->k, *kb = cpu->kb;
     if (!kb) {
         /* no bf16 kernels: f32 dot products at every token count, activations quantised in C */
-        snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser in plain C", k->name);
+        snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser %s%s", k->name,
+                 k->quant_f32 ? k->name : "in plain C", k->quant_f32 ? " (reference bits)" : "");
         return cpu->level == DSV4_CPU_SCALAR;
     }
     snprintf(buf, cap,
@@ -62,9 +74,15 @@ int dsv4_cpu_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
         return 1;
     }
     if (fast == dsv4_op_entry(&dsv4_cpu_ref_ops, op)) {
+        /* why each stays so on every level */
         snprintf(buf, cap, "plain C shared with the reference%s",
-                 op == DSV4_OP_ROUTER         ? " (its gate projection through linear)"
-                 : op == DSV4_OP_INDEXER_TOPK ? " (its scores through indexer_scores)"
+                 op == DSV4_OP_ROUTER ? " (gate projection through linear; the rest is libm softplus/sqrt in double "
+                                        "over n_exp scores and a top-k of comparisons)"
+                 : op == DSV4_OP_INDEXER_TOPK ? " (scores through indexer_scores; the rest is a heap of comparisons)"
+                 : op == DSV4_OP_COMPRESS     ? " (the pooling's softmax needs libm's exp in double bit for bit, which "
+                                                "a SIMD exp cannot promise; O(d) per compressed row)"
+                 : op == DSV4_OP_STORE_ROWS   ? " (the row codec of backend/row_codec.c: byte packing, memory-bound)"
+                 : op == DSV4_OP_MOE_DISPATCH ? " (a counting sort and row copies: no arithmetic)"
                                               : "");
         return 1;
     }
@@ -98,10 +116,14 @@ int dsv4_cpu_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
         return sc;
     case DSV4_OP_EXPERT:
     case DSV4_OP_EXPERTS:
-        snprintf(buf, cap, "projections as linear%s; SwiGLU %s",
+        snprintf(buf, cap, "projections as linear%s; SwiGLU %s%s",
                  op == DSV4_OP_EXPERTS ? " (every expert's rows in one parallel pass)" : "",
-                 k->swiglu_bf16 ? "avx512 in double (reference roundings)" : "plain C");
-        return sc && !kb;
+                 k->swiglu_bf16 ? k->name : "plain C", k->swiglu_bf16 ? " in double (reference roundings)" : "");
+        return !k->swiglu_bf16;
+    case DSV4_OP_EMBED: return data_op(buf, cap, k, k->bf16_to_f32, "bf16 widening by shifts");
+    case DSV4_OP_SCALE: return data_op(buf, cap, k, k->scale_rows, "products in double");
+    case DSV4_OP_ADD_STREAMS: return data_op(buf, cap, k, k->add_rows, "sums in double");
+    case DSV4_OP_MOE_COMBINE: return data_op(buf, cap, k, k->combine_row, "sums in double in the experts' order");
     default: snprintf(buf, cap, "plain C (%s)", dsv4_cpu_fast_ops.name); return 1;
     }
 }

@@ -97,18 +97,23 @@ int dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, cons
     return n_groups;
 }
 
+void dsv4_cpu_moe_pairs(int k, const int *pair_of, int *p)
+{
+    for (int s = 0; s < k; s++) { /* insertion sort: k is small */
+        int v = pair_of[s], j = s;
+        for (; j > 0 && p[j - 1] > v; j--) p[j] = p[j - 1];
+        p[j] = v;
+    }
+}
+
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
                           const float *shared, float *f)
 {
     (void)be;
     DSV4_ASSERT(k >= 1 && k <= 64);
     for (int r = 0; r < n; r++) {
-        int p[64]; /* the row's pairs, ascending (the order the experts ran in) */
-        for (int s = 0; s < k; s++) {
-            int v = pair_of[r * k + s], j = s;
-            for (; j > 0 && p[j - 1] > v; j--) p[j] = p[j - 1];
-            p[j] = v;
-        }
+        int p[64];
+        dsv4_cpu_moe_pairs(k, pair_of + (size_t)r * (size_t)k, p);
         const float *sh = shared + (size_t)r * (size_t)d;
         float       *fr = f + (size_t)r * (size_t)d;
         for (int i = 0; i < d; i++) {

@@ -3,7 +3,9 @@
  * MoE dispatch and combine, the compressor's frontier loop, row stores into KV pages, the
  * indexer's top-k and the attention row lists. Plain C, shared by the reference and the
  * fast op tables: they move bytes and compare numbers, their cost is memory traffic, and a
- * row's result is the same whatever else is in the step.
+ * row's result is the same whatever else is in the step. The fast table runs the arithmetic
+ * of embed, scale, add_streams and moe_combine on the level's kernels where it has them
+ * (ops_fast.c; the same expressions, so the same bits).
  */
 #ifndef DSV4_CPU_OPS_DATA_H
 #define DSV4_CPU_OPS_DATA_H
@@ -24,6 +26,10 @@ void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, 
                          int ldx, const struct dsv4_kv_rows *dst, int first, int wrap);
 void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
                            const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel);
+
+/* A combine row's pairs (its k entries of pair_of) in ascending order, the order the experts
+ * ran in and the order moe_combine sums them in. */
+void dsv4_cpu_moe_pairs(int k, const int *pair_of, int *p);
 
 /* The rows query t of a chunk reads (struct dsv4_attn_src), as row addresses in order;
  * returns their count. */

@@ -10,7 +10,10 @@
  *   indexer     keys across threads (bf16 levels: blocks of 12 keys, heads in lanes)
  *   hc_*        the mix projections through the SIMD dot product, then rows in parallel
  *   row ops     RMSNorm, per-head RMS, RoPE, Hadamard, FP8/FP4 simulation and SwiGLU: rows
- *               in parallel on AVX-512 with the reference's bits (x86_avx512_ops.c)
+ *               in parallel on AVX2 or AVX-512 with the reference's bits (x86_avx2_ops.c,
+ *               x86_avx512_ops.c); scalar: the reference's code
+ *   data ops    embed, scale, add_streams, moe_combine: ops_data.c's arithmetic on the
+ *               level's kernels, rows over threads; the rest of ops_data.c as it is
  * The router and the expert/compressor glue reuse the reference code (O(d) per row); their
  * projections go through fast linear.
  *
@@ -195,7 +198,7 @@ static void quantise_row(const float *xr, int n_in, float *qr)
  * levels, straight to bf16 rows into xb. x is never the scratch these are written to.
  */
 struct prep_job {
-    const struct dsv4_kernels *kb;
+    const struct dsv4_kernels *k, *kb;
     const float               *x;
     int                        ldx, K;
     bool                       quant;
@@ -215,7 +218,8 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             else J->kb->to_bf16(xr, J->K, br);
         } else {
             float *qr = J->xq + (size_t)t * (size_t)J->K;
-            if (J->quant) quantise_row(xr, J->K, qr);
+            if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, qr);
+            else if (J->quant) quantise_row(xr, J->K, qr);
             else memcpy(qr, xr, sizeof(float) * (size_t)J->K);
         }
     }
@@ -226,7 +230,7 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 static void prepare_rows(struct dsv4_cpu *cpu, const struct dsv4_kernels *kb, const float *x, int ldx, int n, int K,
                          bool quant, float *xq, uint16_t **xb)
 {
-    struct prep_job J = { .kb = kb, .x = x, .ldx = ldx, .K = K, .quant = quant, .xq = xq,
+    struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .quant = quant, .xq = xq,
                           .xb = kb ? (uint16_t *)(void *)xq : NULL };
     /* about 8 KiB of input a thread at least: the split costs more below that */
     dsv4_pool_for(cpu->pool, n, 1, 1 + 2048 / K, prep_rows, &J);
@@ -966,6 +970,113 @@ static void fast_hc_head(struct dsv4_backend *be, int n, int hc, int d, const fl
     }
 }
 
+/* ------------------------------------------------------------------ data ops */
+
+/* The element-wise data ops of ops_data.c on the level's kernels where it has them (the same
+ * expressions lane by lane, so the same bits), rows over the threads; else ops_data.c's
+ * plain C. */
+struct data_job {
+    const struct dsv4_kernels *k;
+    const int                 *tok, *pair_of;
+    const uint16_t            *table;
+    const float               *e, *ye, *shared;
+    float                     *x;
+    int                        d, hc, copies, kk;
+    size_t                     n;
+    double                     s;
+};
+
+static void embed_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct data_job *J = ctx;
+    size_t                 D = (size_t)J->d;
+    for (int64_t r = r0; r < r1; r++) {
+        float *x = J->x + (size_t)r * (size_t)J->copies * D;
+        J->k->bf16_to_f32(J->table + (size_t)J->tok[r] * D, D, x);
+        for (int c = 1; c < J->copies; c++) memcpy(x + (size_t)c * D, x, sizeof(float) * D);
+    }
+}
+
+static void fast_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,
+                       float *X)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->bf16_to_f32) {
+        dsv4_cpu_embed(be, n, tok, table, d, copies, X);
+        return;
+    }
+    struct data_job J = { .k = cpu->k, .tok = tok, .table = table, .x = X, .d = d, .copies = copies };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 8192 / (d * copies), embed_rows, &J);
+}
+
+enum { SCALE_CHUNK = 4096 }; /* floats of one scale job: a flat array in pieces */
+
+static void scale_chunks(void *ctx, int64_t c0, int64_t c1, int tid)
+{
+    (void)tid;
+    const struct data_job *J = ctx;
+    size_t                 n = J->n, a = (size_t)c0 * SCALE_CHUNK, b = (size_t)c1 * SCALE_CHUNK;
+    J->k->scale_rows(J->x + a, (b < n ? b : n) - a, J->s);
+}
+
+static void fast_scale(struct dsv4_backend *be, size_t n, float *x, double s)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->scale_rows) {
+        dsv4_cpu_scale(be, n, x, s);
+        return;
+    }
+    struct data_job J = { .k = cpu->k, .x = x, .n = n, .s = s };
+    dsv4_pool_for(cpu->pool, (int64_t)((n + SCALE_CHUNK - 1) / SCALE_CHUNK), 1, 2, scale_chunks, &J);
+}
+
+static void add_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct data_job *J = ctx;
+    size_t                 D = (size_t)J->d;
+    for (int64_t r = r0; r < r1; r++)
+        for (int c = 0; c < J->hc; c++)
+            J->k->add_rows(J->x + ((size_t)r * (size_t)J->hc + (size_t)c) * D, J->e + (size_t)r * D, D);
+}
+
+static void fast_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->add_rows) {
+        dsv4_cpu_add_streams(be, n, hc, d, e, X);
+        return;
+    }
+    struct data_job J = { .k = cpu->k, .e = e, .x = X, .d = d, .hc = hc };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 8192 / (d * hc), add_rows, &J);
+}
+
+static void combine_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const struct data_job *J = ctx;
+    size_t                 D = (size_t)J->d;
+    for (int64_t r = r0; r < r1; r++) {
+        int p[64];
+        dsv4_cpu_moe_pairs(J->kk, J->pair_of + (size_t)r * (size_t)J->kk, p);
+        J->k->combine_row(J->kk, J->d, p, J->ye, J->shared + (size_t)r * D, J->x + (size_t)r * D);
+    }
+}
+
+static void fast_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                             const float *shared, float *f)
+{
+    struct dsv4_cpu *cpu = cpu_of(be);
+    if (!cpu->k->combine_row) {
+        dsv4_cpu_moe_combine(be, n, k, d, pair_of, ye, shared, f);
+        return;
+    }
+    DSV4_ASSERT(k >= 1 && k <= 64);
+    struct data_job J = { .k = cpu->k, .pair_of = pair_of, .ye = ye, .shared = shared, .x = f, .d = d, .kk = k };
+    dsv4_pool_for(cpu->pool, n, 1, 1 + 4096 / d, combine_rows, &J);
+}
+
 const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .name           = "cpu",
     .linear         = fast_linear,
@@ -986,9 +1097,9 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .indexer_topk   = dsv4_cpu_indexer_topk,
     .compress       = dsv4_cpu_compress,
     .store_rows     = dsv4_cpu_store_rows,
-    .embed          = dsv4_cpu_embed,
-    .scale          = dsv4_cpu_scale,
-    .add_streams    = dsv4_cpu_add_streams,
+    .embed          = fast_embed,
+    .scale          = fast_scale,
+    .add_streams    = fast_add_streams,
     .moe_dispatch   = dsv4_cpu_moe_dispatch,
-    .moe_combine    = dsv4_cpu_moe_combine,
+    .moe_combine    = fast_moe_combine,
 };
