@@ -163,6 +163,29 @@ static void test_projection_kernels(struct test_ctx *t)
             memset(y, 0, sizeof(float) * (size_t)nmax * O);
             f(&view, 1, view.n_out, 2, x, K, y, view.n_out);
             check_dot(t, k->name, &view, 1, view.n_out, 2, x, y);
+            /* many tokens (the f32 levels' batched path: token groups, tiles of 3, leftover
+             * rows) give every row the bits one token alone gets (batch invariance) */
+            {
+                int    ntg = 53, o0 = O > 2 ? 1 : 0;
+                const struct dsv4_linear *l = view.row_off ? &view : &r.l;
+                int    n_o = l->n_out;
+                float *xg = malloc(sizeof(float) * (size_t)ntg * K), *yg = malloc(sizeof(float) * (size_t)ntg * n_o);
+                float *y1 = malloc(sizeof(float) * (size_t)n_o);
+                for (int i = 0; i < ntg * K; i++) xg[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2.0f);
+                memset(yg, 0, sizeof(float) * (size_t)ntg * n_o);
+                f(l, o0, n_o, ntg, xg, K, yg, n_o);
+                check_dot(t, k->name, l, o0, n_o, ntg, xg, yg);
+                bool same = true;
+                for (int tt = 0; tt < ntg; tt++) {
+                    f(l, o0, n_o, 1, xg + (size_t)tt * K, K, y1, n_o);
+                    same = same && memcmp(y1 + o0, yg + (size_t)tt * n_o + o0, sizeof(float) * (size_t)(n_o - o0)) == 0;
+                }
+                CHECKF(same, "%s %s %dx%d: %d tokens and one token differ in bits", k->name, dsv4_wfmt_name(r.l.fmt), O, K,
+                       ntg);
+                free(xg);
+                free(yg);
+                free(y1);
+            }
         }
         if (top >= DSV4_CPU_AVX512BF16 && r.l.fmt != DSV4_WFMT_F32) {
             const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(DSV4_CPU_AVX512BF16);

@@ -209,6 +209,11 @@ void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *
  * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */
 enum { DSV4_GEMM_PANEL = 32 };
 
+/* Token count from which the f32 kernels (avx2, avx512: x86_kernels.inc) decode four rows once
+ * per chunk of inputs for every token instead of once per four tokens (the same bits either
+ * way; `dsv4 ops` prints it). */
+enum { DSV4_F32_GEMM_MIN_TOKENS = 5 };
+
 extern const struct dsv4_kernels dsv4_kernels_scalar;
 #if DSV4_HAVE_X86
 extern const struct dsv4_kernels dsv4_kernels_avx2;

@@ -44,10 +44,17 @@ static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
 {
     const struct dsv4_kernels *k = cpu->k, *kb = cpu->kb;
     if (!kb) {
-        /* no bf16 kernels: f32 dot products at every token count, activations quantised in C */
-        snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser %s%s", k->name,
-                 k->quant_f32 ? k->name : "in plain C", k->quant_f32 ? " (reference bits)" : "");
-        return cpu->level == DSV4_CPU_SCALAR;
+        /* no bf16 kernels: f32 dot products */
+        if (cpu->level == DSV4_CPU_SCALAR) {
+            snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser in plain C", k->name);
+            return 1;
+        }
+        snprintf(buf, cap,
+                 "%s dot kernels: GEMV of 4 rows x up to 4 tokens below %d tokens, then 4 rows decoded once per 256 "
+                 "inputs for tiles of 4 rows x 3 tokens (the same bits); FP8 activation quantiser %s%s",
+                 k->name, DSV4_F32_GEMM_MIN_TOKENS, k->quant_f32 ? k->name : "in plain C",
+                 k->quant_f32 ? " (reference bits)" : "");
+        return 0;
     }
     snprintf(buf, cap,
              "%s: on 16-row tiles (made at load) GEMV below %d (fp8) / %d (fp4) / %d (bf16) tokens, then GEMM; "

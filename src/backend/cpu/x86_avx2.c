@@ -26,13 +26,14 @@ static inline float v_hsum(VEC v)
     return _mm_cvtss_f32(s);
 }
 
-/* 8 e4m3 bytes -> floats equal to value / 256 (see x86_avx512.c). */
+/* 8 e4m3 bytes -> floats equal to value / 256 (see x86_avx512.c). Sign-extending the byte
+ * puts copies of the sign in bits 15 and 14 after the shift by 7, and the mask keeps bit 15
+ * and the seven code bits (13..7): the f16 with the code's exponent and mantissa in place,
+ * two integer operations fewer than building sign and magnitude apart. */
 static inline VEC v_e4m3(const uint8_t *p)
 {
-    __m128i w    = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
-    __m128i sign = _mm_and_si128(_mm_slli_epi16(w, 8), _mm_set1_epi16((short)0x8000));
-    __m128i mag  = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(0x3f80));
-    return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+    __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16((short)0xbf80)));
 }
 
 static inline VEC v_fp4(const uint8_t *p)
@@ -46,6 +47,24 @@ static inline VEC v_fp4(const uint8_t *p)
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
     __m128i v  = _mm_shuffle_epi8(tab, _mm_unpacklo_epi8(lo, hi));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+/* FP4 with the block's scale folded into a table of the eight magnitudes (doubled e2m1 values
+ * times the scale, which includes the 1/2: the very products v_fp4 times the scale gives).
+ * Each of 8 lanes shifts its nibble down (VPSRLVD), VPERMPS reads the magnitude by the low 3
+ * bits and the nibble's bit 3 becomes the sign: 7 operations a vector instead of 10, no
+ * integer conversion and no multiply. A -0 for code 8 where v_fp4 gave +0 changes no sum:
+ * the accumulators start at +0, and +0 + -0 is +0. */
+static inline VEC v_fp4_tab(float s) { return _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12), _mm256_set1_ps(s)); }
+
+static inline VEC v_fp4s(const uint8_t *p, VEC tab)
+{
+    int32_t u;
+    memcpy(&u, p, 4);
+    __m256i n   = _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    __m256  mag = _mm256_permutevar8x32_ps(tab, n);
+    __m256i sgn = _mm256_and_si256(_mm256_slli_epi32(n, 28), _mm256_set1_epi32((int)0x80000000u));
+    return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
 }
 
 static inline VEC v_bf16(const uint16_t *p)

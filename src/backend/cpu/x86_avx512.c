@@ -47,6 +47,10 @@ static inline VEC v_bf16(const uint16_t *p)
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
+/* The block scale times the decoded vector, as before the table form of x86_avx2.c. */
+static inline VEC v_fp4_tab(float s) { return v_set1(s); }
+static inline VEC v_fp4s(const uint8_t *p, VEC s) { return v_mul(v_fp4(p), s); }
+
 #include "backend/cpu/x86_kernels.inc"
 
 const struct dsv4_kernels dsv4_kernels_avx512 = {
