@@ -13,7 +13,6 @@
  * head, the largest projection, runs once over the logits rows of all sequences whose
  * logits buffers follow each other in memory (the scheduler lays them out that way).
  */
-#include <string.h>
 
 #include "model/runtime.h"
 

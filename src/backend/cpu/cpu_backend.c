@@ -226,23 +226,15 @@ static void cpu_sync(void *impl)
     (void)impl; /* ops return when done */
 }
 
-const struct dsv4_backend_kind dsv4_backend_cpu = {
-    .name            = "cpu",
-    .create          = cpu_create,
-    .destroy         = cpu_destroy,
-    .ops             = cpu_ops,
-    .describe        = cpu_describe,
-    .prepare_weights = cpu_prepare_weights,
-    .scratch_floats  = cpu_scratch_floats,
-    .describe_op     = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */
-    .host_visible    = true,
-    .alloc           = cpu_alloc,
-    .free            = cpu_free,
-    .upload          = cpu_move,
-    .download        = cpu_move,
-    .copy            = cpu_move,
-    .sync            = cpu_sync,
-};
+/* Every entry but the name and host_visible, shared by the two CPU kinds below. */
+#define CPU_KIND_ENTRIES                                                                                           \
+    .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
+    .prepare_weights = cpu_prepare_weights, .scratch_floats = cpu_scratch_floats,                                   \
+    .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
+    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
+    .sync = cpu_sync
+
+const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES };
 
 /*
  * The CPU ops behind the device-memory path: the same kind, but it tells the model that its
@@ -250,20 +242,5 @@ const struct dsv4_backend_kind dsv4_backend_cpu = {
  * and writes KV only through upload and copy. It proves, test by test, that the model layer
  * needs nothing from a backend but the two tables (tests/unit/test_forward.c).
  */
-const struct dsv4_backend_kind dsv4_backend_cpu_staged = {
-    .name            = "cpu-staged",
-    .create          = cpu_create,
-    .destroy         = cpu_destroy,
-    .ops             = cpu_ops,
-    .describe        = cpu_describe,
-    .prepare_weights = cpu_prepare_weights,
-    .scratch_floats  = cpu_scratch_floats,
-    .describe_op     = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */
-    .host_visible    = false,
-    .alloc           = cpu_alloc,
-    .free            = cpu_free,
-    .upload          = cpu_move,
-    .download        = cpu_move,
-    .copy            = cpu_move,
-    .sync            = cpu_sync,
-};
+const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .host_visible = false,
+                                                           CPU_KIND_ENTRIES };
