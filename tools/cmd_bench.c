@@ -66,6 +66,36 @@ static double measure_bandwidth(struct dsv4_pool *pool, uint64_t *buf, size_t n,
     return best;
 }
 
+struct peak_job {
+    double (*peak)(long n);
+    long   n;
+    double flops[64];
+};
+
+static void peak_run(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct peak_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) j->flops[tid & 63] += j->peak(j->n);
+}
+
+/* The arithmetic peak of a kernel table on every thread at once (one pass of the chains per
+ * thread, best of 3), GFLOP/s; 0 when the table has no peak loop. */
+static double measure_peak(struct dsv4_pool *pool, const struct dsv4_kernels *k)
+{
+    if (!k || !k->peak) return 0;
+    int    nt   = dsv4_pool_threads(pool);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        struct peak_job j  = { k->peak, 20 * 1000 * 1000, { 0 } };
+        double          t0 = cli_now();
+        dsv4_pool_for(pool, nt, 1, 1, peak_run, &j);
+        double t = cli_now() - t0, f = 0;
+        for (int i = 0; i < 64; i++) f += j.flops[i];
+        if (f / t / 1e9 > best) best = f / t / 1e9;
+    }
+    return best;
+}
+
 /* Router choices of the last step, collected through the dump sink. */
 struct route_log {
     int      n_layer, n_exp;
@@ -119,6 +149,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
                "                  [--chunk N] [--csv FILE] [--threads N]\n"
+               "                  [--cpu-level all]   every level this machine runs, then a summary table\n"
                "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][,i16][:...]   one projection alone: M tokens,\n"
                "                  N outputs, K inputs; i16: on interleaved 16-row tiles\n");
     fputs(CLI_ENGINE_USAGE, f);
@@ -222,55 +253,47 @@ static int bench_gemm(const char *spec, const char *level, int n_threads)
     return rc;
 }
 
-int cmd_bench(int argc, char **argv)
+struct bench_opts {
+    const char *dir, *csv;
+    const int  *ctxs;
+    int         n_ctx;
+    const int  *batches;
+    int         n_batch, steps, chunk;
+    bool        csv_started; /* --cpu-level all: later levels append to the CSV */
+};
+
+/* One level's figures at the first context length, for the summary of --cpu-level all. */
+struct level_sum {
+    char   level[24];
+    double bw, peak, peak_f32, prefill_tps, prefill_gf;
+    int    batch[8];
+    double tps[8], share[8];
+};
+
+static void print_summary(const struct level_sum *s, int n, const struct bench_opts *o)
 {
-    const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
-    long long   steps = 8, chunk = 512, threads = 0;
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("bench", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m")) {
-            if (!(dir = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--csv")) {
-            if (!(csv = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ctx-list")) {
-            if (!(ctx_s = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--batch-list")) {
-            if (!(batch_s = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--decode-steps")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "--gemm")) {
-            if (!(v = cli_value("bench", argc, argv, &i))) return 2;
-            return bench_gemm(v, ep.cpu_level, (int)threads);
-        } else {
-            fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    if (!n) return;
+    printf("\nsummary at ctx %d (prefill: GFLOP/s of the projections and experts, share of the level's peak;\n"
+           "decode: tok/s and share of the read bandwidth for the bytes the step must read)\n", o->ctxs[0]);
+    printf("%-11s %8s %9s %9s %12s %8s", "level", "bw GB/s", "f32 peak", "peak", "prefill t/s", "of peak");
+    for (int b = 0; b < o->n_batch && b < 8; b++) printf("   b%-2d t/s  of bw", o->batches[b]);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        printf("%-11s %8.1f %9.1f %9.1f %12.1f %7.0f%%", s[i].level, s[i].bw, s[i].peak_f32, s[i].peak, s[i].prefill_tps,
+               s[i].peak > 0 ? 100.0 * s[i].prefill_gf / s[i].peak : 0.0);
+        for (int b = 0; b < o->n_batch && b < 8; b++) printf(" %9.2f %5.0f%%", s[i].tps[b], 100.0 * s[i].share[b]);
+        printf("\n");
     }
-    int  n_ctx, n_batch;
-    int *ctxs = parse_list(ctx_s, &n_ctx), *batches = parse_list(batch_s, &n_batch);
-    if (!dir || !ctxs || !batches || !n_ctx || !n_batch) {
-        fprintf(stderr, "dsv4 bench: -m DIR is required; lists are positive integers separated by commas\n");
-        free(ctxs);
-        free(batches);
-        return 2;
-    }
-    ep.n_threads = (int)threads;
-    ep.log       = cli_log_stderr;
-    ep.log_ud    = (void *)"bench";
+}
+
+/* One model at one level (ep->cpu_level): bandwidth, peak, then prefill and decode rows;
+ * sum (if given) keeps the first context's figures for the summary of --cpu-level all. */
+static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *epp, struct level_sum *sum)
+{
+    struct dsv4_engine_params ep = *epp;
+    const char *dir = o->dir, *csv = o->csv;
+    const int  *ctxs = o->ctxs, *batches = o->batches;
+    int         n_ctx = o->n_ctx, n_batch = o->n_batch, steps = o->steps, chunk = o->chunk;
     struct dsv4_err err;
     dsv4_engine    *e;
     if (dsv4_engine_open(&e, dir, &ep, &err)) {
@@ -293,8 +316,6 @@ int cmd_bench(int argc, char **argv)
     if (!bw_buf) {
         fprintf(stderr, "dsv4 bench: out of memory for the bandwidth buffer\n");
         dsv4_engine_close(e);
-        free(ctxs);
-        free(batches);
         return 1;
     }
     struct bw_job bj = { bw_buf, { 0 } };
@@ -307,14 +328,22 @@ int cmd_bench(int argc, char **argv)
     uname(&un);
     const char *backend = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
     printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", un.machine, backend, cpu->n_threads, bw);
+    /* prefill's share is of the peak of the kernels it runs on: bf16 dot products where the
+     * level has them, f32 FMAs otherwise (the reference runs plain C: no peak) */
+    double peak_f32 = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->k), peak_b = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->kb);
+    double peak = peak_b > 0 ? peak_b : peak_f32;
+    printf("arithmetic peak, %d threads: f32 FMA %.1f GFLOP/s", cpu->n_threads, peak_f32);
+    if (peak_b > 0) printf(", bf16 dot products %.1f GFLOP/s", peak_b);
+    printf("\n");
     printf("model %s: %.2f GB weights read per token at batch 1 (trunk %.2f GB incl. head, experts %.2f GB)\n", dir,
            (double)st.bytes_per_token / 1e9, trunk / 1e9, (double)st.bytes_experts_per_token / 1e9);
 
-    FILE *cf = csv ? fopen(csv, "w") : NULL;
+    FILE *cf = csv ? fopen(csv, o->csv_started ? "a" : "w") : NULL;
     if (csv && !cf) fprintf(stderr, "dsv4 bench: cannot create %s\n", csv);
-    if (cf)
+    if (cf && !o->csv_started)
         fprintf(cf, "machine,backend,threads,checkpoint,commit,read_gbps,ctx,batch,prefill_tok_s,prefill_gflops,"
-                    "decode_tok_s,step_ms,bytes_per_step,achieved_gbps,bw_share\n");
+                    "decode_tok_s,step_ms,bytes_per_step,achieved_gbps,bw_share,peak_gflops\n");
+    o->csv_started = cf != NULL;
 
     struct dsv4_seq_state *sts = calloc((size_t)max_b, sizeof(*sts));
     struct dsv4_fwd_seq   *fs  = calloc((size_t)max_b, sizeof(*fs));
@@ -338,8 +367,8 @@ int cmd_bench(int argc, char **argv)
         seed    = seed * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((seed >> 33) % (unsigned long long)c->vocab_size);
     }
-    printf("\n%8s %6s %12s %12s %12s %10s %14s %10s %8s %8s\n", "ctx", "batch", "prefill t/s", "prefill GF/s",
-           "decode t/s", "step ms", "bytes/step", "GB/s", "bw GB/s", "of bw");
+    printf("\n%8s %6s %12s %12s %8s %12s %10s %14s %10s %8s %8s\n", "ctx", "batch", "prefill t/s", "prefill GF/s",
+           "of peak", "decode t/s", "step ms", "bytes/step", "GB/s", "bw GB/s", "of bw");
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = ctxs[ci];
         /* prefill one sequence to the frontier */
@@ -403,13 +432,20 @@ int cmd_bench(int argc, char **argv)
             double bw_row = 0.5 * (bw_before + measure_bandwidth(cpu->pool, bw_buf, bw_n, 3));
             /* the copies above restore KV contents; sequence 0's ring rows past ctx were
              * overwritten by the decode steps, so re-prefill for the next batch size */
-            printf("%8d %6d %12.1f %12.1f %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps, prefill_gf,
-                   B / step, step * 1e3, bps, bps / step / 1e9, bw_row, 100.0 * bps / step / 1e9 / bw_row);
+            double share = bps / step / 1e9 / bw_row;
+            printf("%8d %6d %12.1f %12.1f %7.0f%% %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps,
+                   prefill_gf, peak > 0 ? 100.0 * prefill_gf / peak : 0.0, B / step, step * 1e3, bps, bps / step / 1e9,
+                   bw_row, 100.0 * share);
             fflush(stdout);
             if (cf)
-                fprintf(cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f\n", un.machine, backend,
+                fprintf(cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f,%.1f\n", un.machine, backend,
                         cpu->n_threads, dir, DSV4_GIT_REV, bw_row, ctx, B, prefill_tps, prefill_gf, B / step, step * 1e3,
-                        bps, bps / step / 1e9, bps / step / 1e9 / bw_row);
+                        bps, bps / step / 1e9, share, peak);
+            if (sum && ci == 0) {
+                sum->bw = bw, sum->peak = peak, sum->peak_f32 = peak_f32, sum->prefill_tps = prefill_tps;
+                sum->prefill_gf = prefill_gf;
+                if (bi < 8) sum->batch[bi] = B, sum->tps[bi] = B / step, sum->share[bi] = share;
+            }
             if (bi + 1 < n_batch) {
                 dsv4_seq_state_reset(&sts[0], c);
                 for (int off = 0; off < ctx; off += (int)chunk) {
@@ -431,9 +467,82 @@ done:
     free(next);
     free(lg);
     free(rl.used);
-    free(ctxs);
-    free(batches);
     free(bw_buf);
     dsv4_engine_close(e);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
+    long long   steps = 8, chunk = 512, threads = 0;
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    cli_engine_env(&ep);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int         eo = cli_engine_option("bench", argc, argv, &i, &ep);
+        if (eo < 0) return 2;
+        if (eo > 0) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m")) {
+            if (!(dir = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--csv")) {
+            if (!(csv = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ctx-list")) {
+            if (!(ctx_s = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--batch-list")) {
+            if (!(batch_s = cli_value("bench", argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--decode-steps")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
+        } else if (!strcmp(a, "--chunk")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
+        } else if (!strcmp(a, "--gemm")) {
+            if (!(v = cli_value("bench", argc, argv, &i))) return 2;
+            return bench_gemm(v, ep.cpu_level, (int)threads);
+        } else {
+            fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    int  n_ctx, n_batch;
+    int *ctxs = parse_list(ctx_s, &n_ctx), *batches = parse_list(batch_s, &n_batch);
+    if (!dir || !ctxs || !batches || !n_ctx || !n_batch) {
+        fprintf(stderr, "dsv4 bench: -m DIR is required; lists are positive integers separated by commas\n");
+        free(ctxs);
+        free(batches);
+        return 2;
+    }
+    ep.n_threads = (int)threads;
+    ep.log       = cli_log_stderr;
+    ep.log_ud    = (void *)"bench";
+    struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, (int)steps, (int)chunk, false };
+    int               rc = 0;
+    if (!ep.cpu_level || strcmp(ep.cpu_level, "all") != 0) {
+        rc = bench_model(&o, &ep, NULL);
+    } else {
+        /* every level this machine runs, lowest first, then one summary table */
+        struct level_sum sums[16];
+        int              n_sum = 0;
+        bool             here;
+        const char      *name;
+        for (int l = 0; (name = dsv4_cpu_level_at(l, &here)) && n_sum < 16; l++) {
+            if (!here) continue;
+            ep.cpu_level = name;
+            printf("\n=== level %s ===\n", name);
+            memset(&sums[n_sum], 0, sizeof(sums[n_sum]));
+            snprintf(sums[n_sum].level, sizeof(sums[n_sum].level), "%s", name);
+            if ((rc = bench_model(&o, &ep, &sums[n_sum]))) break;
+            n_sum++;
+        }
+        print_summary(sums, n_sum, &o);
+    }
+    free(ctxs);
+    free(batches);
     return rc;
 }

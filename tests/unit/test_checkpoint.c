@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu.h"
 #include "gen.h"
 #include "model/model.h"
 #include "test_cases.h"
@@ -393,6 +394,47 @@ static void test_inspect_cli(struct test_ctx *t)
     free(out);
 }
 
+/* `dsv4 bench --cpu-level all` on tiny-a: every level this machine runs gets its block, a
+ * summary line and its CSV rows (the figures themselves are benchmarks, not checked). */
+static void test_bench_cli(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    char  cmd[1400], csv[1100], *out = NULL;
+    snprintf(csv, sizeof(csv), "%s/bench.csv", t->tmpdir);
+    snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --ctx-list 16 --batch-list 1,2 --decode-steps 1 --threads 2 "
+                               "--cpu-level all --csv %s", bin, t->tmpdir, csv);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc == 0, "bench exit %d:\n%s", rc, out);
+    int  n_here = 0, n_lines = 0;
+    bool here;
+    const char *name;
+    for (int l = 0; (name = dsv4_cpu_level_at(l, &here)); l++) {
+        if (!here) continue;
+        n_here++;
+        char head[64], line[64];
+        snprintf(head, sizeof(head), "=== level %s ===", name);
+        snprintf(line, sizeof(line), "\n%-11s ", name);
+        CHECKF(strstr(out, head) != NULL, "no block for level %s", name);
+        const char *sum = strstr(out, "summary at ctx 16");
+        CHECKF(sum && strstr(sum, line), "no summary line for level %s:\n%s", name, out);
+    }
+    CHECK(strstr(out, "arithmetic peak, 2 threads: f32 FMA") != NULL);
+    free(out);
+    FILE *f = fopen(csv, "r");
+    CHECKF(f != NULL, "no CSV %s", csv);
+    if (f) {
+        char l[1024];
+        while (fgets(l, sizeof(l), f)) n_lines++;
+        fclose(f);
+    }
+    CHECKF(n_lines == 1 + 2 * n_here, "CSV: %d lines for %d levels x 2 batch sizes + header", n_lines, n_here);
+    snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --cpu-level nosuch", bin, t->tmpdir);
+    CHECK(test_run(cmd, &out) != 0);
+    free(out);
+}
+
 const struct test_case test_group_checkpoint[] = {
     { "presets_and_variants_bind", test_presets_bind },
     { "corrupted_checkpoints_named", test_corrupted },
@@ -400,5 +442,6 @@ const struct test_case test_group_checkpoint[] = {
     { "refused_shard_named_by_inspect", test_refused_shard_inspect },
     { "config_errors_name_field", test_config_errors },
     { "inspect_cli", test_inspect_cli },
+    { "bench_cli_all_levels", test_bench_cli },
     { NULL, NULL },
 };

@@ -128,6 +128,10 @@ struct dsv4_kernels {
     void (*attn_heads)(const struct dsv4_attn_bf16 *a, int u0, int u1);
     void (*idx_query)(const struct dsv4_idx_bf16 *x);
     void (*idx_keys)(const struct dsv4_idx_bf16 *x, int b0, int b1, float *s);
+    /* The level's arithmetic peak on one core, for `dsv4 bench`: n passes over 12 independent
+     * accumulator chains (enough to cover the latency of two FMA pipes), f32 FMAs on the f32
+     * tables, VDPBF16PS on the bf16 one; returns the flops done (2 per multiply-add). */
+    double (*peak)(long n);
 };
 
 /*

@@ -111,6 +111,18 @@ static void axpy(float *y, float a, const float *x, int n)
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* 12 chains of a multiply and an add (C11 contracts nothing into FMAs here). */
+static double peak(long n)
+{
+    float a[12];
+    for (int i = 0; i < 12; i++) a[i] = (float)i;
+    for (long j = 0; j < n; j++)
+        for (int i = 0; i < 12; i++) a[i] = a[i] * 0.999f + 1e-3f;
+    volatile float sink = 0;
+    for (int i = 0; i < 12; i++) sink += a[i];
+    return 24.0 * (double)n;
+}
+
 const struct dsv4_kernels dsv4_kernels_scalar = {
     .name     = "scalar",
     .dot_fp8  = dot_fp8,
@@ -119,4 +131,5 @@ const struct dsv4_kernels dsv4_kernels_scalar = {
     .dot_f32  = dot_f32,
     .vdot     = vdot,
     .axpy     = axpy,
+    .peak     = peak,
 };

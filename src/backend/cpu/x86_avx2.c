@@ -83,6 +83,7 @@ const struct dsv4_kernels dsv4_kernels_avx2 = {
     .dot_f32  = k_dot_f32,
     .vdot     = k_vdot,
     .axpy     = k_axpy,
+    .peak     = k_peak,
     .fp4_sim_rows  = dsv4_avx2_fp4_sim_rows,
     .sumsq_bf16    = dsv4_avx2_sumsq_bf16,
     .scale_bf16    = dsv4_avx2_scale_bf16,

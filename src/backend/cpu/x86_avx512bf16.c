@@ -574,6 +574,22 @@ static void quant_bf16(const float *x, int n, uint16_t *out)
     }
 }
 
+/* 12 chains of VDPBF16PS: 16 lanes x 2 products x 2 flops each (the bf16 dot peak). */
+static double peak(long n)
+{
+    __m512 a[12];
+    __m512i m = _mm512_set1_epi16(0x3f80), c = _mm512_set1_epi16(0x3a83); /* bf16 1.0, ~1e-3 */
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long j = 0; j < n; j++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], as_bh(m), as_bh(c));
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return 64.0 * 12.0 * (double)n;
+}
+
 const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
     .name      = "avx512bf16",
     .dotb_fp8  = dotb_fp8,
@@ -588,4 +604,5 @@ const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
     .attn_heads = dsv4_avx512bf16_attn_heads,
     .idx_query  = dsv4_avx512bf16_idx_query,
     .idx_keys   = dsv4_avx512bf16_idx_keys,
+    .peak       = peak,
 };
