@@ -63,6 +63,7 @@ typedef void (*dsv4_log_fn)(void *ud, enum dsv4_log_level level, const char *msg
 
 typedef struct dsv4_engine  dsv4_engine;
 typedef struct dsv4_session dsv4_session;
+typedef struct dsv4_sampler dsv4_sampler;
 
 /* Which revision of the official demo to reproduce (docs/MODEL.md, "Revisions"). */
 enum dsv4_revision {
@@ -128,6 +129,7 @@ struct dsv4_session_params {
     int  max_ctx;   /* most tokens the session will hold (KV memory is sized from it) */
     int  max_chunk; /* most tokens per forward call; longer inputs are split (scratch size) */
     bool mtp;       /* keep the MTP block's state so MTP logits can be asked for */
+    int  spec_draft; /* most draft tokens of dsv4_session_spec_step, 0 .. 7 (needs mtp); 0 = none */
 };
 
 /* max_ctx 4096 (or the model's limit if smaller), max_chunk 512, no MTP. */
@@ -153,6 +155,24 @@ void dsv4_session_free(dsv4_session *s);
 int dsv4_session_eval(dsv4_session *s, const int32_t *tokens, int n, float *logits, float *mtp_logits, int *n_mtp,
                       struct dsv4_err *err);
 
+/*
+ * Speculative decoding with the MTP block (docs/SPECULATIVE.md). `next` is the token that
+ * follows the session's tokens (chosen by the caller from dsv4_session_logits()). The MTP
+ * block drafts up to k tokens (drawn by smp from its logits), the model evaluates next and
+ * the drafts in one step, and dsv4_sampler_verify keeps a prefix of the drafts: out[0 ..
+ * *n_out) receives the kept drafts and then one token chosen from the model's logits after
+ * them (1 <= *n_out <= k + 1). On return the session holds next and the kept drafts;
+ * dsv4_session_logits() is the row out[*n_out - 1] was chosen from, and that token is not
+ * evaluated yet (it is the next call's `next`). With a greedy sampler, out is exactly what
+ * evaluating one token at a time and taking each argmax gives (the same logits, bit for bit);
+ * otherwise every token has exactly the distribution dsv4_sampler_sample would give it.
+ * logits (optional, room for [k + 1, vocab]) receives in row i the logits out[i] was chosen
+ * from. k is capped by the session's spec_draft and its context room; k = 0, or a session
+ * holding no token, evaluates next alone and samples one token. Nothing changes on error.
+ */
+int dsv4_session_spec_step(dsv4_session *s, int32_t next, int k, dsv4_sampler *smp, int32_t *out, int *n_out,
+                           float *logits, struct dsv4_err *err);
+
 /* Logits [vocab] after the last evaluated token (NULL before the first). */
 const float *dsv4_session_logits(const dsv4_session *s);
 /* Tokens held so far. */
@@ -172,8 +192,6 @@ struct dsv4_sampler_params {
     uint64_t seed;
 };
 
-typedef struct dsv4_sampler dsv4_sampler;
-
 void dsv4_sampler_params_default(struct dsv4_sampler_params *p); /* greedy */
 int  dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler_params *p,
                          struct dsv4_err *err);
@@ -182,6 +200,10 @@ void dsv4_sampler_free(dsv4_sampler *s);
  * If prob is not NULL it receives the chosen token's probability under the filtered
  * distribution (1 for greedy). */
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
+
+/* Speculative decoding: the verdict on one draft token (see the spec-sampler branch). */
+int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
+                            bool *accepted, float *prob);
 
 /* ==================================================================================== */
 /* Serving: continuous batching over a paged KV pool (src/sched/scheduler.c, src/kv/;   */

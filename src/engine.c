@@ -9,21 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/runtime.h"
-
-struct dsv4_engine {
-    struct dsv4_model  model;
-    struct dsv4_logger lg;
-};
-
-struct dsv4_session {
-    dsv4_engine          *engine;
-    struct dsv4_seq_state st;
-    struct dsv4_step      step;
-    int                   max_chunk;
-    float                *logits;     /* [vocab] after the last token */
-    bool                  has_logits;
-};
+#include "session.h"
 
 void dsv4_engine_params_default(struct dsv4_engine_params *p)
 {
@@ -102,14 +88,21 @@ static int check_params(const dsv4_engine *e, const struct dsv4_session_params *
         return dsv4_err_set(err, DSV4_EINVAL, "chunk size %d outside [1, 65536]", p->max_chunk);
     if (p->mtp && !e->model.w.has_mtp)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
+    if (p->spec_draft < 0 || p->spec_draft > DSV4_SPEC_MAX_DRAFT)
+        return dsv4_err_set(err, DSV4_EINVAL, "spec_draft %d outside [0, %d]", p->spec_draft, DSV4_SPEC_MAX_DRAFT);
+    if (p->spec_draft && !p->mtp)
+        return dsv4_err_set(err, DSV4_EINVAL, "speculative decoding (spec_draft %d) needs the MTP block (mtp)",
+                            p->spec_draft);
     return DSV4_OK;
 }
 
 size_t dsv4_session_memory_estimate(const dsv4_engine *e, const struct dsv4_session_params *p)
 {
-    int chunk = p->max_chunk < p->max_ctx ? p->max_chunk : p->max_ctx;
+    int    chunk = p->max_chunk < p->max_ctx ? p->max_chunk : p->max_ctx, k = p->spec_draft;
+    size_t V     = (size_t)e->model.cfg.vocab_size;
+    size_t spec  = k ? dsv4_spec_undo_bytes(&e->model.cfg, k + 1) + sizeof(float) * V * (size_t)(2 * k + 1) : 0;
     return dsv4_seq_state_bytes(&e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp) +
-           dsv4_step_bytes(&e->model, chunk + 1, p->max_ctx) + sizeof(float) * (size_t)e->model.cfg.vocab_size;
+           dsv4_step_bytes(&e->model, (chunk > k ? chunk : k) + 1, p->max_ctx) + sizeof(float) * V + spec;
 }
 
 int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv4_session **out,
@@ -137,10 +130,26 @@ int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv
     rc = dsv4_seq_state_init(&s->st, &e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp, &kvmem, err);
     if (rc) goto fail;
     /* one extra row: with MTP the previous call's last position joins the chunk */
-    rc = dsv4_step_init(&s->step, &e->model, s->max_chunk + 1, p->max_ctx, err);
+    rc = dsv4_step_init(&s->step, &e->model, (s->max_chunk > p->spec_draft ? s->max_chunk : p->spec_draft) + 1,
+                        p->max_ctx, err);
     if (rc) goto fail_state;
+    if (p->spec_draft) {
+        size_t V = (size_t)e->model.cfg.vocab_size, k = (size_t)p->spec_draft;
+        s->spec_draft    = p->spec_draft;
+        s->draft_logits  = malloc(sizeof(float) * V * k);
+        s->verify_logits = malloc(sizeof(float) * V * (k + 1));
+        if (!s->draft_logits || !s->verify_logits) {
+            rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu draft logits rows", k);
+            goto fail_spec;
+        }
+        if ((rc = dsv4_spec_undo_init(&s->undo, &e->model, p->spec_draft + 1, err))) goto fail_spec;
+    }
     *out = s;
     return DSV4_OK;
+fail_spec:
+    free(s->draft_logits);
+    free(s->verify_logits);
+    dsv4_step_free(&s->step);
 fail_state:
     dsv4_seq_state_free(&s->st);
 fail:
@@ -152,6 +161,9 @@ fail:
 void dsv4_session_free(dsv4_session *s)
 {
     if (!s) return;
+    dsv4_spec_undo_free(&s->undo);
+    free(s->draft_logits);
+    free(s->verify_logits);
     dsv4_step_free(&s->step);
     dsv4_seq_state_free(&s->st);
     free(s->logits);

@@ -104,7 +104,7 @@ static inline uint8_t *dsv4_kv_row_at(const struct dsv4_kv_rows *r, int j)
  * The cached rows a chunk of queries attends to (one sequence, positions p0, p0 + 1, ..).
  * Query t at position p reads, in this order:
  *   the window: positions max(0, p - window + 1) .. p, those before p0 from `ring` (row
- *   pos % window), the others from `chunk` (row pos - p0: this chunk's own rows);
+ *   pos % ring.page_rows), the others from `chunk` (row pos - p0: this chunk's own rows);
  *   compressed rows of `comp`: with sel, the n_sel[t] rows sel[t * sel_stride ..]; without,
  *   every completed row 0 .. (p + 1) / ratio - 1 (none when ratio is 0).
  */

@@ -113,7 +113,7 @@ static void attention_case(struct chk *h, const struct attn_case *c)
              c->fmt == DSV4_ROW_FP8 ? "fp8" : "bf16", p0, last);
     size_t pb;
     struct dsv4_attn_src src = { .p0 = p0, .window = W, .ratio = ratio };
-    src.ring  = make_rows(h, W, rb, W, &pb);      /* a ring is one page */
+    src.ring  = make_rows(h, W + 3, rb, W + 3, &pb); /* a ring is one page, longer than the window */
     src.chunk = make_rows(h, nq, rb, nq, &pb);
     src.comp  = make_rows(h, n_comp > 0 ? n_comp : 1, rb, 5, &pb); /* pages of 5 rows: awkward */
     float *q = chk_floats(h, (size_t)nq * H * D), *sink = chk_floats(h, (size_t)H), *v = chk_floats(h, (size_t)D);

@@ -3,12 +3,17 @@
  * grows:
  *
  *   slot (fixed size, independent of the position) - per layer with state:
- *     ring   [window, row_bytes]      the last `window` raw KV rows, slot = position % window
+ *     ring   [ring_rows, row_bytes]   the last raw KV rows, slot = position % ring_rows: the
+ *                                     window plus DSV4_SPEC_MAX_DRAFT rows, so that the rows a
+ *                                     rejected speculative verify wrote never overwrite one a
+ *                                     later query still reads (docs/SPECULATIVE.md)
  *     ckv/csc, ikv/isc                compressor frontiers: values and gate logits (gate + ape)
  *                                     of the tokens of the incomplete block; with overlap
  *                                     (ratio 4) rows 0..3 hold the previous complete block
  *                                     and rows 4..7 the current one
- *     mtp_x  [hc, d_model]            (MTP only) final streams of position pos-1
+ *     mtp_x  [hc, d_model]            (MTP only) final streams of position mtp_pos
+ *     mtp_h  [hc, d_model]            (MTP only) the MTP block's output streams of the last
+ *                                     draft row, the input of a chained draft
  *   pages (what grows) - page k holds positions [k * page_tokens, (k+1) * page_tokens) of
  *   every layer, laid out layer after layer:
  *     comp   [page_tokens / ratio, row_bytes]   compressed rows; row j covers positions
@@ -45,6 +50,10 @@ struct dsv4_config; /* model/model.h: the widths the state is laid out by */
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
 
+/* Most draft tokens one speculative verify step carries (docs/SPECULATIVE.md): the rings keep
+ * this many rows beyond the window. */
+enum { DSV4_SPEC_MAX_DRAFT = 7 };
+
 /*
  * Where KV memory (slots, pages, snapshots) lives: the backend's memory (kind->alloc with
  * DSV4_MEM_KV), written only through its upload and copy, so the rows and frontiers can sit
@@ -60,7 +69,7 @@ void  dsv4_kv_mem_free(const struct dsv4_kv_mem *m, void *p, size_t bytes);
 
 struct dsv4_layer_state {
     int      ratio;
-    uint8_t *ring;      /* [window, row_bytes] */
+    uint8_t *ring;      /* [ring_rows, row_bytes] */
     float   *ckv, *csc; /* [coff*ratio, coff*d_head] */
     float   *ikv, *isc; /* [coff*ratio, coff*d_idx_head] (CSA only) */
     size_t   comp_off;  /* byte offset in a page of [page_tokens / ratio, row_bytes] */
@@ -74,11 +83,16 @@ struct dsv4_seq_state {
     int                      row_bytes;
     int                      idx_bytes;
     int                      window;
+    int                      ring_rows;   /* window + DSV4_SPEC_MAX_DRAFT */
     int                      d_head, d_idx_head;
     int                      n_states;    /* n_layer, + 1 when the MTP block has state */
     struct dsv4_layer_state *layers;      /* [n_states]; the MTP block's state is last */
     bool                     has_mtp;
-    float                   *mtp_x;       /* [hc, d_model] final streams of position pos-1 */
+    float                   *mtp_x;       /* [hc, d_model] final streams of position mtp_pos */
+    float                   *mtp_h;       /* [hc, d_model] the last draft row's MTP output streams */
+    int                      mtp_pos;     /* next position the MTP block runs for (every one below
+                                             is done): pos - 1 after a forward step, pos after a
+                                             draft ran the pending one (0 at the start) */
     int                      page_tokens; /* positions per page */
     int                      n_pages;     /* entries of page: ceil(max_ctx / page_tokens) */
     int32_t                 *page;        /* [n_pages] page table: id of the page of positions
@@ -151,12 +165,12 @@ static inline struct dsv4_kv_rows dsv4_kv_idx_rows(const struct dsv4_seq_state *
                                   .off = ls->idx_off, .page_rows = st->page_tokens / 4, .row_bytes = st->idx_bytes };
 }
 
-/* The window ring of a layer: one page of `window` rows, row = position % window. */
+/* The window ring of a layer: one page of `ring_rows` rows, row = position % ring_rows. */
 static inline struct dsv4_kv_rows dsv4_kv_ring_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
 {
     static const int32_t page0[1] = { 0 };
     return (struct dsv4_kv_rows){ .base = ls->ring, .page = page0, .page_bytes = 0, .off = 0,
-                                  .page_rows = st->window, .row_bytes = st->row_bytes };
+                                  .page_rows = st->ring_rows, .row_bytes = st->row_bytes };
 }
 
 /* True when every page holding positions [p0, p1) is mapped. */

@@ -48,8 +48,8 @@ static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, i
         struct dsv4_layer_state *ls = st ? &st->layers[il] : NULL;
         int                      r  = c->ratio[il];
         size_t ring = sz->slot, ckv = 0, csc = 0, ikv = 0, isc = 0, comp = 0, idx = 0;
-        sz->slot += align64((size_t)c->window * rb);
-        sz->snap += align64((size_t)c->window * rb);
+        sz->slot += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
+        sz->snap += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
         if (r) {
             size_t fb = sizeof(float) * frontier_floats(r, c->d_head);
             ckv = sz->slot, sz->slot += align64(fb);
@@ -74,9 +74,12 @@ static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, i
         ls->comp_off = comp;
         ls->idx_off  = idx;
     }
-    size_t mtp_off = sz->slot;
-    if (mtp) sz->slot += align64(sizeof(float) * (size_t)c->hc * (size_t)c->d_model);
-    if (st) st->mtp_x = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
+    size_t mtp_bytes = align64(sizeof(float) * (size_t)c->hc * (size_t)c->d_model), mtp_off = sz->slot;
+    if (mtp) sz->slot += 2 * mtp_bytes;
+    if (st) {
+        st->mtp_x = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
+        st->mtp_h = mtp ? (float *)(void *)(slot + mtp_off + mtp_bytes) : NULL;
+    }
 }
 
 size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp)
@@ -172,6 +175,7 @@ int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg
     st->row_bytes   = dsv4_row_bytes(fmt, cfg->d_head, cfg->d_rope);
     st->idx_bytes   = dsv4_idx_key_bytes(cfg->d_idx_head);
     st->window      = cfg->window;
+    st->ring_rows   = cfg->window + DSV4_SPEC_MAX_DRAFT;
     st->d_head      = cfg->d_head;
     st->d_idx_head  = cfg->d_idx_head;
     st->n_states    = n;
@@ -237,7 +241,8 @@ void dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state
 {
     DSV4_ASSERT(dst->mem && src->mem && dst->mem_bytes == src->mem_bytes);
     kv_copy(&dst->kvmem, dst->mem, src->mem, src->mem_bytes);
-    dst->pos = src->pos;
+    dst->pos     = src->pos;
+    dst->mtp_pos = src->mtp_pos;
 }
 
 static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, int ratio, int d)
@@ -249,7 +254,8 @@ static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, in
 
 void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg)
 {
-    st->pos = 0;
+    st->pos     = 0;
+    st->mtp_pos = 0;
     for (int il = 0; il < st->n_states; il++) {
         struct dsv4_layer_state *ls = &st->layers[il];
         if (!ls->ratio) continue;
@@ -274,7 +280,7 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
     } while (0)
     for (int il = 0; il < n; il++) {
         const struct dsv4_layer_state *ls = &st->layers[il];
-        PART(ls->ring, (size_t)st->window * (size_t)st->row_bytes);
+        PART(ls->ring, (size_t)st->ring_rows * (size_t)st->row_bytes);
         if (ls->ratio == 4) {
             size_t fb = sizeof(float) * frontier_floats(4, st->d_head) / 2;
             size_t ib = sizeof(float) * frontier_floats(4, st->d_idx_head) / 2;

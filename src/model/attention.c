@@ -93,10 +93,11 @@ static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const st
     }
     be->ops->attention(be, n, c->n_head, c->d_head, c->d_rope, S->q + (size_t)r0 * (size_t)HD, &src, st->fmt,
                        L->attn_sink, scale, S->o + (size_t)r0 * (size_t)HD);
-    /* the ring keeps the last `win` rows (after every query of the chunk has read it) */
+    /* the ring keeps the last `win` rows (after every query of the chunk has read it), at
+     * position % ring_rows */
     int from = n > win ? n - win : 0;
     be->ops->store_rows(be, st->fmt, c->d_head, c->d_rope, n - from, kv + (size_t)from * (size_t)c->d_head, c->d_head,
-                        &src.ring, p0 + from, win);
+                        &src.ring, p0 + from, st->ring_rows);
 }
 
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,

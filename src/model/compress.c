@@ -20,6 +20,8 @@ void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const 
     float *kv = is_indexer ? ls->ikv : ls->ckv, *sc = is_indexer ? ls->isc : ls->csc;
     /* blocks completed by positions p0 .. p0 + n - 1: rows j0 .. j1 - 1 */
     int j0 = p0 / r, j1 = (p0 + n) / r, rows = j1 - j0;
+    struct dsv4_spec_undo *u = S->seqs[seq].undo;
+    if (u && il < c->n_layer) dsv4_spec_save_compressor(S, u, il, is_indexer, ls, d, a, g, n, p0);
     be->ops->compress(be, r, d, n, p0, a, g, cw->ape, kv, sc, S->crows);
     if (!rows) return;
     for (int j = 0; j < rows; j++) S->cpos[j] = (j0 + j) * r; /* each row's first position */

@@ -124,39 +124,16 @@ static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const fl
     }
 }
 
-/* The MTP block for every sequence that carries MTP state. Xf: main final streams. */
-static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf, float *Xtmp)
+/* The MTP block over Rm rows whose input streams are in S->Xm, tokens (the token after each
+ * row's position) in S->tok and positions in S->pos, grouped per sequence by S->seq_*:
+ * e = enorm(embed[next]); h = hnorm(streams); X = bf16(h_proj(h) + e_proj(e)), then the
+ * block. Returns the buffer holding the block's output streams (S->Xm or Xtmp). */
+static float *mtp_rows(const struct dsv4_model *m, struct dsv4_step *S, int Rm, float *Xtmp)
 {
     const struct dsv4_config *c  = &m->cfg;
     const struct dsv4_layer_w *L = &m->w.mtp;
     struct dsv4_backend      *be = &S->be;
-    size_t sd = (size_t)c->hc * (size_t)c->d_model;
-    int    d = c->d_model, Rm = 0;
-    for (int s = 0; s < S->n_seqs; s++) {
-        struct dsv4_fwd_seq *q  = &S->seqs[s];
-        struct dsv4_seq_state *st = q->st;
-        q->n_mtp = 0;
-        if (!st->has_mtp) {
-            S->seq_n[s] = 0;
-            continue;
-        }
-        int r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s];
-        int first = p0 > 0 ? p0 - 1 : p0, cnt = 0;
-        for (int p = first; p <= p0 + n - 2; p++, cnt++) {
-            const float *src = p < p0 ? st->mtp_x : Xf + (size_t)(r0 + p - p0) * sd;
-            copy_rows(m, S->Xm + (size_t)(Rm + cnt) * sd, src, sd);
-            S->pos[Rm + cnt] = p;
-            S->tok[Rm + cnt] = q->tokens[p - p0 + 1];
-        }
-        copy_rows(m, st->mtp_x, Xf + (size_t)(r0 + n - 1) * sd, sd); /* pending: next chunk's first */
-        S->seq_row0[s] = Rm;
-        S->seq_n[s]    = cnt;
-        S->seq_pos0[s] = first;
-        q->n_mtp       = cnt;
-        Rm += cnt;
-    }
-    if (Rm == 0) return;
-    /* e = enorm(embed[next]); h = hnorm(streams); X = bf16(h_proj(h) + e_proj(e)) */
+    int d = c->d_model;
     be->ops->embed(be, Rm, S->tok, m->w.embed, d, 1, S->u);
     be->ops->rmsnorm(be, Rm, d, S->u, d, L->enorm, c->norm_eps, S->u, d);
     dump_rows(S, "embed", c->n_layer, S->u, d);
@@ -168,14 +145,107 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
     dump_rows(S, "x_in", c->n_layer, S->Xm, c->hc * d);
     float *X = S->Xm, *Xn = Xtmp;
     block(m, S, L, c->n_layer, Rm, &X, &Xn);
+    return X;
+}
+
+/* MTP logits of sequence s's rows of X (the MTP block's output streams). */
+static void mtp_head(const struct dsv4_model *m, struct dsv4_step *S, const float *X, int s, float *logits)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    const struct dsv4_layer_w *L = &m->w.mtp;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    head(m, S, X + (size_t)S->seq_row0[s] * sd, S->seq_n[s], L->hc_head_fn, L->hc_head_scale, L->hc_head_base,
+         L->mtp_norm, logits, c->n_layer, s, S->seq_pos0[s]);
+}
+
+/* The MTP block for every sequence that carries MTP state, for the positions from
+ * st->mtp_pos whose next token this step knows (up to p0 + n - 2); a position before the
+ * chunk (the pending one) takes st->mtp_x. Xf: main final streams. */
+static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf, float *Xtmp)
+{
+    const struct dsv4_config *c = &m->cfg;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    int    Rm = 0;
     for (int s = 0; s < S->n_seqs; s++) {
-        struct dsv4_fwd_seq *q = &S->seqs[s];
-        if (!S->seq_n[s]) continue;
-        /* the block ran for every MTP row so that the state stays whole; the head only if asked */
-        if (q->mtp_logits)
-            head(m, S, X + (size_t)S->seq_row0[s] * sd, S->seq_n[s], L->hc_head_fn, L->hc_head_scale,
-                 L->hc_head_base, L->mtp_norm, q->mtp_logits, c->n_layer, s, S->seq_pos0[s]);
+        struct dsv4_fwd_seq *q  = &S->seqs[s];
+        struct dsv4_seq_state *st = q->st;
+        q->n_mtp = 0;
+        if (!st->has_mtp) {
+            S->seq_n[s] = 0;
+            continue;
+        }
+        int r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s];
+        int first = st->mtp_pos, cnt = 0;
+        DSV4_ASSERT(first == (p0 > 0 ? p0 - 1 : 0) || first == p0);
+        for (int p = first; p <= p0 + n - 2; p++, cnt++) {
+            const float *src = p < p0 ? st->mtp_x : Xf + (size_t)(r0 + p - p0) * sd;
+            copy_rows(m, S->Xm + (size_t)(Rm + cnt) * sd, src, sd);
+            S->pos[Rm + cnt] = p;
+            S->tok[Rm + cnt] = q->tokens[p - p0 + 1];
+        }
+        copy_rows(m, st->mtp_x, Xf + (size_t)(r0 + n - 1) * sd, sd); /* pending: next chunk's first */
+        st->mtp_pos    = p0 + n - 1;
+        S->seq_row0[s] = Rm;
+        S->seq_n[s]    = cnt;
+        S->seq_pos0[s] = first;
+        q->n_mtp       = cnt;
+        Rm += cnt;
     }
+    if (Rm == 0) return;
+    float *X = mtp_rows(m, S, Rm, Xtmp);
+    for (int s = 0; s < S->n_seqs; s++) {
+        /* the block ran for every MTP row so that the state stays whole; the head only if asked */
+        if (S->seq_n[s] && S->seqs[s].mtp_logits) mtp_head(m, S, X, s, S->seqs[s].mtp_logits);
+    }
+}
+
+int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
+                       struct dsv4_err *err)
+{
+    const struct dsv4_config *c = &m->cfg;
+    size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    if (!m->w.has_mtp) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
+    if (n_seqs > S->max_rows) return dsv4_err_set(err, DSV4_EINVAL, "%d draft rows exceed the planned %d", n_seqs, S->max_rows);
+    for (int s = 0; s < n_seqs; s++) {
+        const struct dsv4_fwd_seq *q = &seqs[s];
+        int p = q->st->mtp_pos + (q->draft_depth > 0 ? q->draft_depth - 1 : 0);
+        if (!q->st->has_mtp) return dsv4_err_set(err, DSV4_EINVAL, "a draft row for a sequence without MTP state");
+        if (q->n != 1 || q->draft_depth < 0 || !q->mtp_logits)
+            return dsv4_err_set(err, DSV4_EINVAL, "a draft row is one token with MTP logits");
+        if (q->draft_depth == 0 && q->st->mtp_pos != q->st->pos - 1)
+            return dsv4_err_set(err, DSV4_EINVAL, "no pending MTP row at position %d", q->st->pos - 1);
+        if (p + 1 >= q->st->max_ctx)
+            return dsv4_err_set(err, DSV4_ERANGE, "a draft at position %d exceeds the context of %d tokens", p + 1,
+                                q->st->max_ctx);
+        if (q->tokens[0] < 0 || q->tokens[0] >= c->vocab_size)
+            return dsv4_err_set(err, DSV4_ERANGE, "token id %d is outside the vocabulary [0, %d)", q->tokens[0],
+                                c->vocab_size);
+        for (int o = 0; o < s; o++)
+            if (seqs[o].st == q->st) return dsv4_err_set(err, DSV4_EINVAL, "one sequence twice in a step");
+    }
+    S->seqs   = seqs;
+    S->n_seqs = n_seqs;
+    dsv4_prof_begin(S->be.prof, "draft");
+    for (int s = 0; s < n_seqs; s++) {
+        struct dsv4_seq_state *st = seqs[s].st;
+        int                    d  = seqs[s].draft_depth;
+        copy_rows(m, S->Xm + (size_t)s * sd, d == 0 ? st->mtp_x : st->mtp_h, sd);
+        S->pos[s]      = st->mtp_pos + (d > 0 ? d - 1 : 0);
+        S->tok[s]      = seqs[s].tokens[0];
+        S->seq_row0[s] = s;
+        S->seq_n[s]    = 1;
+        S->seq_pos0[s] = S->pos[s];
+    }
+    float *X = mtp_rows(m, S, n_seqs, S->Xn);
+    for (int s = 0; s < n_seqs; s++) {
+        struct dsv4_fwd_seq *q = &seqs[s];
+        copy_rows(m, q->st->mtp_h, X + (size_t)s * sd, sd);
+        mtp_head(m, S, X, s, q->mtp_logits);
+        q->n_mtp = 1;
+        if (q->draft_depth == 0) q->st->mtp_pos++;
+    }
+    dsv4_prof_end(S->be.prof);
+    return DSV4_OK;
 }
 
 int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
@@ -198,6 +268,9 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
                                 q->st->pos + q->n - 1);
         for (int o = 0; o < s; o++)
             if (seqs[o].st == q->st) return dsv4_err_set(err, DSV4_EINVAL, "one sequence twice in a step");
+        if (q->undo && q->n > q->undo->n_max)
+            return dsv4_err_set(err, DSV4_EINVAL, "a verify chunk of %d rows exceeds its undo buffer's %d", q->n,
+                                q->undo->n_max);
         for (int t = 0; t < q->n; t++)
             if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
                 return dsv4_err_set(err, DSV4_ERANGE, "token id %d at index %d is outside the vocabulary [0, %d)",
@@ -217,6 +290,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
         S->seq_row0[s] = r;
         S->seq_n[s]    = q->n;
         S->seq_pos0[s] = q->st->pos;
+        if (q->undo) q->undo->p0 = q->st->pos, q->undo->n = q->n;
         for (int t = 0; t < q->n; t++, r++) {
             S->pos[r] = q->st->pos + t;
             S->tok[r] = q->tokens[t];
@@ -227,6 +301,10 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     float *X = S->X, *Xn = S->Xn;
     for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
     main_heads(m, S, X);
+    for (int s = 0; s < n_seqs; s++) /* a verify chunk's final streams: MTP's input after a rollback */
+        if (seqs[s].undo && seqs[s].st->has_mtp)
+            copy_rows(m, seqs[s].undo->xf, X + (size_t)S->seq_row0[s] * (size_t)c->hc * (size_t)c->d_model,
+                      (size_t)seqs[s].n * (size_t)c->hc * (size_t)c->d_model);
     if (m->w.has_mtp) mtp_step(m, S, X, Xn);
     for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
     dsv4_prof_end(S->be.prof);

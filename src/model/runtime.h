@@ -46,6 +46,8 @@ struct dsv4_dump_sink {
     void *ud;
 };
 
+struct dsv4_spec_undo;
+
 /* One sequence's part of a forward step. */
 struct dsv4_fwd_seq {
     struct dsv4_seq_state *st;
@@ -56,6 +58,13 @@ struct dsv4_fwd_seq {
     float                 *mtp_logits; /* [n, vocab] or NULL: MTP head for positions whose next token
                                           is known (pos0-1 .. pos0+n-2) */
     int                    n_mtp;      /* out: MTP rows written */
+    /* A speculative verify chunk (spec.c): what its rejected rows would need to be undone is
+     * recorded here, for dsv4_spec_rollback; NULL for every other chunk. */
+    struct dsv4_spec_undo *undo;
+    /* dsv4_forward_draft only: 0 = the pending MTP row (position st->mtp_pos, the main
+     * model's streams), d >= 1 = the d-th chained row after it (the previous draft row's MTP
+     * output streams, st->mtp_h). */
+    int                    draft_depth;
 };
 
 /*
@@ -119,6 +128,56 @@ void   dsv4_step_free(struct dsv4_step *s);
  */
 int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
                  struct dsv4_err *err);
+
+/*
+ * One MTP row per sequence (speculative drafting, docs/SPECULATIVE.md): the MTP block at the
+ * position given by draft_depth with token tokens[0] (the token after that position), its
+ * logits into mtp_logits [1, vocab] (predicting the token two after the position), its output
+ * streams into st->mtp_h. The pending row (depth 0) is the MTP row a forward step would run
+ * next, and counts as done (st->mtp_pos advances); chained rows leave the state's frontier
+ * where it is (their ring rows are overwritten before anything reads them).
+ */
+int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
+                       struct dsv4_err *err);
+
+/*
+ * Undo of a speculative verify chunk (spec.c). Before a chunk of n <= n_max rows runs with
+ * fwd_seq.undo set, nothing is saved by the caller: the forward records the compressor
+ * frontier rows the chunk overwrites, the chunk's compressor inputs and its final streams.
+ * dsv4_spec_rollback then keeps the first `keep` rows: the frontiers are restored and the
+ * kept rows' inputs replayed through the same compress op (the same bits as a chunk of keep
+ * rows), the position and the MTP frontier step back. Window rings need nothing (kv.h:
+ * ring_rows), compressed rows and indexer keys of rejected blocks are rewritten before they
+ * are read.
+ */
+struct dsv4_spec_comp {
+    float *kv, *sc; /* saved frontier rows */
+    float *a, *g;   /* the chunk's compressor inputs [n_max, width] */
+    int    rows;    /* frontier rows saved */
+};
+
+struct dsv4_spec_undo {
+    int                    n_max;
+    int                    p0, n;  /* the chunk recorded (n = 0: none) */
+    int                    n_layer;
+    struct dsv4_spec_comp *comp;   /* [n_layer][2]: main compressor, indexer compressor */
+    float                 *xf;     /* [n_max, hc, d_model] the chunk's final main streams */
+    struct dsv4_kv_mem     kvmem;
+    void                  *mem;
+    size_t                 mem_bytes;
+};
+
+size_t dsv4_spec_undo_bytes(const struct dsv4_config *c, int n_max);
+int    dsv4_spec_undo_init(struct dsv4_spec_undo *u, const struct dsv4_model *m, int n_max, struct dsv4_err *err);
+void   dsv4_spec_undo_free(struct dsv4_spec_undo *u);
+/* compress.c calls this before a verify chunk's compress op runs. */
+void   dsv4_spec_save_compressor(struct dsv4_step *S, struct dsv4_spec_undo *u, int il, bool is_indexer,
+                                 const struct dsv4_layer_state *ls, int d, const float *a, const float *g, int n,
+                                 int p0);
+/* Keeps rows [0, keep) of the recorded chunk (1 <= keep <= n); S: any step of the model (its
+ * backend and compressor scratch). */
+void   dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_seq_state *st,
+                          struct dsv4_spec_undo *u, int keep);
 
 /* Sublayers (attention.c, moe.c), rows [0, R) with S->pos / S->tok filled. `state` is the
  * index of the layer's state in each sequence (il, or n_layer for the MTP block). */

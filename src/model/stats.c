@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "kv/kv.h"
 #include "model/model.h"
 
 /* Frontier state of one compressor: coff*ratio slots of coff*d_out values and gates, f32. */
@@ -21,7 +22,7 @@ void dsv4_kv_sizes(const struct dsv4_config *c, bool with_mtp, struct dsv4_kv_si
     int      nl   = c->n_layer + (with_mtp ? c->n_mtp : 0);
     for (int il = 0; il < nl; il++) {
         int r = c->ratio[il];
-        s->fixed_per_seq += (uint64_t)c->window * row;
+        s->fixed_per_seq += (uint64_t)(c->window + DSV4_SPEC_MAX_DRAFT) * row;
         if (r == 0) continue;
         s->fixed_per_seq += comp_state_bytes(r, c->d_head);
         s->bytes_per_token += (double)row / r;

@@ -203,7 +203,7 @@ int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **r
     int p = src->p0 + t, nr = 0;
     int first = p - src->window + 1 > 0 ? p - src->window + 1 : 0;
     for (int q = first; q <= p; q++)
-        rows[nr++] = q < src->p0 ? dsv4_kv_row_at(&src->ring, q % src->window) : dsv4_kv_row_at(&src->chunk, q - src->p0);
+        rows[nr++] = q < src->p0 ? dsv4_kv_row_at(&src->ring, q % src->ring.page_rows) : dsv4_kv_row_at(&src->chunk, q - src->p0);
     if (src->sel) {
         const int *sel = src->sel + (size_t)t * (size_t)src->sel_stride;
         for (int i = 0; i < src->n_sel[t]; i++) rows[nr++] = dsv4_kv_row_at(&src->comp, sel[i]);
