@@ -52,19 +52,25 @@ static inline VEC v_fp4(const uint8_t *p)
 /* FP4 with the block's scale folded into a table of the eight magnitudes (doubled e2m1 values
  * times the scale, which includes the 1/2: the very products v_fp4 times the scale gives).
  * Each of 8 lanes shifts its nibble down (VPSRLVD), VPERMPS reads the magnitude by the low 3
- * bits and the nibble's bit 3 becomes the sign: 7 operations a vector instead of 10, no
- * integer conversion and no multiply. A -0 for code 8 where v_fp4 gave +0 changes no sum:
- * the accumulators start at +0, and +0 + -0 is +0. */
-static inline VEC v_fp4_tab(float s) { return _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12), _mm256_set1_ps(s)); }
+ * bits and the nibble's bit 3 becomes the sign: no integer conversion and no multiply. The
+ * sign costs one shift and one XOR: the nibble shifted to bits 28..31 is the sign in bit 31
+ * and the magnitude's index in bits 28..30, and each table entry i comes with i << 28 XORed
+ * in, so the XOR leaves the magnitude with the code's sign (the mask of bits 28..30 and the
+ * OR it replaces took one operation more; scales are positive, so the same bits). A -0 for
+ * code 8 where v_fp4 gave +0 changes no sum: the accumulators start at +0, and +0 + -0 is +0. */
+static inline VEC v_fp4_tab(float s)
+{
+    VEC mag = _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12), _mm256_set1_ps(s));
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28,
+                                                                     6 << 28, 7 << 28)));
+}
 
 static inline VEC v_fp4s(const uint8_t *p, VEC tab)
 {
     int32_t u;
     memcpy(&u, p, 4);
-    __m256i n   = _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    __m256  mag = _mm256_permutevar8x32_ps(tab, n);
-    __m256i sgn = _mm256_and_si256(_mm256_slli_epi32(n, 28), _mm256_set1_epi32((int)0x80000000u));
-    return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
+    __m256i n = _mm256_srlv_epi32(_mm256_set1_epi32(u), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, n), _mm256_castsi256_ps(_mm256_slli_epi32(n, 28)));
 }
 
 static inline VEC v_bf16(const uint16_t *p)
