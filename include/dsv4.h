@@ -26,6 +26,9 @@ extern "C" {
 
 #define DSV4_VERSION_STRING "0.1.0"
 
+/* Most draft tokens one speculative decoding step verifies (dsv4_session_spec_step). */
+#define DSV4_SPEC_MAX_DRAFT 7
+
 enum dsv4_status {
     DSV4_OK           = 0,
     DSV4_EINVAL       = -1,  /* bad argument or option */
@@ -129,7 +132,8 @@ struct dsv4_session_params {
     int  max_ctx;   /* most tokens the session will hold (KV memory is sized from it) */
     int  max_chunk; /* most tokens per forward call; longer inputs are split (scratch size) */
     bool mtp;       /* keep the MTP block's state so MTP logits can be asked for */
-    int  spec_draft; /* most draft tokens of dsv4_session_spec_step, 0 .. 7 (needs mtp); 0 = none */
+    int  spec_draft; /* most draft tokens of dsv4_session_spec_step, 0 .. DSV4_SPEC_MAX_DRAFT (needs
+                        mtp); 0 = none */
 };
 
 /* max_ctx 4096 (or the model's limit if smaller), max_chunk 512, no MTP. */
@@ -201,10 +205,6 @@ void dsv4_sampler_free(dsv4_sampler *s);
  * distribution (1 for greedy). */
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
 
-/* Speculative decoding: the verdict on one draft token (see the spec-sampler branch). */
-int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
-                            bool *accepted, float *prob);
-
 /* ==================================================================================== */
 /* Serving: continuous batching over a paged KV pool (src/sched/scheduler.c, src/kv/;   */
 /* docs/SERVING.md)                                                                     */
@@ -247,9 +247,14 @@ struct dsv4_sched_params {
     int    tier_max_running[DSV4_TIER_COUNT]; /* running sequences per tier */
     size_t mem_limit;          /* bytes the plan may take; 0 = available RAM minus the weights
                                   and a margin */
+    int    spec_draft;         /* speculative decoding (docs/SPECULATIVE.md): most tokens the MTP
+                                  block drafts per step for a decoding sequence, 0 .. 7; 0 = off.
+                                  Needs a checkpoint with MTP; the slots then carry its state */
+    int    spec_max_batch;     /* speculate only while at most this many sequences decode
+                                  (beyond, the extra rows cost more than they save); 0 = 4 */
 };
 
-/* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step; while decoding,
+/* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step, no speculation; while decoding,
  * prefill rows of at most 128 and a decode step's time (prefill_share 1); prefix cache on,
  * queue of 256, tiers short <= 512 < medium <= 4096 < long with long limited to a quarter of
  * the sequences (at least one). */
@@ -262,6 +267,7 @@ struct dsv4_sched_plan {
     size_t page_bytes;     /* one page: compressed rows and indexer keys of page_tokens positions */
     size_t snapshot_bytes; /* one prefix-cache snapshot (rings, previous compressor blocks) */
     size_t slots, pages, snapshots, tables, step, logits; /* totals per kind */
+    size_t spec;           /* speculative decoding: undo buffers and draft logits (0 when off) */
     size_t total;
     size_t mem_limit;      /* the limit the plan was checked against */
     size_t mem_available, weights_bytes, margin; /* how a default limit was derived (else 0) */
@@ -330,6 +336,8 @@ struct dsv4_request {
     const int32_t             *stop_ids;   /* [n_stop] ids that end the output (EOS ...), copied */
     int                        n_stop;
     double                     deadline_s; /* seconds after submission; 0 = none */
+    int                        spec_draft; /* drafts per step: 0 = the scheduler's spec_draft, -1 = none,
+                                              K > 0 = at most K (and the scheduler's) */
     dsv4_sched_event_fn        on_event;
     void                      *ud;
 };
@@ -363,6 +371,9 @@ struct dsv4_sched_metrics {
     uint64_t submitted, refused, finished, cancelled, deadline_expired, errors, preemptions;
     uint64_t steps, prefill_tokens, decode_tokens, generated_tokens;
     uint64_t prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_inserts, prefix_evictions;
+    /* speculative decoding: verify steps of a sequence, tokens drafted, drafts kept, and per
+     * draft position i how many steps kept it (acceptance at i = kept_at[i] / spec_steps) */
+    uint64_t spec_steps, spec_drafted, spec_kept, spec_kept_at[DSV4_SPEC_MAX_DRAFT];
     double   busy_s;            /* time spent stepping */
 };
 

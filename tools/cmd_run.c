@@ -19,14 +19,17 @@ static void usage(FILE *f)
                "  --temp T       temperature (default 0: greedy)\n"
                "  --top-k K --top-p P --min-p M --seed S   sampling filters and seed\n"
                "  --ctx N        context length (default: prompt + N)\n"
-               "  --ids          print token ids instead of text\n");
+               "  --ids          print token ids instead of text\n"
+               "  --spec-draft K speculative decoding: K tokens drafted by the MTP block per step, verified\n"
+               "                 in one (0 = off; default %d when the checkpoint has MTP, else off;\n"
+               "                 docs/SPECULATIVE.md)\n", CLI_SPEC_DRAFT_DEFAULT);
     fputs(CLI_ENGINE_USAGE, f);
 }
 
 int cmd_run(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *tok_text = NULL;
-    long long   n_gen = 64, ctx = 0;
+    long long   n_gen = 64, ctx = 0, spec = -1;
     bool        bos = false, print_ids = false;
     struct dsv4_sampler_params sp;
     dsv4_sampler_params_default(&sp);
@@ -54,6 +57,9 @@ int cmd_run(int argc, char **argv)
             if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 0, 1 << 24, &n_gen)) return 2;
         } else if (!strcmp(a, "--ctx")) {
             if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 1, 1 << 30, &ctx)) return 2;
+        } else if (!strcmp(a, "--spec-draft")) {
+            if (!(v = cli_value("run", argc, argv, &i)) || !cli_parse_int("run", a, v, 0, DSV4_SPEC_MAX_DRAFT, &spec))
+                return 2;
         } else if (!strcmp(a, "--revision")) {
             if (!cli_revision("run", argc, argv, &i, &ep.revision)) return 2;
         } else if (!strcmp(a, "--bos")) {
@@ -116,6 +122,13 @@ int cmd_run(int argc, char **argv)
     dsv4_session_params_default(&ssp);
     ssp.max_ctx = ctx ? (int)ctx : n_ids + (int)n_gen;
     if (ssp.max_ctx > info.max_ctx) ssp.max_ctx = info.max_ctx;
+    if (spec < 0) spec = info.has_mtp ? CLI_SPEC_DRAFT_DEFAULT : 0;
+    if (spec > 0 && !info.has_mtp) {
+        fprintf(stderr, "dsv4 run: --spec-draft needs a checkpoint with an MTP block\n");
+        goto done;
+    }
+    ssp.mtp        = spec > 0;
+    ssp.spec_draft = (int)spec;
     if (n_ids > ssp.max_ctx) {
         fprintf(stderr, "dsv4 run: the prompt has %d tokens, more than the context of %d\n", n_ids, ssp.max_ctx);
         goto done;
@@ -135,9 +148,12 @@ int cmd_run(int argc, char **argv)
     size_t tcap = tok ? 3 * (dsv4_tokenizer_max_token_bytes(tok) + 3) : 0;
     text        = tok ? malloc(tcap + 8) : NULL;
     if (tok) dsv4_tokenizer_stream_init(&ts);
-    int generated = 0;
-    for (; generated < n_gen; generated++) {
-        int32_t next = dsv4_sampler_sample(smp, dsv4_session_logits(s), NULL);
+    int     generated = 0, n_pend = 0, steps = 0, drafted = 0;
+    int     kept_at[DSV4_SPEC_MAX_DRAFT] = { 0 };
+    int32_t pend[DSV4_SPEC_MAX_DRAFT + 1]; /* chosen tokens not printed yet; the last is not fed */
+    pend[n_pend++] = dsv4_sampler_sample(smp, dsv4_session_logits(s), NULL);
+    while (generated < n_gen) {
+        int32_t next = pend[0];
         if (next == eos) break;
         if (print_ids) {
             printf("%s%d", generated ? " " : "", next);
@@ -146,14 +162,22 @@ int cmd_run(int argc, char **argv)
             if (dsv4_tokenizer_stream_push(tok, &ts, next, text, tcap, &n, &err) == DSV4_OK) fwrite(text, 1, n, stdout);
         }
         fflush(stdout);
+        generated++;
+        memmove(pend, pend + 1, sizeof(int32_t) * (size_t)--n_pend);
+        if (n_pend) continue; /* evaluated already by the speculative step */
+        if (generated == n_gen) break;
         if (dsv4_session_pos(s) >= ssp.max_ctx) {
-            generated++;
             fprintf(stderr, "\ndsv4 run: context of %d tokens is full\n", ssp.max_ctx);
             break;
         }
-        if (dsv4_session_eval(s, &next, 1, NULL, NULL, NULL, &err)) {
+        int k = (int)spec < ssp.max_ctx - dsv4_session_pos(s) - 1 ? (int)spec : ssp.max_ctx - dsv4_session_pos(s) - 1;
+        if (dsv4_session_spec_step(s, next, k, smp, pend, &n_pend, NULL, &err)) {
             fprintf(stderr, "\ndsv4 run: %s\n", err.msg);
             goto done;
+        }
+        if (k > 0) {
+            steps++, drafted += k;
+            for (int i = 0; i < n_pend - 1; i++) kept_at[i]++;
         }
     }
     if (tok && !print_ids) {
@@ -166,6 +190,14 @@ int cmd_run(int argc, char **argv)
     fflush(stdout); /* the text, then the figures on stderr */
     fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n", n_ids,
             t1 - t0, n_ids / (t1 - t0), generated, t2 - t1, generated > 0 ? generated / (t2 - t1) : 0.0);
+    if (steps) {
+        int kept = 0;
+        for (int i = 0; i < spec; i++) kept += kept_at[i];
+        fprintf(stderr, "speculative: %d steps of %lld drafts, %d drafted, %d kept (%.1f %%), %.2f tokens a step; kept "
+                        "per position:", steps, spec, drafted, kept, 100.0 * kept / drafted, (double)(kept + steps) / steps);
+        for (int i = 0; i < spec; i++) fprintf(stderr, " %.2f", (double)kept_at[i] / steps);
+        fprintf(stderr, "\n");
+    }
     rc = 0;
 done:
     free(text);

@@ -34,7 +34,8 @@
  * after the FP4 simulation). Frontier states are f32.
  *
  * A snapshot is what a sequence needs, besides its full pages, to resume bit-exactly at a
- * page boundary: the rings and, for overlapping compressors, the previous complete block.
+ * page boundary: the rings and, for overlapping compressors, the previous complete block;
+ * with the MTP block's state, its ring and the pending streams (mtp_x) too.
  * At a block boundary every other frontier row is overwritten before it is read again, so
  * the snapshot leaves them out.
  */
@@ -50,9 +51,8 @@ struct dsv4_config; /* model/model.h: the widths the state is laid out by */
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
 
-/* Most draft tokens one speculative verify step carries (docs/SPECULATIVE.md): the rings keep
- * this many rows beyond the window. */
-enum { DSV4_SPEC_MAX_DRAFT = 7 };
+/* DSV4_SPEC_MAX_DRAFT (dsv4.h), the most draft tokens of a verify step: the rings keep that
+ * many rows beyond the window. */
 
 /*
  * Where KV memory (slots, pages, snapshots) lives: the backend's memory (kind->alloc with
@@ -90,6 +90,7 @@ struct dsv4_seq_state {
     bool                     has_mtp;
     float                   *mtp_x;       /* [hc, d_model] final streams of position mtp_pos */
     float                   *mtp_h;       /* [hc, d_model] the last draft row's MTP output streams */
+    int                      mtp_floats;  /* hc * d_model */
     int                      mtp_pos;     /* next position the MTP block runs for (every one below
                                              is done): pos - 1 after a forward step, pos after a
                                              draft ran the pending one (0 at the start) */
@@ -110,7 +111,7 @@ struct dsv4_seq_state {
 /* Bytes of one slot, one page and one snapshot for this model (64-byte aligned parts). */
 size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp);
 size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, int page_tokens);
-size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt);
+size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp);
 /* True when page_tokens is a power of two that every compression ratio of cfg divides. */
 bool   dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens);
 

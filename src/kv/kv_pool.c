@@ -31,7 +31,7 @@ static size_t a64(size_t v)
 static size_t table_bytes(const struct dsv4_config *cfg, const struct dsv4_kv_pool_params *p, int pages_per_seq,
                           int n_bucket)
 {
-    size_t per_slot = sizeof(struct dsv4_seq_state) + sizeof(struct dsv4_layer_state) * (size_t)cfg->n_layer +
+    size_t per_slot = sizeof(struct dsv4_seq_state) + sizeof(struct dsv4_layer_state) * (size_t)(cfg->n_layer + 1) +
                       (sizeof(uint8_t *) + sizeof(int32_t)) * (size_t)pages_per_seq + 16;
     size_t per_page = 3 * sizeof(int32_t);
     size_t per_node = sizeof(struct dsv4_pc_node) + sizeof(int32_t) * (size_t)p->page_tokens;
@@ -61,9 +61,9 @@ int dsv4_kv_pool_plan(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, cons
     if (p->n_snapshots < 0 || p->n_snapshots > (1 << 24))
         return dsv4_err_set(err, DSV4_EINVAL, "prefix-cache entry count %d outside [0, 2^24]", p->n_snapshots);
     int pps          = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
-    plan->slot_bytes = dsv4_kv_slot_bytes(cfg, fmt, false);
+    plan->slot_bytes = dsv4_kv_slot_bytes(cfg, fmt, p->mtp);
     plan->page_bytes = dsv4_kv_page_bytes(cfg, fmt, p->page_tokens);
-    plan->snap_bytes = dsv4_kv_snap_bytes(cfg, fmt);
+    plan->snap_bytes = dsv4_kv_snap_bytes(cfg, fmt, p->mtp);
     plan->slots      = plan->slot_bytes * (size_t)p->max_seqs;
     plan->pages      = plan->page_bytes * (size_t)p->n_pages;
     plan->snapshots  = plan->snap_bytes * (size_t)p->n_snapshots;
@@ -119,7 +119,7 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, 
                             (double)pool->plan.total / 1048576.0);
     }
     for (size_t i = 0; i < ns; i++) {
-        rc = dsv4_seq_state_bind(&pool->seq[i], cfg, p->max_ctx, p->page_tokens, fmt, false, &pool->kvmem,
+        rc = dsv4_seq_state_bind(&pool->seq[i], cfg, p->max_ctx, p->page_tokens, fmt, p->mtp, &pool->kvmem,
                                  pool->slot_mem + i * pool->plan.slot_bytes, err);
         if (rc) {
             dsv4_kv_pool_free(pool);

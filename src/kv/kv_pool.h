@@ -33,6 +33,7 @@ struct dsv4_kv_pool_params {
     int page_tokens; /* positions per page (power of two; every ratio divides it) */
     int n_pages;     /* pages in the pool */
     int n_snapshots; /* prefix-cache entries; 0 disables the cache */
+    bool mtp;        /* slots (and snapshots) carry the MTP block's state (speculative decoding) */
 };
 
 /* Bytes of each part, for the start-up plan. */

@@ -75,7 +75,7 @@ static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, i
         ls->idx_off  = idx;
     }
     size_t mtp_bytes = align64(sizeof(float) * (size_t)c->hc * (size_t)c->d_model), mtp_off = sz->slot;
-    if (mtp) sz->slot += 2 * mtp_bytes;
+    if (mtp) sz->slot += 2 * mtp_bytes, sz->snap += mtp_bytes;
     if (st) {
         st->mtp_x = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
         st->mtp_h = mtp ? (float *)(void *)(slot + mtp_off + mtp_bytes) : NULL;
@@ -96,10 +96,10 @@ size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, 
     return sz.page;
 }
 
-size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt)
+size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp)
 {
     struct kv_sizes sz;
-    walk(cfg, fmt, false, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
+    walk(cfg, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
     return sz.snap;
 }
 
@@ -180,6 +180,7 @@ int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg
     st->d_idx_head  = cfg->d_idx_head;
     st->n_states    = n;
     st->has_mtp     = mtp;
+    st->mtp_floats  = cfg->hc * cfg->d_model;
     struct kv_sizes sz;
     walk(cfg, fmt, mtp, page_tokens, st, slot, &sz);
     dsv4_seq_state_reset(st, cfg);
@@ -271,7 +272,6 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
 {
     size_t off = 0;
     int    n   = st->n_states;
-    DSV4_ASSERT(!st->has_mtp); /* the MTP block's state is not part of a snapshot */
 #define PART(ptr, bytes)                                                                                           \
     do {                                                                                                           \
         if (save) kv_copy(&st->kvmem, snap + off, (ptr), (bytes));                                                 \
@@ -290,6 +290,7 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
             PART(ls->isc, ib);
         }
     }
+    if (st->has_mtp) PART(st->mtp_x, sizeof(float) * (size_t)st->mtp_floats);
 #undef PART
 }
 
@@ -303,5 +304,6 @@ void dsv4_kv_snapshot_restore(struct dsv4_seq_state *st, const void *src, int po
 {
     DSV4_ASSERT(pos % st->page_tokens == 0 && pos <= st->max_ctx);
     snap_copy(st, (uint8_t *)src, false);
-    st->pos = pos;
+    st->pos     = pos;
+    st->mtp_pos = pos > 0 ? pos - 1 : 0; /* the pending MTP row, as after a forward step */
 }

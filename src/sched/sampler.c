@@ -155,13 +155,3 @@ int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
     if (prob) *prob = (float)(s->prob[pick] / tot);
     return s->c[pick].id;
 }
-
-/* TEMPORARY (replaced by the rejection-sampling version on branch spec-sampler). */
-int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
-                            bool *accepted, float *prob)
-{
-    (void)draft_logits;
-    int32_t t = dsv4_sampler_sample(s, target, prob);
-    *accepted = s->p.temperature <= 0 && t == draft;
-    return t;
-}

@@ -66,11 +66,19 @@ struct rq {
     int                 cached;      /* positions resumed from the prefix cache, first admission */
     int                 n_preempt;
     bool                admitted;    /* admitted at least once */
+    /* speculative decoding (docs/SPECULATIVE.md) */
+    int                 spec_k;      /* most drafts a step (0: never) */
+    float               spec_rate;   /* moving average of the share of drafts kept */
+    int                 spec_pause;  /* tokens to decode without drafts (low acceptance) */
     /* this step */
     int                 chunk;       /* rows in the batch (0: none) */
+    int                 k;           /* drafts among them (chunk = 1 + k) */
     bool                logits;      /* samples after this step */
     int32_t             sampled;
     float               prob;
+    int32_t             out[DSV4_SPEC_MAX_DRAFT + 1]; /* a verify step's tokens and their probabilities */
+    float               out_prob[DSV4_SPEC_MAX_DRAFT + 1];
+    int                 n_out;
 };
 
 struct dsv4_sched {
@@ -81,8 +89,11 @@ struct dsv4_sched {
     int                       tier_limit[DSV4_TIER_COUNT];
     struct dsv4_kv_pool       kv;
     struct dsv4_step          step;
-    float                    *logits;  /* [max_seqs, vocab] one row per sampling sequence */
+    float                    *logits;  /* [max_seqs * (spec_draft + 1), vocab] the rows sampled from */
     struct dsv4_fwd_seq      *fs;      /* [max_seqs] */
+    struct dsv4_spec_undo    *undo;    /* [max_seqs] per slot, when speculating */
+    float                    *draft_logits; /* [max_seqs, spec_draft, vocab] the MTP block's, per slot */
+    struct dsv4_fwd_seq      *dfs;     /* [max_seqs] one depth of draft rows */
     struct rq               **cand;    /* [max_seqs] candidates of the batch being built */
     struct rq               **running; /* [max_seqs] in admission order */
     int                       n_running;
@@ -110,6 +121,11 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int min_i(int a, int b)
+{
+    return a < b ? a : b;
 }
 
 const char *dsv4_finish_str(enum dsv4_finish f)
@@ -170,6 +186,12 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
     if (p->tier_tokens[0] < 1 || p->tier_tokens[1] < p->tier_tokens[0])
         return dsv4_err_set(err, DSV4_EINVAL, "tier limits %d and %d must be positive and increasing", p->tier_tokens[0],
                             p->tier_tokens[1]);
+    if (p->spec_draft < 0 || p->spec_draft > DSV4_SPEC_MAX_DRAFT)
+        return dsv4_err_set(err, DSV4_EINVAL, "spec_draft %d outside [0, %d]", p->spec_draft, DSV4_SPEC_MAX_DRAFT);
+    if (p->spec_draft && !m->w.has_mtp)
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "speculative decoding needs a checkpoint with an MTP block");
+    if (p->spec_max_batch < 0) return dsv4_err_set(err, DSV4_EINVAL, "spec_max_batch %d is negative", p->spec_max_batch);
+    if (p->spec_max_batch == 0) p->spec_max_batch = 4;
     for (int t = 0; t < DSV4_TIER_COUNT; t++) {
         int def = t == DSV4_TIER_LONG ? (p->max_seqs / 4 > 1 ? p->max_seqs / 4 : 1) : p->max_seqs;
         tier_limit[t] = p->tier_max_running[t] > 0 ? p->tier_max_running[t] : def;
@@ -205,7 +227,8 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
                      struct dsv4_err *err)
 {
     memset(plan, 0, sizeof(*plan));
-    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries };
+    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries,
+                                      p->spec_draft > 0 };
     struct dsv4_kv_plan        kv;
     int                        rc = dsv4_kv_pool_plan(&m->cfg, m->row_fmt, &kp, &kv, err);
     if (rc) return rc;
@@ -221,8 +244,12 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
     plan->snapshots        = kv.snapshots;
     plan->tables           = kv.tables + (sizeof(struct dsv4_fwd_seq) + 2 * sizeof(void *)) * (size_t)p->max_seqs;
     plan->step             = dsv4_step_bytes(m, p->max_batch_tokens, p->max_ctx);
-    plan->logits           = sizeof(float) * (size_t)m->cfg.vocab_size * (size_t)p->max_seqs;
-    plan->total = plan->slots + plan->pages + plan->snapshots + plan->tables + plan->step + plan->logits;
+    size_t V = (size_t)m->cfg.vocab_size, K = (size_t)p->spec_draft;
+    plan->logits           = sizeof(float) * V * (size_t)p->max_seqs * (K + 1);
+    plan->spec             = K ? (dsv4_spec_undo_bytes(&m->cfg, (int)K + 1) + sizeof(float) * V * K +
+                                  sizeof(struct dsv4_fwd_seq)) * (size_t)p->max_seqs
+                               : 0;
+    plan->total = plan->slots + plan->pages + plan->snapshots + plan->tables + plan->step + plan->logits + plan->spec;
     if (p->mem_limit) {
         plan->mem_limit = p->mem_limit;
     } else {
@@ -297,7 +324,8 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
         return rc;
     }
     const struct dsv4_sched_params *p = &s->p;
-    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries };
+    struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries,
+                                      p->spec_draft > 0 };
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(s->m);
     rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg, s->m->row_fmt, &kp, &kvmem, err);
     if (rc) {
@@ -312,8 +340,23 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     }
     size_t ns   = (size_t)p->max_seqs;
     s->live_cap = p->max_queue + 2 * p->max_seqs;
-    s->logits   = calloc(ns * (size_t)s->m->cfg.vocab_size, sizeof(float));
+    size_t K    = (size_t)p->spec_draft, V = (size_t)s->m->cfg.vocab_size;
+    s->logits   = calloc(ns * (K + 1) * V, sizeof(float));
     s->fs       = calloc(ns, sizeof(*s->fs));
+    if (K) {
+        s->undo         = calloc(ns, sizeof(*s->undo));
+        s->draft_logits = calloc(ns * K * V, sizeof(float));
+        s->dfs          = calloc(ns, sizeof(*s->dfs));
+        if (!s->undo || !s->draft_logits || !s->dfs) {
+            dsv4_sched_free(s);
+            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the speculative buffers");
+        }
+        for (size_t i = 0; i < ns; i++)
+            if ((rc = dsv4_spec_undo_init(&s->undo[i], s->m, (int)K + 1, err))) {
+                dsv4_sched_free(s);
+                return rc;
+            }
+    }
     s->cand     = calloc(ns, sizeof(*s->cand));
     s->running  = calloc(ns, sizeof(*s->running));
     s->live     = calloc((size_t)s->live_cap, sizeof(*s->live));
@@ -382,7 +425,9 @@ int dsv4_sched_submit(dsv4_sched *s, const struct dsv4_request *req, uint64_t *i
     if (!r) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     long long cap = (long long)req->n_prompt + req->max_tokens;
     if (cap > (long long)p->max_ctx + 1) cap = (long long)p->max_ctx + 1;
-    r->cap  = (int)cap;
+    r->spec_k    = req->spec_draft == 0 ? p->spec_draft : req->spec_draft < 0 ? 0 : min_i(req->spec_draft, p->spec_draft);
+    r->spec_rate = 1.0f;
+    r->cap       = (int)cap + r->spec_k; /* the drafts sit after the tokens while verified */
     r->tok  = malloc(sizeof(int32_t) * (size_t)r->cap);
     r->stop = malloc(sizeof(int32_t) * (size_t)(req->n_stop + 1));
     int rc  = r->tok && r->stop ? dsv4_sampler_create(&r->sampler, V, &req->sampling, err)
@@ -586,6 +631,11 @@ void dsv4_sched_free(dsv4_sched *s)
     }
     dsv4_step_free(&s->step);
     dsv4_kv_pool_free(&s->kv);
+    if (s->undo)
+        for (int i = 0; i < s->p.max_seqs; i++) dsv4_spec_undo_free(&s->undo[i]);
+    free(s->undo);
+    free(s->draft_logits);
+    free(s->dfs);
     free(s->logits);
     free(s->fs);
     free(s->cand);
@@ -631,10 +681,6 @@ static void expire(dsv4_sched *s, double t, bool check_deadline)
     }
 }
 
-static int min_i(int a, int b)
-{
-    return a < b ? a : b;
-}
 
 static void admit(dsv4_sched *s, double t)
 {
@@ -697,21 +743,40 @@ static bool is_decoding(const dsv4_sched *s, const struct rq *r)
     return r->n_gen > 0 && r->n_tok - s->kv.seq[r->slot].pos == 1;
 }
 
+/* Drafts for a decoding sequence this step: its K while speculation pays (at most
+ * spec_max_batch sequences decoding, not paused for low acceptance), within the tokens it may
+ * still generate, its context, the rows left and, with the prefix cache, the page (a verify
+ * chunk ends at the boundary at the latest, where the state is snapshotted). */
+static int drafts_for(const dsv4_sched *s, const struct rq *r, int n_decode, int rows_left)
+{
+    if (!r->spec_k || r->spec_pause > 0 || n_decode > s->p.spec_max_batch) return 0;
+    int pos = s->kv.seq[r->slot].pos, pt = s->p.page_tokens;
+    int k   = min_i(r->spec_k, min_i(r->max_tokens - r->n_gen - 1, s->p.max_ctx - pos - 1));
+    if (s->p.prefix_entries > 0) k = min_i(k, (pos / pt + 1) * pt - pos - 1);
+    return k < 0 ? 0 : min_i(k, rows_left);
+}
+
 /* Chooses every running sequence's rows for this step and maps their pages, preempting the
  * newest sequences when the pool runs dry. Returns the number of sequences in the batch. */
 static int plan_batch(dsv4_sched *s)
 {
-    int n_cand = 0, n_decode = 0, pt = s->p.page_tokens;
+    int n_cand = 0, n_decode = 0, n_rows = 0, pt = s->p.page_tokens;
     for (int i = 0; i < s->n_running; i++) {
         struct rq *r = s->running[i];
-        r->chunk     = 0;
+        r->chunk = r->k = 0;
         if (is_decoding(s, r)) {
             r->chunk = 1;
             s->cand[n_cand++] = r;
             n_decode++;
         }
     }
-    int budget = s->p.max_batch_tokens - n_decode;
+    for (int i = 0; i < n_cand; i++) { /* speculative rows come out of the same budget */
+        struct rq *r = s->cand[i];
+        r->k = drafts_for(s, r, n_decode, s->p.max_batch_tokens - n_decode - n_rows);
+        r->chunk += r->k;
+        n_rows += r->k;
+    }
+    int budget = s->p.max_batch_tokens - n_decode - n_rows;
     if (n_decode) budget = min_i(budget, prefill_cap(s));
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct rq *r = s->running[i];
@@ -773,8 +838,9 @@ static bool is_stop(const struct rq *r, int32_t tok)
     return false;
 }
 
-/* Reports the token a sequence sampled and ends it when it is done. */
-static void take_token(dsv4_sched *s, struct rq *r, const float *logits, double t)
+/* Reports the token a sequence sampled and ends it when it is done (then r is freed and
+ * true is returned). */
+static bool take_token(dsv4_sched *s, struct rq *r, const float *logits, double t)
 {
     int32_t tok = r->sampled;
     r->n_gen++;
@@ -782,7 +848,7 @@ static void take_token(dsv4_sched *s, struct rq *r, const float *logits, double 
     s->acc.generated_tokens++;
     if (is_stop(r, tok)) {
         finish(s, r, DSV4_FINISH_STOP, tok, 0);
-        return;
+        return true;
     }
     DSV4_ASSERT(r->n_tok < r->cap);
     r->tok[r->n_tok++] = tok;
@@ -790,7 +856,77 @@ static void take_token(dsv4_sched *s, struct rq *r, const float *logits, double 
                                    .logits = logits, .index = r->n_gen - 1 };
     emit(r, &ev);
     /* feeding the new token needs position n_tok - 1 < max_ctx */
-    if (r->n_gen >= r->max_tokens || r->n_tok > s->p.max_ctx) finish(s, r, DSV4_FINISH_LENGTH, -1, 0);
+    if (r->n_gen >= r->max_tokens || r->n_tok > s->p.max_ctx) {
+        finish(s, r, DSV4_FINISH_LENGTH, -1, 0);
+        return true;
+    }
+    return false;
+}
+
+/* Share of drafts kept below which a sequence stops drafting for SPEC_PAUSE tokens: at the
+ * demo model's costs a draft row is worth it from about this acceptance on
+ * (docs/SPECULATIVE.md); after the pause it drafts again from a neutral estimate. */
+#define SPEC_MIN_RATE 0.25f
+enum { SPEC_PAUSE = 32 };
+
+/* The MTP block drafts for every sequence with r->k > 0: depth by depth, one row per
+ * sequence that drafts that deep, each draft drawn by the request's sampler and put after
+ * its tokens (r->tok[n_tok + d]), where the verify chunk reads it. */
+static int run_drafts(dsv4_sched *s, int n, struct dsv4_err *err)
+{
+    size_t V = (size_t)s->m->cfg.vocab_size, K = (size_t)s->p.spec_draft;
+    for (int d = 0; d < s->p.spec_draft; d++) {
+        int nd = 0;
+        for (int i = 0; i < n; i++) {
+            struct rq *r = s->cand[i];
+            if (r->k <= d) continue;
+            s->dfs[nd++] = (struct dsv4_fwd_seq){ .st = &s->kv.seq[r->slot], .tokens = r->tok + r->n_tok - 1 + d, .n = 1,
+                                                  .mtp_logits = s->draft_logits + ((size_t)r->slot * K + (size_t)d) * V,
+                                                  .draft_depth = d };
+        }
+        if (!nd) break;
+        int rc = dsv4_forward_draft(s->m, &s->step, s->dfs, nd, err);
+        if (rc) return rc;
+        for (int i = 0, j = 0; i < n; i++) {
+            struct rq *r = s->cand[i];
+            if (r->k <= d) continue;
+            r->tok[r->n_tok + d] = dsv4_sampler_sample(r->sampler, s->dfs[j++].mtp_logits, NULL);
+        }
+    }
+    return DSV4_OK;
+}
+
+/* After the verify forward: the sampler's verdict on each draft in order (the first
+ * rejection's token replaces it; with every draft kept, one more token from the last row),
+ * the rollback to the kept rows, the counters and the acceptance estimate. */
+static void verify_drafts(dsv4_sched *s, struct rq *r, const float *rows)
+{
+    size_t V = (size_t)s->m->cfg.vocab_size, K = (size_t)s->p.spec_draft;
+    int    kept = 0;
+    r->n_out    = 0;
+    while (kept < r->k) {
+        bool accepted;
+        const float *q = s->draft_logits + ((size_t)r->slot * K + (size_t)kept) * V;
+        r->out[r->n_out] = dsv4_sampler_verify(r->sampler, rows + (size_t)kept * V, q, r->tok[r->n_tok + kept], &accepted,
+                                               &r->out_prob[r->n_out]);
+        r->n_out++;
+        if (!accepted) break;
+        kept++;
+    }
+    if (kept == r->k) {
+        r->out[r->n_out] = dsv4_sampler_sample(r->sampler, rows + (size_t)kept * V, &r->out_prob[r->n_out]);
+        r->n_out++;
+    }
+    dsv4_spec_rollback(s->m, &s->step, &s->kv.seq[r->slot], &s->undo[r->slot], kept + 1);
+    s->acc.spec_steps++;
+    s->acc.spec_drafted += (uint64_t)r->k;
+    s->acc.spec_kept += (uint64_t)kept;
+    for (int i = 0; i < kept; i++) s->acc.spec_kept_at[i]++;
+    r->spec_rate = 0.8f * r->spec_rate + 0.2f * (float)kept / (float)r->k;
+    if (r->spec_rate < SPEC_MIN_RATE) {
+        r->spec_pause = SPEC_PAUSE;
+        r->spec_rate  = 2 * SPEC_MIN_RATE;
+    }
 }
 
 int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
@@ -809,11 +945,13 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
     for (int i = 0; i < n; i++) {
         struct rq             *r  = s->cand[i];
         struct dsv4_seq_state *st = &s->kv.seq[r->slot];
-        r->logits                 = st->pos + r->chunk == r->n_tok;
-        s->fs[i] = (struct dsv4_fwd_seq){ .st = st, .tokens = r->tok + st->pos, .n = r->chunk,
-                                          .n_logits = r->logits ? 1 : 0,
-                                          .logits = r->logits ? s->logits + (size_t)n_logits * V : NULL };
-        n_logits += r->logits;
+        int                    nl;
+        r->logits = st->pos + r->chunk - r->k == r->n_tok;
+        nl        = r->logits ? 1 + r->k : 0;
+        s->fs[i] = (struct dsv4_fwd_seq){ .st = st, .tokens = r->tok + st->pos, .n = r->chunk, .n_logits = nl,
+                                          .logits = nl ? s->logits + (size_t)n_logits * V : NULL,
+                                          .undo = r->k ? &s->undo[r->slot] : NULL };
+        n_logits += nl;
         if (is_decoding(s, r)) n_dec++;
         else n_pre += r->chunk;
     }
@@ -821,11 +959,14 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
     s->acc.prefill_tokens += (uint64_t)n_pre;
     double tf = now_s();
     dsv4_alloc_guard_enter();
-    int rc = dsv4_forward(s->m, &s->step, s->fs, n, err);
+    int rc = s->p.spec_draft ? run_drafts(s, n, err) : DSV4_OK;
+    if (rc == DSV4_OK) rc = dsv4_forward(s->m, &s->step, s->fs, n, err);
     if (rc == DSV4_OK)
-        for (int i = 0; i < n; i++)
-            if (s->cand[i]->logits)
-                s->cand[i]->sampled = dsv4_sampler_sample(s->cand[i]->sampler, s->fs[i].logits, &s->cand[i]->prob);
+        for (int i = 0; i < n; i++) {
+            struct rq *r = s->cand[i];
+            if (r->k) verify_drafts(s, r, s->fs[i].logits);
+            else if (r->logits) r->sampled = dsv4_sampler_sample(r->sampler, s->fs[i].logits, &r->prob);
+        }
     dsv4_alloc_guard_leave();
     if (rc) {
         for (int i = 0; i < n; i++) finish(s, s->cand[i], DSV4_FINISH_ERROR, -1, rc);
@@ -837,7 +978,18 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
     for (int i = 0; i < n; i++) {
         struct rq *r = s->cand[i];
         dsv4_kv_prefix_publish(&s->kv, r->slot, r->tok);
-        if (r->logits) take_token(s, r, s->fs[i].logits, t1);
+        if (r->k) {
+            if (r->spec_pause > 0) r->spec_pause = 0; /* (set by verify_drafts: counts from the next step) */
+            int n_out = r->n_out;
+            for (int j = 0; j < n_out; j++) {
+                r->sampled = r->out[j];
+                r->prob    = r->out_prob[j];
+                if (take_token(s, r, s->fs[i].logits + (size_t)j * V, t1)) break;
+            }
+        } else if (r->logits) {
+            if (r->spec_pause > 0) r->spec_pause--;
+            take_token(s, r, s->fs[i].logits, t1);
+        }
     }
     expire(s, t1, false); /* cancellations that arrived during the step */
     s->acc.steps++;

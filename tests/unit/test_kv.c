@@ -233,7 +233,7 @@ static void test_layout_and_snapshot(struct test_ctx *t)
     for (size_t i = 0; i < a.mem_bytes; i++) ((uint8_t *)a.mem)[i] = (uint8_t)test_rand_u64(&seed);
     a.page_tokens = b.page_tokens = 16; /* any boundary of the snapshot's own page size */
     a.pos = 32;
-    size_t   sb   = dsv4_kv_snap_bytes(c, m->row_fmt);
+    size_t   sb   = dsv4_kv_snap_bytes(c, m->row_fmt, false);
     uint8_t *snap = malloc(sb);
     dsv4_kv_snapshot_save(&a, snap);
     dsv4_kv_snapshot_restore(&b, snap, 32);
