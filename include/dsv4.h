@@ -204,6 +204,20 @@ void dsv4_sampler_free(dsv4_sampler *s);
  * If prob is not NULL it receives the chosen token's probability under the filtered
  * distribution (1 for greedy). */
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
+/* Speculative decoding: the verdict on one draft token. target: the model's logits [vocab] at
+ * the draft's position; draft_logits: the logits [vocab] the draft token was sampled from
+ * (with this same sampler's filters, by dsv4_sampler_sample). Greedy (temperature 0): the
+ * draft is accepted iff it is the target's argmax (ties to the lowest id) and the returned
+ * token is that argmax either way. Otherwise rejection sampling: accept with probability
+ * min(1, p(d)/q(d)) where p and q are the filtered distributions (temperature, top-k, top-p,
+ * min-p exactly as dsv4_sampler_sample applies them) of target and draft_logits; on
+ * rejection the returned token is drawn from max(0, p - q) renormalised (if that is all zero,
+ * from p). The token returned is therefore distributed exactly as dsv4_sampler_sample(target)
+ * would be. *accepted says which case happened; prob (if not NULL) receives the returned
+ * token's probability under p. Uses the sampler's generator (same seed, same calls: same
+ * result). A draft with q(d) = 0 (or an id outside the vocabulary) is rejected. */
+int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
+                            bool *accepted, float *prob);
 
 /* ==================================================================================== */
 /* Serving: continuous batching over a paged KV pool (src/sched/scheduler.c, src/kv/;   */

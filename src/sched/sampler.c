@@ -9,6 +9,12 @@
  * every step sort the whole vocabulary. Sorting is a heap selection of the top-k followed by
  * a heapsort, in place: sampling runs inside the scheduler's no-allocation region, and
  * glibc's qsort allocates a merge buffer for arrays over 1 KiB.
+ *
+ * Speculative verification (dsv4_sampler_verify) is rejection sampling over the same
+ * filtered distributions: accept the draft d with probability min(1, p(d)/q(d)), otherwise
+ * draw from max(0, p - q) renormalised, so the token returned is distributed as a sample of
+ * the target would be. Greedy accepts exactly the argmax. The draft's distribution is kept
+ * dense in s->q (allocated here, like the rest, so verification allocates nothing either).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +33,7 @@ struct dsv4_sampler {
     uint64_t                   rng;
     struct cand               *c;    /* [vocab] */
     double                    *prob; /* [vocab] */
+    double                    *q;    /* [vocab]: the draft's distribution, dense (verify) */
 };
 
 void dsv4_sampler_params_default(struct dsv4_sampler_params *p)
@@ -51,7 +58,8 @@ int dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler
     s->rng   = p->seed ^ 0x5851f42d4c957f2dull;
     s->c     = malloc(sizeof(*s->c) * (size_t)vocab);
     s->prob  = malloc(sizeof(*s->prob) * (size_t)vocab);
-    if (!s->c || !s->prob) {
+    s->q     = malloc(sizeof(*s->q) * (size_t)vocab);
+    if (!s->c || !s->prob || !s->q) {
         dsv4_sampler_free(s);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
@@ -64,6 +72,7 @@ void dsv4_sampler_free(dsv4_sampler *s)
     if (!s) return;
     free(s->c);
     free(s->prob);
+    free(s->q);
     free(s);
 }
 
@@ -111,19 +120,33 @@ static void sort_best(struct cand *c, size_t n, size_t k)
     }
 }
 
-int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
+/* Argmax, ties to the lowest id; NaN never wins over a number. */
+static int32_t argmax(const float *logits, int vocab)
 {
     int32_t best = 0;
-    for (int32_t i = 1; i < s->vocab; i++)
+    for (int32_t i = 1; i < vocab; i++)
         if (logits[i] > logits[best] || (isnan(logits[best]) && !isnan(logits[i]))) best = i;
-    if (s->p.temperature <= 0) {
-        if (prob) *prob = 1.0f;
-        return best;
-    }
-    float  t   = s->p.temperature, mx = logits[best];
-    size_t n   = 0;
+    return best;
+}
+
+/* The filtered distribution of logits (temperature > 0): candidates s->c[0, n) best first,
+ * with weights s->prob[0, n) summing to *tot, so token c[i].id has probability prob[i] / tot.
+ * Returns n >= 1. The weights are not renormalised after top-p and min-p: the draw scales
+ * its uniform by tot instead, as sampling always has, so a seed keeps its tokens. NaN
+ * logits fail the margin test and drop out; a row with nothing inside the margin (all NaN,
+ * or a +inf) is its argmax alone. */
+static size_t filter(dsv4_sampler *s, const float *logits, double *tot)
+{
+    int32_t best = argmax(logits, s->vocab);
+    float   t    = s->p.temperature, mx = logits[best];
+    size_t  n    = 0;
     for (int32_t i = 0; i < s->vocab; i++)
         if ((logits[i] - mx) / t > -40.0f) s->c[n++] = (struct cand){ logits[i], i };
+    if (n == 0) {
+        s->c[0]    = (struct cand){ mx, best };
+        s->prob[0] = *tot = 1;
+        return 1;
+    }
     size_t keep = s->p.top_k > 0 && (size_t)s->p.top_k < n ? (size_t)s->p.top_k : n;
     sort_best(s->c, n, keep);
     n = keep;
@@ -141,17 +164,90 @@ int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
         while (k < n && s->prob[k] >= s->p.min_p * s->prob[0]) k++;
         n = k;
     }
-    double tot = 0;
-    for (size_t i = 0; i < n; i++) tot += s->prob[i];
-    double u   = (double)(next_u64(&s->rng) >> 11) * 0x1.0p-53 * tot, acc = 0;
-    size_t pick = n - 1;
-    for (size_t i = 0; i < n; i++) {
-        acc += s->prob[i];
-        if (u < acc) {
-            pick = i;
-            break;
-        }
+    *tot = 0;
+    for (size_t i = 0; i < n; i++) *tot += s->prob[i];
+    return n;
+}
+
+static double uniform(uint64_t *rng)
+{
+    return (double)(next_u64(rng) >> 11) * 0x1.0p-53;
+}
+
+/* An index drawn from weights w[0, n) that sum to tot. */
+static size_t draw(uint64_t *rng, const double *w, size_t n, double tot)
+{
+    double u = uniform(rng) * tot, acc = 0;
+    for (size_t i = 0; i < n; i++)
+        if (u < (acc += w[i])) return i;
+    return n - 1;
+}
+
+int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
+{
+    if (s->p.temperature <= 0) {
+        if (prob) *prob = 1.0f;
+        return argmax(logits, s->vocab);
     }
+    double tot;
+    size_t n    = filter(s, logits, &tot);
+    size_t pick = draw(&s->rng, s->prob, n, tot);
     if (prob) *prob = (float)(s->prob[pick] / tot);
     return s->c[pick].id;
+}
+
+/* Fills s->q with the filtered distribution of draft_logits (zero outside it); returns
+ * q(draft), 0 for an id outside the vocabulary. Cleared whole each time: the candidates
+ * that would say which entries to clear are overwritten by the target's, and the clear
+ * costs about what the filter's own pass over the vocabulary does. */
+static double fill_q(dsv4_sampler *s, const float *draft_logits, int32_t draft)
+{
+    memset(s->q, 0, sizeof(*s->q) * (size_t)s->vocab);
+    double tot;
+    size_t n = filter(s, draft_logits, &tot);
+    for (size_t i = 0; i < n; i++) s->q[s->c[i].id] = s->prob[i] / tot;
+    return draft >= 0 && draft < s->vocab ? s->q[draft] : 0;
+}
+
+/* After a rejection: an index drawn from max(0, p - q) over the target's candidates
+ * (s->c, s->prob, tot from filter), or from p where that is all zero; *p_pick receives p of
+ * the drawn token. The residual replaces p in s->prob so that draw() serves both cases, and
+ * p moves into s->q, whose q is not needed any more. */
+static size_t draw_residual(dsv4_sampler *s, size_t n, double tot, double *p_pick)
+{
+    double rest = 0;
+    for (size_t i = 0; i < n; i++) rest += fmax(0, s->prob[i] / tot - s->q[s->c[i].id]);
+    if (!(rest > 0)) {
+        size_t pick = draw(&s->rng, s->prob, n, tot);
+        *p_pick     = s->prob[pick] / tot;
+        return pick;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double p = s->prob[i] / tot, *q = &s->q[s->c[i].id];
+        s->prob[i] = fmax(0, p - *q);
+        *q         = p;
+    }
+    size_t pick = draw(&s->rng, s->prob, n, rest);
+    *p_pick     = s->q[s->c[pick].id];
+    return pick;
+}
+
+int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
+                            bool *accepted, float *prob)
+{
+    if (s->p.temperature <= 0) {
+        int32_t best = argmax(target, s->vocab);
+        *accepted    = draft == best;
+        if (prob) *prob = 1.0f;
+        return best;
+    }
+    double qd = fill_q(s, draft_logits, draft), tot, pd = 0;
+    size_t n  = filter(s, target, &tot), at = n;
+    for (size_t i = 0; i < n && at == n; i++)
+        if (s->c[i].id == draft) at = i, pd = s->prob[i] / tot;
+    /* Accept with probability min(1, p/q); q(d) = 0 means d did not come from this q. */
+    *accepted = qd > 0 && pd > 0 && (pd >= qd || uniform(&s->rng) * qd < pd);
+    if (!*accepted) at = draw_residual(s, n, tot, &pd);
+    if (prob) *prob = (float)pd;
+    return s->c[at].id;
 }
