@@ -243,6 +243,61 @@ static void test_batch_invariance(struct test_ctx *t)
     fixture_free(&f);
 }
 
+/* Speculative decoding (docs/SPECULATIVE.md) changes no output: every request as alone
+ * without it, with drafts verified next to other sequences' decode and prefill rows, verify
+ * chunks ending at page boundaries where the prefix cache snapshots (pages of 16), and
+ * preemption. tiny-a's random MTP block has its drafts rejected (every rollback path); the
+ * demo model's trained one has them kept. */
+static void test_spec_identity(struct test_ctx *t)
+{
+    struct fixture f;
+    if (!fixture_init(t, &f)) return;
+    struct dsv4_sched_params  p = small_params(8);
+    struct dsv4_sched_metrics mt;
+    p.spec_draft     = 3;
+    p.spec_max_batch = 8;
+    check_batch(t, &f, &p, "speculative, 8 together, prefix cache", &mt);
+    CHECKF(mt.spec_steps > 0 && mt.spec_drafted > 0, "no speculative step ran");
+    p.spec_draft       = 7;
+    p.max_batch_tokens = 13;
+    p.kv_pages         = 14; /* preemption */
+    check_batch(t, &f, &p, "speculative K = 7, 13 rows per step, 14 pages", &mt);
+    CHECK(mt.spec_steps > 0);
+    fixture_free(&f);
+
+    dsv4_engine    *e;
+    struct dsv4_err err;
+    if (dsv4_engine_open(&e, "models/kjv-v4-tiny", NULL, &err)) {
+        CHECKF(0, "demo model: %s", err.msg);
+        return;
+    }
+    enum { ND = 4 };
+    int32_t *pr[ND];
+    int      lens[ND];
+    struct out alone[ND], with[ND];
+    for (int i = 0; i < ND; i++) {
+        lens[i] = 12 + 7 * i;
+        pr[i]   = malloc(sizeof(int32_t) * (size_t)lens[i]);
+        for (int j = 0; j < lens[i]; j++) pr[i][j] = (int32_t)((200 + 37 * j + 11 * i) % 4096);
+        out_init(&alone[i], 4096, true);
+        out_init(&with[i], 4096, true);
+    }
+    p                  = small_params(ND);
+    p.max_batch_tokens = 64;
+    for (int i = 0; i < ND; i++) run_set(t, e, &p, &pr[i], &lens[i], 1, GEN, &alone[i], NULL);
+    p.spec_draft = 3;
+    run_set(t, e, &p, pr, lens, ND, GEN, with, &mt);
+    for (int i = 0; i < ND; i++) {
+        CHECKF(same_out(&with[i], &alone[i]), "demo request %d differs with speculation", i);
+        free(pr[i]);
+        free(alone[i].logits);
+        free(with[i].logits);
+    }
+    CHECKF(mt.spec_kept > 0 && mt.spec_kept_at[0] > 0 && mt.spec_kept <= mt.spec_drafted,
+           "demo model: %llu of %llu drafts kept", (unsigned long long)mt.spec_kept, (unsigned long long)mt.spec_drafted);
+    dsv4_engine_close(e);
+}
+
 static void test_prefix_cache_hit(struct test_ctx *t)
 {
     struct fixture f;
@@ -574,6 +629,7 @@ static void test_threads(struct test_ctx *t)
 }
 
 const struct test_case test_group_sched[] = {
+    { "spec_identity", test_spec_identity },
     { "batch_invariance", test_batch_invariance },
     { "prefix_cache_hit", test_prefix_cache_hit },
     { "preemption", test_preemption },
