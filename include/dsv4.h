@@ -28,6 +28,9 @@ extern "C" {
 
 /* Most draft tokens one speculative decoding step verifies (dsv4_session_spec_step). */
 #define DSV4_SPEC_MAX_DRAFT 7
+/* The draft count the tools (run, chat, batch, serve) use when a checkpoint has an MTP block
+ * and none is given (docs/SPECULATIVE.md: how it was chosen). */
+#define DSV4_SPEC_DRAFT_DEFAULT 0
 
 enum dsv4_status {
     DSV4_OK           = 0,

@@ -57,10 +57,6 @@ void cli_engine_env(struct dsv4_engine_params *ep);
  * error message (exit 2). */
 int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep);
 /* Their usage lines. */
-/* Draft tokens per speculative step when a checkpoint has MTP and --spec-draft is not given
- * (the best K measured on the demo model, docs/PERF.md). */
-#define CLI_SPEC_DRAFT_DEFAULT 2
-
 #define CLI_ENGINE_USAGE                                                                            \
     "  --cpu-level L          ref|scalar|avx2|avx512|avx512bf16 (default: the best; env DSV4_CPU)\n" \
     "  --no-tiles             keep the checkpoint's layout (env DSV4_TILES=0)\n"                    \

@@ -63,6 +63,8 @@ static void usage(FILE *f)
             "  --kv-pages N          KV pages (default: enough for every sequence at full context)\n"
             "  --page-tokens N       positions per KV page (default 256)\n"
             "  --prefix-entries N    prefix-cache entries (default 4 per sequence; 0 = off)\n"
+            "  --spec-draft K        speculative decoding: tokens the MTP block drafts per step (0 = off;\n"
+            "                        default off; docs/SPECULATIVE.md)\n"
             "  --max-queue N         waiting requests (default 256)\n"
             "  --tiers S,M           prompt tokens up to which a request is short, medium (default 512,4096)\n"
             "  --tier-limits S,M,L   running sequences per tier (default N,N,N/4)\n"
@@ -284,6 +286,7 @@ int cmd_batch(int argc, char **argv)
 {
     const char *dir = NULL, *prompts = NULL, *out_path = NULL, *logits_dir = NULL, *v;
     long long   iv, a, b, c;
+    int         spec = -1; /* --spec-draft; -1: the default for the checkpoint */
     struct dsv4_sched_params sp;
     dsv4_sched_params_default(&sp);
     struct dsv4_engine_params ep;
@@ -322,6 +325,7 @@ int cmd_batch(int argc, char **argv)
         INT_OPT("--kv-pages", 1, 1 << 28, sp.kv_pages)
         INT_OPT("--page-tokens", 4, 1 << 20, sp.page_tokens)
         INT_OPT("--prefix-entries", 0, 1 << 24, sp.prefix_entries)
+        INT_OPT("--spec-draft", 0, DSV4_SPEC_MAX_DRAFT, spec)
         INT_OPT("--max-queue", 1, 1 << 24, sp.max_queue)
         INT_OPT("--threads", 1, 4096, ep.n_threads)
         else if (!strcmp(o, "--ctx")) {
@@ -371,6 +375,7 @@ int cmd_batch(int argc, char **argv)
     }
     struct dsv4_model_info info;
     dsv4_engine_info(e, &info);
+    sp.spec_draft = spec >= 0 ? spec : info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
     dsv4_tokenizer *tok = NULL;
     if (dsv4_tokenizer_load(&tok, dir, &err)) tok = NULL; /* token-id prompts still work */
     int32_t eos = tok ? dsv4_tokenizer_eos(tok) : info.eos_id;
@@ -522,6 +527,13 @@ int cmd_batch(int argc, char **argv)
             (unsigned long long)mt.decode_tokens, (unsigned long long)mt.preemptions,
             (unsigned long long)mt.prefix_hits, (unsigned long long)mt.prefix_lookups,
             (unsigned long long)mt.prefix_hit_tokens, (unsigned long long)mt.refused);
+    if (mt.spec_steps) {
+        fprintf(stderr, "dsv4 batch: speculative: %llu verify steps, %llu drafted, %llu kept (%.1f %%); kept per position:",
+                (unsigned long long)mt.spec_steps, (unsigned long long)mt.spec_drafted, (unsigned long long)mt.spec_kept,
+                100.0 * (double)mt.spec_kept / (double)mt.spec_drafted);
+        for (int i = 0; i < sp.spec_draft; i++) fprintf(stderr, " %.2f", (double)mt.spec_kept_at[i] / (double)mt.spec_steps);
+        fprintf(stderr, "\n");
+    }
     free(ttft);
     free(itl);
     rc = 0;

@@ -22,7 +22,7 @@ static void usage(FILE *f)
                "  --ids          print token ids instead of text\n"
                "  --spec-draft K speculative decoding: K tokens drafted by the MTP block per step, verified\n"
                "                 in one (0 = off; default %d when the checkpoint has MTP, else off;\n"
-               "                 docs/SPECULATIVE.md)\n", CLI_SPEC_DRAFT_DEFAULT);
+               "                 docs/SPECULATIVE.md)\n", DSV4_SPEC_DRAFT_DEFAULT);
     fputs(CLI_ENGINE_USAGE, f);
 }
 
@@ -122,7 +122,7 @@ int cmd_run(int argc, char **argv)
     dsv4_session_params_default(&ssp);
     ssp.max_ctx = ctx ? (int)ctx : n_ids + (int)n_gen;
     if (ssp.max_ctx > info.max_ctx) ssp.max_ctx = info.max_ctx;
-    if (spec < 0) spec = info.has_mtp ? CLI_SPEC_DRAFT_DEFAULT : 0;
+    if (spec < 0) spec = info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
     if (spec > 0 && !info.has_mtp) {
         fprintf(stderr, "dsv4 run: --spec-draft needs a checkpoint with an MTP block\n");
         goto done;

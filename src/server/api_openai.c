@@ -165,7 +165,7 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
 static const char *const FIELDS_COMMON[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "stream", "stream_options", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-    "return_tokens_as_token_ids", "ignore_eos", "skip_special_tokens", "logprobs",
+    "return_tokens_as_token_ids", "ignore_eos", "skip_special_tokens", "logprobs", "speculative",
 };
 static const char *const FIELDS_CHAT[] = {
     "messages", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "response_format",
@@ -298,6 +298,16 @@ static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *
     bool skip_special = true;
     if (get_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
     g->keep_special = !skip_special;
+    /* "speculative": {"draft": K}: K tokens drafted by the MTP block per step, 0 = off (absent:
+     * the server's --spec-draft); docs/SERVER.md */
+    json_t *spec = field(o, "speculative");
+    if (spec) {
+        long long k = -1;
+        if (!json_is_object(spec) || json_object_size(spec) != 1 || !json_object_get(spec, "draft"))
+            return srv_api_fail(e, 400, "speculative", "'speculative' must be an object {\"draft\": K}");
+        if (get_int(spec, "draft", 0, DSV4_SPEC_MAX_DRAFT, &k, e)) return -1;
+        g->spec_draft = k == 0 ? -1 : (int)k;
+    }
     return parse_stop(o, g, e);
 }
 

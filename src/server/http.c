@@ -118,6 +118,7 @@ void srv_params_default(struct srv_params *p)
     p->max_prefill_tokens             = -1;
     p->prefill_share                  = -1;
     p->prefix_entries                 = -2;
+    p->spec_draft                     = -1;
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
     p->tiles                          = 1;
@@ -409,6 +410,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     job->logprobs     = g.logprobs;
     job->top_logprobs = g.top_logprobs;
     job->ignore_eos   = g.ignore_eos;
+    job->spec_draft   = g.spec_draft;
     job->t_submit     = srv_now();
     bool stream       = g.stream;
     srv_gen_free(&g);
@@ -794,6 +796,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .prefill_share      = p->prefill_share,
         .kv_pages           = p->kv_pages,
         .prefix_entries     = p->prefix_entries,
+        .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
         .n_threads     = p->n_threads,

@@ -280,6 +280,18 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     head(&b, "dsv4_batch_rows_total", "counter", "Token rows run by scheduler steps, by kind.");
     sample(&b, "dsv4_batch_rows_total", "kind=\"prefill\"", (double)sm->prefill_tokens);
     sample(&b, "dsv4_batch_rows_total", "kind=\"decode\"", (double)sm->decode_tokens);
+    head(&b, "dsv4_spec_verify_steps_total", "counter", "Speculative verify steps (one sequence's drafts checked).");
+    sample(&b, "dsv4_spec_verify_steps_total", NULL, (double)sm->spec_steps);
+    head(&b, "dsv4_spec_draft_tokens_total", "counter", "Tokens drafted by the MTP block.");
+    sample(&b, "dsv4_spec_draft_tokens_total", NULL, (double)sm->spec_drafted);
+    head(&b, "dsv4_spec_accepted_tokens_total", "counter", "Drafted tokens kept by verification.");
+    sample(&b, "dsv4_spec_accepted_tokens_total", NULL, (double)sm->spec_kept);
+    head(&b, "dsv4_spec_accepted_by_position_total", "counter",
+         "Verify steps that kept the draft at this position (acceptance: over dsv4_spec_verify_steps_total).");
+    for (int i = 0; i < DSV4_SPEC_MAX_DRAFT; i++) {
+        snprintf(lab, sizeof(lab), "position=\"%d\"", i);
+        sample(&b, "dsv4_spec_accepted_by_position_total", lab, (double)sm->spec_kept_at[i]);
+    }
     head(&b, "dsv4_steps_total", "counter", "Scheduler steps (batched forward passes).");
     sample(&b, "dsv4_steps_total", NULL, (double)sm->steps);
     head(&b, "dsv4_step_busy_seconds_total", "counter", "Time spent in scheduler steps.");

@@ -55,6 +55,8 @@ struct srv_params {
     float       prefill_share;   /* prefill time next to decode, share of a decode step; < 0 = default, 0 = off */
     int         kv_pages;        /* KV pages, 0 = enough for every sequence at full context */
     int         prefix_entries;  /* prefix-cache entries, -2 = default, 0 = off */
+    int         spec_draft;      /* speculative decoding: most MTP drafts per step, -1 = default
+                                    (DSV4_SPEC_DRAFT_DEFAULT with an MTP block), 0 = off */
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
     size_t      mem_limit;       /* bytes the KV plan may take, 0 = from the free memory */
     int         n_threads;       /* engine CPU threads, 0 = all */
@@ -135,7 +137,8 @@ struct srv_job {
     struct dsv4_sampler_params sp;
     bool                       logprobs;    /* fill logprob (and n_top = top_logprobs) */
     int                        top_logprobs;
-    bool                       ignore_eos;  /* EOS is an ordinary token (benchmarks) */        /* 0 short, 1 long */
+    bool                       ignore_eos;  /* EOS is an ordinary token (benchmarks) */
+    int                        spec_draft;  /* "speculative": {"draft": K}: 0 = the server's, -1 = off */        /* 0 short, 1 long */
     double                     t_submit;    /* srv_now() when submitted */
 
     /* Set by srv_worker_submit. */
@@ -192,6 +195,7 @@ struct srv_worker_params {
     const char         *backend, *cpu_level, *profile_path; /* the engine's backend choices */
     int                 tiles;
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
+    int                 spec_draft; /* -1: the default for the model */
     float               prefill_share;
     size_t              mem_limit;
     struct srv_metrics *metrics;
@@ -331,6 +335,7 @@ struct srv_gen {
     bool                       token_ids;    /* completions: add "token_ids" to choices */
     bool                       parse_chat;   /* run the DSML parser on the output */
     bool                       keep_special; /* skip_special_tokens: false: control tokens as text */
+    int                        spec_draft;   /* "speculative": {"draft": K}, as struct srv_job */
     enum dsv4_chat_mode        mode;
     bool                       tools;        /* tools were offered */
     int                        n_stop;

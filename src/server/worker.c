@@ -94,6 +94,7 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     if (w->p.prefill_share >= 0) sp.prefill_share = w->p.prefill_share;
     if (w->p.kv_pages) sp.kv_pages = w->p.kv_pages;
     if (w->p.prefix_entries != -2) sp.prefix_entries = w->p.prefix_entries;
+    sp.spec_draft = w->p.spec_draft >= 0 ? w->p.spec_draft : w->info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
     if (w->p.mem_limit) sp.mem_limit = w->p.mem_limit;
     if ((rc = dsv4_sched_plan(w->e, &sp, &w->plan, err))) return rc;
     srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO,
@@ -305,6 +306,7 @@ int srv_worker_submit(struct srv_worker *w, struct srv_job *j, struct dsv4_err *
         .sampling   = j->sp,
         .stop_ids   = &w->eos,
         .n_stop     = j->ignore_eos ? 0 : 1,
+        .spec_draft = j->spec_draft,
         .on_event   = on_event,
         .ud         = j,
     };

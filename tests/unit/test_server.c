@@ -352,6 +352,60 @@ static void check_bad(struct test_ctx *t, struct tsrv *s, const struct bad_case 
     json_decref(r);
 }
 
+/* Token ids and logprobs of a greedy completion with the given extra fields. */
+static int greedy_ids(struct tsrv *s, const char *extra, int32_t *ids, double *lps, int cap)
+{
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"prompt\":[15,300,301,302,900,1500],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,"
+             "\"return_token_ids\":true,\"logprobs\":1%s}", extra);
+    json_t *r = NULL;
+    if (tsrv_post(s, "/v1/completions", body, NULL, &r) != 200) return -1;
+    json_t *ch = json_array_get(json_object_get(r, "choices"), 0), *tid = json_object_get(ch, "token_ids");
+    json_t *lp = json_object_get(json_object_get(ch, "logprobs"), "token_logprobs");
+    int     n  = 0;
+    for (; n < cap && n < (int)json_array_size(tid); n++) {
+        ids[n] = (int32_t)json_integer_value(json_array_get(tid, (size_t)n));
+        lps[n] = json_number_value(json_array_get(lp, (size_t)n));
+    }
+    json_decref(r);
+    return n;
+}
+
+/* "speculative": {"draft": K} on a server started with --spec-draft 3: greedy output and
+ * logprobs are those without drafts; the counters move; bad values are a 400. */
+static void test_speculative(struct test_ctx *t)
+{
+    if (!model_dir(t)) return;
+    struct tsrv s;
+    if (!tsrv_start(t, &s, g_dir, "--max-seqs 2 --ctx 512 --spec-draft 3")) return;
+    int32_t a[32], b[32], c[32];
+    double  la[32], lb[32], lc[32];
+    int     na = greedy_ids(&s, ",\"speculative\":{\"draft\":0}", a, la, 32);
+    int     nb = greedy_ids(&s, ",\"speculative\":{\"draft\":3}", b, lb, 32);
+    int     nc = greedy_ids(&s, "", c, lc, 32); /* the server's default: 3 */
+    CHECKF(na == 24 && nb == na && nc == na, "token counts %d %d %d", na, nb, nc);
+    CHECK(na > 0 && !memcmp(a, b, sizeof(int32_t) * (size_t)na) && !memcmp(a, c, sizeof(int32_t) * (size_t)na));
+    CHECK(na > 0 && !memcmp(la, lb, sizeof(double) * (size_t)na) && !memcmp(la, lc, sizeof(double) * (size_t)na));
+    char *text = NULL;
+    CHECK(tsrv_get(&s, "/metrics", NULL, &text) == 200);
+    const char *at = text ? strstr(text, "\ndsv4_spec_draft_tokens_total ") : NULL;
+    CHECKF(at && atof(at + strlen("\ndsv4_spec_draft_tokens_total ")) > 0, "no drafted tokens counted");
+    char why[256];
+    CHECKF(text && tsrv_prom_validate(text, why, sizeof(why)), "metrics: %s", why);
+    free(text);
+    static const char *const bad[] = { "{\"prompt\":\"x\",\"speculative\":3}",
+                                       "{\"prompt\":\"x\",\"speculative\":{\"draft\":8}}",
+                                       "{\"prompt\":\"x\",\"speculative\":{\"draft\":1,\"extra\":2}}",
+                                       "{\"prompt\":\"x\",\"speculative\":{\"draft\":\"2\"}}" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *r = NULL;
+        CHECKF(tsrv_post(&s, "/v1/completions", bad[i], NULL, &r) == 400, "%s: not a 400", bad[i]);
+        json_decref(r);
+    }
+    tsrv_stop(&s, 15, 10);
+}
+
 static void test_bad_inputs(struct test_ctx *t)
 {
     struct tsrv *s = main_server(t);
@@ -824,6 +878,7 @@ const struct test_case test_group_server[] = {
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },
     { "completions", test_completions },
+    { "speculative", test_speculative },
     { "bad_inputs", test_bad_inputs },
     { "concurrent_32", test_concurrent_32 },
     { "queue_full_and_keepalive", test_queue_full_and_keepalive },
