@@ -36,6 +36,8 @@ static void usage(FILE *f)
                "  --temp T       temperature (default 0.8; 0 = greedy)  --top-p P (default 0.95)\n"
                "  --seed S       sampling seed (default: from the clock)\n"
                "  --ctx N        context length in tokens (default: the model's, at most 4096)\n"
+               "  --spec-draft K speculative decoding: tokens the MTP block drafts per step (default 0 =\n"
+               "                 off; docs/SPECULATIVE.md)\n"
                "commands: /reset (forget the conversation), /quit, /help; Ctrl-D leaves\n");
     fputs(CLI_ENGINE_USAGE, f);
 }
@@ -233,6 +235,7 @@ struct chat {
     int32_t                   *held; /* tokens the session holds, in order */
     int                        n_held, ctx;
     long long                  max_reply;
+    int                        spec; /* --spec-draft */
 };
 
 static volatile sig_atomic_t interrupted;
@@ -371,8 +374,13 @@ static int exchange(struct chat *c, const char *line)
         return DSV4_ENOMEM;
     }
     interrupted = 0;
+    /* chosen tokens not printed yet; all but the last are in the session (and in held) */
+    int32_t pend[DSV4_SPEC_MAX_DRAFT + 1];
+    int     n_pend = 0;
+    pend[n_pend++] = dsv4_sampler_sample(c->smp, dsv4_session_logits(c->s), NULL);
     for (long long k = 0; k < c->max_reply && !interrupted; k++) {
-        int32_t next = dsv4_sampler_sample(c->smp, dsv4_session_logits(c->s), NULL);
+        int32_t next = pend[0];
+        memmove(pend, pend + 1, sizeof(int32_t) * (size_t)--n_pend);
         if (next == eos) break;
         size_t m = 0;
         if (dsv4_tokenizer_stream_push(c->tok, &ts, next, piece, tcap, &m, &err) == DSV4_OK && m) {
@@ -380,15 +388,18 @@ static int exchange(struct chat *c, const char *line)
             fflush(stdout);
             append(&reply, &rlen, &rcap, piece, m);
         }
+        if (n_pend) continue; /* evaluated already by the speculative step */
         if (c->n_held + 1 >= c->ctx) {
             fprintf(stderr, "\ndsv4 chat: the context of %d tokens is full; /reset to start over", c->ctx);
             break;
         }
-        if (dsv4_session_eval(c->s, &next, 1, NULL, NULL, NULL, &err)) {
+        int kk = c->spec < c->ctx - c->n_held - 2 ? c->spec : c->ctx - c->n_held - 2;
+        if (dsv4_session_spec_step(c->s, next, kk > 0 ? kk : 0, c->smp, pend, &n_pend, NULL, &err)) {
             fprintf(stderr, "\ndsv4 chat: %s", err.msg);
             break;
         }
         c->held[c->n_held++] = next;
+        for (int j = 0; j + 1 < n_pend; j++) c->held[c->n_held++] = pend[j];
     }
     size_t m = 0;
     dsv4_tokenizer_stream_flush(&ts, piece, &m);
@@ -415,7 +426,7 @@ static int exchange(struct chat *c, const char *line)
 int cmd_chat(int argc, char **argv)
 {
     const char *dir = NULL;
-    long long   max_reply = 256, ctx = 0;
+    long long   max_reply = 256, ctx = 0, spec = 0;
     bool        seeded = false;
     struct chat c      = { 0 };
     dsv4_chat_params_default(&c.cp);
@@ -443,6 +454,9 @@ int cmd_chat(int argc, char **argv)
             if (!(c.system = cli_value("chat", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--think")) {
             c.cp.mode = DSV4_CHAT_MODE_THINKING;
+        } else if (!strcmp(a, "--spec-draft")) {
+            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 0, DSV4_SPEC_MAX_DRAFT, &spec))
+                return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 1, 1 << 24, &max_reply)) return 2;
         } else if (!strcmp(a, "--ctx")) {
@@ -462,6 +476,7 @@ int cmd_chat(int argc, char **argv)
     }
     if (!seeded) sp.seed = (uint64_t)time(NULL);
     c.max_reply = max_reply;
+    c.spec      = (int)spec;
 
     struct dsv4_err err;
     struct editor   ed = { .tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) };
@@ -483,7 +498,10 @@ int cmd_chat(int argc, char **argv)
     if (c.ctx > c.info.max_ctx) c.ctx = c.info.max_ctx;
     struct dsv4_session_params ssp;
     dsv4_session_params_default(&ssp);
-    ssp.max_ctx = c.ctx;
+    ssp.max_ctx    = c.ctx;
+    ssp.mtp        = spec > 0 && c.info.has_mtp;
+    ssp.spec_draft = ssp.mtp ? (int)spec : 0;
+    if (spec > 0 && !c.info.has_mtp) fprintf(stderr, "dsv4 chat: no MTP block in this checkpoint: --spec-draft ignored\n");
     c.held      = malloc(sizeof(int32_t) * (size_t)c.ctx);
     if (!c.held || dsv4_session_create(c.engine, &ssp, &c.s, &err) ||
         dsv4_sampler_create(&c.smp, c.info.vocab_size, &sp, &err)) {
