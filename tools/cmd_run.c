@@ -21,8 +21,7 @@ static void usage(FILE *f)
                "  --ctx N        context length (default: prompt + N)\n"
                "  --ids          print token ids instead of text\n"
                "  --spec-draft K speculative decoding: K tokens drafted by the MTP block per step, verified\n"
-               "                 in one (0 = off; default %d when the checkpoint has MTP, else off;\n"
-               "                 docs/SPECULATIVE.md)\n", DSV4_SPEC_DRAFT_DEFAULT);
+               "                 in one (default %d; 0 = off; docs/SPECULATIVE.md)\n", DSV4_SPEC_DRAFT_DEFAULT);
     fputs(CLI_ENGINE_USAGE, f);
 }
 
