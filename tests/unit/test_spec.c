@@ -10,6 +10,7 @@
  * of a one-token-at-a-time greedy decode, for K = 1, 2, 3, 7 and prompts chunked by 1, 7 and
  * 512 (five pairs), on tiny-a, tiny-b and the demo model (whose trained MTP head must get drafts kept).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,8 +231,124 @@ static void test_greedy_identity(struct test_ctx *t)
     greedy_identity(t, DEMO_MODEL, true);
 }
 
+/* Top-k filtered softmax at temperature T, in double (the reference for the chi-square). */
+static void filtered(const float *lg, int V, int k, double T, int *ids, double *p)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++) taken |= ids[q] == i;
+            if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
+        }
+        ids[j] = best;
+    }
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += (p[j] = exp(((double)lg[ids[j]] - (double)lg[ids[0]]) / T));
+    for (int j = 0; j < k; j++) p[j] /= sum;
+}
+
+/* Sampled speculation keeps the model's distribution: on the demo model, the two tokens after
+ * a fixed `next` (top-k 3, temperature 1.3), drawn 1000 times through K = 2 speculative steps,
+ * against their exact probabilities from plain evaluation, by chi-square (significance 1e-4,
+ * cells expected below 5 merged). Both verdicts must occur (else the test shows nothing). */
+static void test_sampled_distribution(struct test_ctx *t)
+{
+    dsv4_engine    *e;
+    struct dsv4_err err;
+    if (dsv4_engine_open(&e, DEMO_MODEL, NULL, &err)) {
+        CHECKF(0, "open: %s", err.msg);
+        return;
+    }
+    enum { NP = 6, K3 = 3, N = 1000 };
+    const int V = dsv4_engine_model(e)->cfg.vocab_size;
+    int32_t   prompt[NP] = { 200, 237, 274, 311, 348, 385 }, next = 422;
+    double    T = 1.3;
+    /* exact: p(a) after prompt + next, p(b | a) */
+    dsv4_session *ref = new_session(t, e, 64, 64, 0);
+    if (!ref) {
+        dsv4_engine_close(e);
+        return;
+    }
+    int    id1[K3], id2[K3][K3];
+    double p1[K3], p2[K3][K3];
+    CHECK(dsv4_session_eval(ref, prompt, NP, NULL, NULL, NULL, &err) == DSV4_OK);
+    CHECK(dsv4_session_eval(ref, &next, 1, NULL, NULL, NULL, &err) == DSV4_OK);
+    filtered(dsv4_session_logits(ref), V, K3, T, id1, p1);
+    for (int a = 0; a < K3; a++) {
+        dsv4_session_reset(ref);
+        int32_t seq[NP + 2];
+        memcpy(seq, prompt, sizeof(prompt));
+        seq[NP] = next, seq[NP + 1] = id1[a];
+        CHECK(dsv4_session_eval(ref, seq, NP + 2, NULL, NULL, NULL, &err) == DSV4_OK);
+        filtered(dsv4_session_logits(ref), V, K3, T, id2[a], p2[a]);
+    }
+    dsv4_session_free(ref);
+    /* sampled through speculative steps */
+    dsv4_session              *s = new_session(t, e, 64, 64, 2), *base = new_session(t, e, 64, 64, 2);
+    dsv4_sampler              *smp = NULL;
+    struct dsv4_sampler_params sp;
+    dsv4_sampler_params_default(&sp);
+    sp.temperature = (float)T;
+    sp.top_k       = K3;
+    sp.seed        = 77;
+    if (!s || !base || dsv4_sampler_create(&smp, V, &sp, &err) ||
+        dsv4_session_eval(base, prompt, NP, NULL, NULL, NULL, &err)) {
+        CHECKF(0, "session or sampler: %s", err.msg);
+        dsv4_session_free(s);
+        dsv4_session_free(base);
+        dsv4_engine_close(e);
+        return;
+    }
+    long cnt[K3][K3] = { { 0 } }, other = 0, kept = 0, steps = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t out[8], got[2];
+        int     n_out = 0, n = 0;
+        dsv4_seq_state_copy(&s->st, &base->st); /* the prompt's state, without evaluating it again */
+        int32_t nx = next;
+        while (n < 2) {
+            if (dsv4_session_spec_step(s, nx, 2, smp, out, &n_out, NULL, &err)) break;
+            steps++, kept += n_out - 1;
+            for (int j = 0; j < n_out && n < 2; j++) got[n++] = out[j];
+            nx = out[n_out - 1];
+        }
+        int a = -1, b = -1;
+        for (int j = 0; j < K3; j++) a = id1[j] == got[0] ? j : a;
+        for (int j = 0; a >= 0 && j < K3; j++) b = id2[a][j] == got[1] ? j : b;
+        if (a < 0 || b < 0) other++;
+        else cnt[a][b]++;
+    }
+    CHECKF(other == 0, "%ld samples outside the top-3 supports", other);
+    CHECKF(kept > steps / 20 && kept < 2 * steps - steps / 20, "drafts kept %ld in %ld steps: one verdict never occurs",
+           kept, steps);
+    /* chi-square over the 9 cells, cells expected below 5 merged into one */
+    double chi = 0, e_small = 0, o_small = 0;
+    int    cells = 0;
+    for (int a = 0; a < K3; a++)
+        for (int b = 0; b < K3; b++) {
+            double ex = N * p1[a] * p2[a][b];
+            if (ex < 5) {
+                e_small += ex, o_small += (double)cnt[a][b];
+                continue;
+            }
+            chi += ((double)cnt[a][b] - ex) * ((double)cnt[a][b] - ex) / ex;
+            cells++;
+        }
+    if (e_small > 0) chi += (o_small - e_small) * (o_small - e_small) / e_small, cells++;
+    static const double crit[] = { 0, 15.14, 18.42, 21.11, 23.51, 25.74, 27.86, 29.88, 31.83 }; /* p = 1e-4 */
+    int df = cells - 1;
+    CHECKF(df >= 2 && chi < crit[df], "chi-square %.2f with %d degrees of freedom (critical %.2f)", chi, df,
+           df >= 1 && df <= 8 ? crit[df] : 0.0);
+    printf("    chi-square %.2f, %d degrees of freedom; %ld of %ld drafts kept\n", chi, df, kept, 2 * steps);
+    dsv4_sampler_free(smp);
+    dsv4_session_free(s);
+    dsv4_session_free(base);
+    dsv4_engine_close(e);
+}
+
 const struct test_case test_group_spec[] = {
     { "rollback_every_keep", test_rollback_every_keep },
     { "greedy_identity", test_greedy_identity },
+    { "sampled_distribution", test_sampled_distribution },
     { NULL, NULL },
 };
