@@ -979,7 +979,6 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
         struct rq *r = s->cand[i];
         dsv4_kv_prefix_publish(&s->kv, r->slot, r->tok);
         if (r->k) {
-            if (r->spec_pause > 0) r->spec_pause = 0; /* (set by verify_drafts: counts from the next step) */
             int n_out = r->n_out;
             for (int j = 0; j < n_out; j++) {
                 r->sampled = r->out[j];
