@@ -2,7 +2,9 @@
  * x86_avx2.c - the AVX2 kernels (AVX2 + FMA + F16C): 8 lanes of the template in
  * x86_kernels.inc. The level valgrind can run (DSV4_CPU=avx2).
  */
+#include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -79,6 +81,9 @@ static inline VEC v_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* FP8 GEMV: the block scale on the activations where that keeps the bits (x86_kernels.inc,
+ * k_rows4_sx): with one token, one multiply per 32 weights instead of per 8. */
+#define K_FP8_SCALE_X 1
 #include "backend/cpu/x86_kernels.inc"
 
 const struct dsv4_kernels dsv4_kernels_avx2 = {
