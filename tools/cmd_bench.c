@@ -150,6 +150,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
                "                  [--chunk N] [--csv FILE] [--threads N]\n"
                "                  [--cpu-level all]   every level this machine runs, then a summary table\n"
+               "                  [--spec-rows K]     verify steps of 1 .. K + 1 rows and a draft row (MTP)\n"
                "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][,i16][:...]   one projection alone: M tokens,\n"
                "                  N outputs, K inputs; i16: on interleaved 16-row tiles\n");
     fputs(CLI_ENGINE_USAGE, f);
@@ -260,7 +261,71 @@ struct bench_opts {
     const int  *batches;
     int         n_batch, steps, chunk;
     bool        csv_started; /* --cpu-level all: later levels append to the CSV */
+    int         spec;        /* --spec-rows K: verify steps of 1 .. K + 1 rows and a draft row */
 };
+
+/* --spec-rows: what speculative decoding costs here (docs/SPECULATIVE.md). One sequence with
+ * MTP state prefilled to ctx; then, best of `reps`, a forward of n = 1 .. K + 1 rows of it
+ * (a verify step with its MTP rows; n > 1 rolled back to one row, as a step that keeps no
+ * draft, then that row too: each run starts at ctx, for timing only) and one chained draft
+ * row (MTP block + head). */
+static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int32_t *toks, int ctx, int K, int reps,
+                      struct dsv4_err *err)
+{
+    const struct dsv4_config *c = &m->cfg;
+    struct dsv4_kv_mem        kvmem = dsv4_model_kv_mem(m);
+    struct dsv4_seq_state     st;
+    struct dsv4_spec_undo     u;
+    float *lg = malloc(sizeof(float) * (size_t)c->vocab_size * (size_t)(K + 1));
+    int    rc = lg ? dsv4_seq_state_init(&st, c, ctx + K + 2, m->row_fmt, true, &kvmem, err)
+                   : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (rc) {
+        free(lg);
+        return rc;
+    }
+    if ((rc = dsv4_spec_undo_init(&u, m, K + 1, err))) {
+        dsv4_seq_state_free(&st);
+        free(lg);
+        return rc;
+    }
+    for (int off = 0; off < ctx && !rc; off += S->max_rows) {
+        int                 n = ctx - off < S->max_rows ? ctx - off : S->max_rows;
+        struct dsv4_fwd_seq q = { .st = &st, .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };
+        rc                    = dsv4_forward(m, S, &q, 1, err);
+    }
+    double t1 = 0;
+    printf("\nspeculative decoding at ctx %d (best of %d): verify steps of 1 + K rows, MTP rows included\n", ctx, reps);
+    printf("%8s %10s %10s\n", "rows", "ms", "x 1 row");
+    for (int n = 1; n <= K + 1 && !rc; n++) {
+        double best = 1e30;
+        for (int r = 0; r < reps && !rc; r++) {
+            struct dsv4_fwd_seq q  = { .st = &st, .tokens = toks, .n = n, .n_logits = n, .logits = lg,
+                                       .undo = n > 1 ? &u : NULL };
+            double              t0 = cli_now();
+            rc                     = dsv4_forward(m, S, &q, 1, err);
+            double dt              = cli_now() - t0;
+            if (rc) break;
+            best = dt < best ? dt : best;
+            if (n > 1) dsv4_spec_rollback(m, S, &st, &u, 1);
+            st.pos--, st.mtp_pos = st.pos - 1; /* back to ctx: the row it kept goes again */
+        }
+        if (n == 1) t1 = best;
+        if (!rc) printf("%8d %10.2f %10.2f\n", n, best * 1e3, best / t1);
+    }
+    double bd = 1e30;
+    for (int r = 0; r < reps && !rc; r++) {
+        struct dsv4_fwd_seq q  = { .st = &st, .tokens = toks, .n = 1, .mtp_logits = lg, .draft_depth = 1 };
+        double              t0 = cli_now();
+        rc                     = dsv4_forward_draft(m, S, &q, 1, err);
+        double dt              = cli_now() - t0;
+        bd                     = dt < bd ? dt : bd;
+    }
+    if (!rc) printf("%8s %10.2f %10.2f\n", "draft", bd * 1e3, bd / t1);
+    dsv4_spec_undo_free(&u);
+    dsv4_seq_state_free(&st);
+    free(lg);
+    return rc;
+}
 
 /* One level's figures at the first context length, for the summary of --cpu-level all. */
 struct level_sum {
@@ -306,7 +371,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
     int                       max_b = 1, max_ctx = 1;
     for (int i = 0; i < n_batch; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
     for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
-    int ctx_cap = max_ctx + (int)steps + 1;
+    int ctx_cap = max_ctx + (int)steps + 1 + (o->spec ? o->spec + 2 : 0); /* --spec-rows: ctx + K + 2 */
 
     printf("measuring read bandwidth (1 GiB, %d threads)...\n", cpu->n_threads);
     /* the VM's bandwidth moves with its neighbours, by 1.5x within minutes: it is measured
@@ -456,6 +521,16 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
             }
         }
     }
+    if (o->spec > 0) {
+        if (!m->w.has_mtp) {
+            fprintf(stderr, "dsv4 bench: --spec-rows needs a checkpoint with an MTP block\n");
+            goto done;
+        }
+        if (bench_spec(m, &S, toks, ctxs[0], o->spec, steps, &err)) {
+            fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+            goto done;
+        }
+    }
     rc = 0;
 done:
     if (cf) fclose(cf);
@@ -475,7 +550,7 @@ done:
 int cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
-    long long   steps = 8, chunk = 512, threads = 0;
+    long long   steps = 8, chunk = 512, threads = 0, spec = 0;
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
     cli_engine_env(&ep);
@@ -497,6 +572,9 @@ int cmd_bench(int argc, char **argv)
             if (!(batch_s = cli_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--decode-steps")) {
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
+        } else if (!strcmp(a, "--spec-rows")) {
+            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, DSV4_SPEC_MAX_DRAFT, &spec))
+                return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
         } else if (!strcmp(a, "--threads")) {
@@ -521,7 +599,7 @@ int cmd_bench(int argc, char **argv)
     ep.n_threads = (int)threads;
     ep.log       = cli_log_stderr;
     ep.log_ud    = (void *)"bench";
-    struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, (int)steps, (int)chunk, false };
+    struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, (int)steps, (int)chunk, false, (int)spec };
     int               rc = 0;
     if (!ep.cpu_level || strcmp(ep.cpu_level, "all") != 0) {
         rc = bench_model(&o, &ep, NULL);

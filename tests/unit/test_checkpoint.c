@@ -404,7 +404,7 @@ static void test_bench_cli(struct test_ctx *t)
     char  cmd[1400], csv[1100], *out = NULL;
     snprintf(csv, sizeof(csv), "%s/bench.csv", t->tmpdir);
     snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --ctx-list 16 --batch-list 1,2 --decode-steps 1 --threads 2 "
-                               "--cpu-level all --csv %s", bin, t->tmpdir, csv);
+                               "--cpu-level all --spec-rows 2 --csv %s", bin, t->tmpdir, csv);
     int rc = test_run(cmd, &out);
     CHECKF(rc == 0, "bench exit %d:\n%s", rc, out);
     int  n_here = 0, n_lines = 0;
@@ -421,6 +421,8 @@ static void test_bench_cli(struct test_ctx *t)
         CHECKF(sum && strstr(sum, line), "no summary line for level %s:\n%s", name, out);
     }
     CHECK(strstr(out, "arithmetic peak, 2 threads: f32 FMA") != NULL);
+    const char *sp = strstr(out, "speculative decoding at ctx 16");
+    CHECKF(sp && strstr(sp, "\n       3 ") && strstr(sp, "\n   draft "), "no --spec-rows table:\n%s", out);
     free(out);
     FILE *f = fopen(csv, "r");
     CHECKF(f != NULL, "no CSV %s", csv);
