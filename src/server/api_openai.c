@@ -104,7 +104,7 @@ static void rand_seed(void)
     atomic_store(&rand_ctr, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30));
 }
 
-static uint64_t random_u64(void)
+uint64_t srv_random_u64(void)
 {
     pthread_once(&rand_once, rand_seed);
     uint64_t z = atomic_fetch_add(&rand_ctr, 0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
@@ -115,30 +115,30 @@ static uint64_t random_u64(void)
 
 void srv_api_make_id(char *out, size_t cap, const char *prefix)
 {
-    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)random_u64(),
-             (unsigned long long)(random_u64() & 0xffffffffu));
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)srv_random_u64(),
+             (unsigned long long)(srv_random_u64() & 0xffffffffu));
 }
 
 /* The field, or NULL when absent or null. */
-static json_t *field(json_t *o, const char *key)
+json_t *srv_json_field(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static int get_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e)
+int srv_json_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e)
 {
-    json_t *v = field(o, key);
+    json_t *v = srv_json_field(o, key);
     if (!v) return 0;
     if (!json_is_boolean(v)) return srv_api_fail(e, 400, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return 0;
 }
 
-static int get_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
+int srv_json_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
                    struct srv_api_error *e)
 {
-    json_t *v = field(o, key);
+    json_t *v = srv_json_field(o, key);
     if (!v) return 0;
     if (!json_is_number(v)) return srv_api_fail(e, 400, key, "'%s' must be a number", key);
     double x = json_number_value(v);
@@ -148,9 +148,9 @@ static int get_num(json_t *o, const char *key, double lo, double hi, bool lo_ope
     return 0;
 }
 
-static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e)
+int srv_json_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e)
 {
-    json_t *v = field(o, key);
+    json_t *v = srv_json_field(o, key);
     if (!v) return 0;
     if (!json_is_integer(v)) return srv_api_fail(e, 400, key, "'%s' must be an integer", key);
     long long x = json_integer_value(v);
@@ -165,35 +165,35 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
 static const char *const FIELDS_COMMON[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "stream", "stream_options", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-    "return_tokens_as_token_ids", "ignore_eos", "skip_special_tokens", "logprobs", "speculative",
+    "return_tokens_as_token_ids", "ignore_eos", "skip_special_tokens", "logprobs", "speculative", NULL,
 };
 static const char *const FIELDS_CHAT[] = {
-    "messages", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "response_format",
+    "messages", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs", "response_format", NULL,
 };
-static const char *const FIELDS_COMPLETION[] = { "prompt", "echo", "best_of", "suffix", "return_token_ids" };
+static const char *const FIELDS_COMPLETION[] = { "prompt", "echo", "best_of", "suffix", "return_token_ids", NULL };
 /* Sent by common clients, without effect on the output: accepted and ignored (docs/SERVER.md). */
 static const char *const FIELDS_IGNORED[] = {
-    "user", "metadata", "store", "parallel_tool_calls", "service_tier", "safety_identifier", "prompt_cache_key",
+    "user", "metadata", "store", "parallel_tool_calls", "service_tier", "safety_identifier", "prompt_cache_key", NULL,
 };
 
-static bool in_list(const char *key, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(key, list[i])) return true;
-    return false;
-}
-
-static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_error *e)
+const char *srv_json_unknown_key(json_t *o, const char *const *lists[], int n_lists)
 {
     const char *key;
     json_t     *v;
     json_object_foreach(o, key, v) {
-        if (in_list(key, FIELDS_COMMON, sizeof(FIELDS_COMMON) / sizeof(FIELDS_COMMON[0])) ||
-            in_list(key, FIELDS_IGNORED, sizeof(FIELDS_IGNORED) / sizeof(FIELDS_IGNORED[0])))
-            continue;
-        if (kind == SRV_API_CHAT ? in_list(key, FIELDS_CHAT, sizeof(FIELDS_CHAT) / sizeof(FIELDS_CHAT[0]))
-                                 : in_list(key, FIELDS_COMPLETION, sizeof(FIELDS_COMPLETION) / sizeof(FIELDS_COMPLETION[0])))
-            continue;
+        bool known = false;
+        for (int l = 0; l < n_lists && !known; l++)
+            for (const char *const *k = lists[l]; *k && !known; k++) known = !strcmp(key, *k);
+        if (!known) return key;
+    }
+    return NULL;
+}
+
+static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_error *e)
+{
+    const char *const *lists[] = { FIELDS_COMMON, FIELDS_IGNORED, kind == SRV_API_CHAT ? FIELDS_CHAT : FIELDS_COMPLETION };
+    const char        *key     = srv_json_unknown_key(o, lists, 3);
+    if (key) {
         /* the name is copied: the request's JSON is freed before the error is written */
         if (!strcmp(key, "functions") || !strcmp(key, "function_call"))
             srv_api_fail(e, 400, NULL, "the legacy '%s' field is not supported by dsv4; use 'tools'", key);
@@ -212,32 +212,32 @@ static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_erro
 static int refuse_unsupported(json_t *o, struct srv_api_error *e)
 {
     long long n = 1;
-    if (get_int(o, "n", 1, 1000000, &n, e)) return -1;
+    if (srv_json_int(o, "n", 1, 1000000, &n, e)) return -1;
     if (n != 1) return srv_api_fail(e, 400, "n", "'n' is %lld: dsv4 returns one choice per request (n = 1)", n);
     static const char *const penalties[] = { "presence_penalty", "frequency_penalty", "repetition_penalty" };
     for (size_t i = 0; i < sizeof(penalties) / sizeof(penalties[0]); i++) {
         double x = i == 2 ? 1.0 : 0.0;
-        if (get_num(o, penalties[i], -2, 2, false, &x, e)) return -1;
+        if (srv_json_num(o, penalties[i], -2, 2, false, &x, e)) return -1;
         if (x != (i == 2 ? 1.0 : 0.0))
             return srv_api_fail(e, 400, penalties[i], "'%s' is not supported by dsv4 (only its neutral value)",
                                 penalties[i]);
     }
-    json_t *lb = field(o, "logit_bias");
+    json_t *lb = srv_json_field(o, "logit_bias");
     if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
         return srv_api_fail(e, 400, "logit_bias", "'logit_bias' is not supported by dsv4");
     long long best_of = 1;
-    if (get_int(o, "best_of", 1, 1000000, &best_of, e)) return -1;
+    if (srv_json_int(o, "best_of", 1, 1000000, &best_of, e)) return -1;
     if (best_of != 1) return srv_api_fail(e, 400, "best_of", "'best_of' must be 1");
     bool echo = false;
-    if (get_bool(o, "echo", &echo, e)) return -1;
+    if (srv_json_bool(o, "echo", &echo, e)) return -1;
     if (echo) return srv_api_fail(e, 400, "echo", "'echo' is not supported by dsv4");
-    if (field(o, "suffix")) return srv_api_fail(e, 400, "suffix", "'suffix' is not supported by dsv4");
+    if (srv_json_field(o, "suffix")) return srv_api_fail(e, 400, "suffix", "'suffix' is not supported by dsv4");
     return 0;
 }
 
 static int parse_stop(json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    json_t *v = field(o, "stop");
+    json_t *v = srv_json_field(o, "stop");
     if (!v) return 0;
     json_t *one[1] = { v };
     json_t **items = one;
@@ -262,10 +262,24 @@ static int parse_stop(json_t *o, struct srv_gen *g, struct srv_api_error *e)
     return 0;
 }
 
+/* "speculative": {"draft": K}: K tokens drafted by the MTP block per step, 0 = off (absent:
+ * the server's --spec-draft); docs/SERVER.md */
+int srv_api_speculative(json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    json_t *spec = srv_json_field(o, "speculative");
+    if (!spec) return 0;
+    long long k = -1;
+    if (!json_is_object(spec) || json_object_size(spec) != 1 || !json_object_get(spec, "draft"))
+        return srv_api_fail(e, 400, "speculative", "'speculative' must be an object {\"draft\": K}");
+    if (srv_json_int(spec, "draft", 0, DSV4_SPEC_MAX_DRAFT, &k, e)) return -1;
+    g->spec_draft = k == 0 ? -1 : (int)k;
+    return 0;
+}
+
 /* Fields common to both endpoints: model, sampling, limits, streaming, stop. */
 static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    json_t *model = field(o, "model");
+    json_t *model = srv_json_field(o, "model");
     if (model && !json_is_string(model)) return srv_api_fail(e, 400, "model", "'model' must be a string");
     if (model && strcmp(json_string_value(model), c->model_name) != 0) {
         srv_api_fail(e, 400, "model", "The model '%s' does not exist; this server serves '%s'",
@@ -276,38 +290,29 @@ static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *
     if (refuse_unsupported(o, e)) return -1;
     double    temp = 1.0, top_p = 1.0, min_p = 0.0;
     long long top_k = 0, seed = 0;
-    if (get_num(o, "temperature", 0, 2, false, &temp, e) || get_num(o, "top_p", 0, 1, true, &top_p, e) ||
-        get_num(o, "min_p", 0, 1, false, &min_p, e) || get_int(o, "top_k", -1, 1 << 30, &top_k, e))
+    if (srv_json_num(o, "temperature", 0, 2, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||
+        srv_json_num(o, "min_p", 0, 1, false, &min_p, e) || srv_json_int(o, "top_k", -1, 1 << 30, &top_k, e))
         return -1;
     g->sp.temperature = (float)temp;
     g->sp.top_p       = (float)top_p;
     g->sp.min_p       = (float)min_p;
     g->sp.top_k       = top_k < 0 ? 0 : (int)top_k;
-    if (field(o, "seed")) {
-        if (get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e)) return -1;
+    if (srv_json_field(o, "seed")) {
+        if (srv_json_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e)) return -1;
         g->sp.seed = (uint64_t)seed;
     } else {
-        g->sp.seed = random_u64();
+        g->sp.seed = srv_random_u64();
     }
-    if (get_bool(o, "stream", &g->stream, e)) return -1;
-    json_t *so = field(o, "stream_options");
+    if (srv_json_bool(o, "stream", &g->stream, e)) return -1;
+    json_t *so = srv_json_field(o, "stream_options");
     if (so && !json_is_object(so)) return srv_api_fail(e, 400, "stream_options", "'stream_options' must be an object");
-    if (so && get_bool(so, "include_usage", &g->include_usage, e)) return -1;
-    if (get_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || get_bool(o, "ignore_eos", &g->ignore_eos, e))
+    if (so && srv_json_bool(so, "include_usage", &g->include_usage, e)) return -1;
+    if (srv_json_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || srv_json_bool(o, "ignore_eos", &g->ignore_eos, e))
         return -1;
     bool skip_special = true;
-    if (get_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
+    if (srv_json_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
     g->keep_special = !skip_special;
-    /* "speculative": {"draft": K}: K tokens drafted by the MTP block per step, 0 = off (absent:
-     * the server's --spec-draft); docs/SERVER.md */
-    json_t *spec = field(o, "speculative");
-    if (spec) {
-        long long k = -1;
-        if (!json_is_object(spec) || json_object_size(spec) != 1 || !json_object_get(spec, "draft"))
-            return srv_api_fail(e, 400, "speculative", "'speculative' must be an object {\"draft\": K}");
-        if (get_int(spec, "draft", 0, DSV4_SPEC_MAX_DRAFT, &k, e)) return -1;
-        g->spec_draft = k == 0 ? -1 : (int)k;
-    }
+    if (srv_api_speculative(o, g, e)) return -1;
     return parse_stop(o, g, e);
 }
 
@@ -317,7 +322,7 @@ static int fit_context(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g
                        struct srv_api_error *e)
 {
     long long mt = -1, mct = -1;
-    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, e) || get_int(o, "max_completion_tokens", 1, INT32_MAX, &mct, e))
+    if (srv_json_int(o, "max_tokens", 1, INT32_MAX, &mt, e) || srv_json_int(o, "max_completion_tokens", 1, INT32_MAX, &mct, e))
         return -1;
     if (mct > 0) mt = mct;
     const char *what = g->kind == SRV_API_CHAT ? "messages" : "prompt";
@@ -386,12 +391,48 @@ static int check_tools(json_t *tools, struct srv_api_error *e)
     return 0;
 }
 
+/* The chat document {messages, tools} -> the V4 prompt -> token ids in g (doc is consumed).
+ * Message text is tokenized as text (no control token can be typed in) unless the server
+ * trusts its callers (--special-tokens-in-messages). */
+int srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_chat_params *cp, const char *param,
+                   struct srv_gen *g, struct srv_api_error *e)
+{
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) return srv_api_fail(e, 500, NULL, "out of memory");
+    char           *prompt  = NULL;
+    uint8_t        *literal = NULL;
+    size_t          plen    = 0;
+    struct dsv4_err err;
+    int             rc = c->special_in_messages
+                             ? dsv4_chat_render_json(text, strlen(text), cp, &prompt, &plen, &err)
+                             : dsv4_chat_render_json_marked(text, strlen(text), cp, &prompt, &plen, &literal, &err);
+    free(text);
+    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s", err.msg);
+
+    size_t cap = 3 * plen + 1, n = 0;
+    g->prompt  = malloc(sizeof(int32_t) * cap);
+    if (!g->prompt) {
+        free(prompt);
+        free(literal);
+        return srv_api_fail(e, 500, NULL, "out of memory");
+    }
+    rc = dsv4_tokenizer_encode_marked(c->tok, prompt, plen, literal, 0, g->prompt, cap, &n, &err);
+    free(prompt);
+    free(literal);
+    if (rc) return srv_api_fail(e, 400, param, "%s", err.msg);
+    g->n_prompt   = (int)n;
+    g->parse_chat = true;
+    g->mode       = cp->mode;
+    return 0;
+}
+
 static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
     if (!c->tok)
         return srv_api_fail(e, 400, NULL,
                             "this model has no tokenizer.json, so it cannot chat: use /v1/completions with token ids");
-    json_t *msgs = field(o, "messages");
+    json_t *msgs = srv_json_field(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return srv_api_fail(e, 400, "messages", "'messages' must be a non-empty array of messages");
     size_t  i;
@@ -403,9 +444,9 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     }
     bool      logprobs = false;
     long long top      = 0;
-    if (get_bool(o, "logprobs", &logprobs, e) || get_int(o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, e))
+    if (srv_json_bool(o, "logprobs", &logprobs, e) || srv_json_int(o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, e))
         return -1;
-    if (field(o, "top_logprobs") && !logprobs)
+    if (srv_json_field(o, "top_logprobs") && !logprobs)
         return srv_api_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     g->logprobs     = logprobs;
     g->top_logprobs = (int)top;
@@ -413,17 +454,17 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     /* thinking control */
     struct dsv4_chat_params cp;
     dsv4_chat_params_default(&cp);
-    if (parse_effort(field(o, "reasoning_effort"), "reasoning_effort", &cp.mode, &cp.effort, e)) return -1;
-    json_t *kw = field(o, "chat_template_kwargs");
+    if (parse_effort(srv_json_field(o, "reasoning_effort"), "reasoning_effort", &cp.mode, &cp.effort, e)) return -1;
+    json_t *kw = srv_json_field(o, "chat_template_kwargs");
     if (kw && !json_is_object(kw))
         return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (kw) {
-        if (parse_effort(field(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort", &cp.mode, &cp.effort,
+        if (parse_effort(srv_json_field(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort", &cp.mode, &cp.effort,
                          e))
             return -1;
         static const char *const keys[] = { "thinking", "enable_thinking" };
         for (int k = 0; k < 2; k++) {
-            json_t *t = field(kw, keys[k]);
+            json_t *t = srv_json_field(kw, keys[k]);
             if (t && !json_is_boolean(t))
                 return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs.%s' must be a boolean",
                                     keys[k]);
@@ -433,9 +474,9 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     g->mode = cp.mode;
 
     /* tools */
-    json_t *tools = field(o, "tools");
+    json_t *tools = srv_json_field(o, "tools");
     if (tools && check_tools(tools, e)) return -1;
-    json_t *tc = field(o, "tool_choice");
+    json_t *tc = srv_json_field(o, "tool_choice");
     if (tc) {
         const char *s = json_string_value(tc);
         if (!s && !json_is_object(tc))
@@ -449,7 +490,7 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     }
     if (tools && json_array_size(tools) == 0) tools = NULL;
     g->tools = tools != NULL;
-    json_t *rf = field(o, "response_format");
+    json_t *rf = srv_json_field(o, "response_format");
     if (rf) {
         const char *type = json_string_value(json_object_get(rf, "type"));
         if (!json_is_object(rf) || !type)
@@ -476,34 +517,7 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     }
     doc = json_pack("{s:o}", "messages", list);
     if (doc && tools) json_object_set(doc, "tools", tools);
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (!text) return srv_api_fail(e, 500, NULL, "out of memory");
-    /* message text is tokenized as text (no control token can be typed in) unless the
-     * server trusts its callers (--special-tokens-in-messages) */
-    char           *prompt  = NULL;
-    uint8_t        *literal = NULL;
-    size_t          plen    = 0;
-    struct dsv4_err err;
-    int             rc = c->special_in_messages
-                             ? dsv4_chat_render_json(text, strlen(text), &cp, &prompt, &plen, &err)
-                             : dsv4_chat_render_json_marked(text, strlen(text), &cp, &prompt, &plen, &literal, &err);
-    free(text);
-    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "messages", "%s", err.msg);
-
-    size_t cap = 3 * plen + 1, n = 0;
-    g->prompt  = malloc(sizeof(int32_t) * cap);
-    if (!g->prompt) {
-        free(prompt);
-        free(literal);
-        return srv_api_fail(e, 500, NULL, "out of memory");
-    }
-    rc = dsv4_tokenizer_encode_marked(c->tok, prompt, plen, literal, 0, g->prompt, cap, &n, &err);
-    free(prompt);
-    free(literal);
-    if (rc) return srv_api_fail(e, 400, "messages", "%s", err.msg);
-    g->n_prompt   = (int)n;
-    g->parse_chat = true;
+    if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
     return fit_context(c, o, g, 0, e);
 }
 
@@ -529,7 +543,7 @@ static int prompt_ids(const struct srv_api_ctx *c, json_t *arr, struct srv_gen *
 
 static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    json_t *p = field(o, "prompt");
+    json_t *p = srv_json_field(o, "prompt");
     if (!p) return srv_api_fail(e, 400, "prompt", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) > 0 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
@@ -556,7 +570,7 @@ static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_g
     } else {
         return srv_api_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
     }
-    json_t *lp = field(o, "logprobs");
+    json_t *lp = srv_json_field(o, "logprobs");
     if (lp) {
         if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > SRV_MAX_TOP_LOGPROBS)
             return srv_api_fail(e, 400, "logprobs", "'logprobs' must be an integer from 0 to %d", SRV_MAX_TOP_LOGPROBS);
@@ -564,7 +578,7 @@ static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_g
         g->top_logprobs = (int)json_integer_value(lp);
     }
     g->token_ids = c->tok == NULL;
-    if (get_bool(o, "return_token_ids", &g->token_ids, e)) return -1;
+    if (srv_json_bool(o, "return_token_ids", &g->token_ids, e)) return -1;
     if (!c->tok) g->token_ids = true;
     return fit_context(c, o, g, c->default_max_tokens_completions, e);
 }
@@ -578,7 +592,7 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
     g->kind    = kind;
     g->created = (long long)time(NULL);
     dsv4_sampler_params_default(&g->sp);
-    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-");
+    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT ? "chatcmpl-" : kind == SRV_API_COMPLETION ? "cmpl-" : "msg_");
     int depth = srv_json_depth(body, len);
     if (depth > c->max_json_depth)
         return srv_api_fail(e, 400, NULL, "the JSON body nests %d levels deep; the limit is %d", depth,
@@ -590,9 +604,9 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
                             jerr.column);
     int rc;
     if (!json_is_object(o)) rc = srv_api_fail(e, 400, NULL, "the body must be a JSON object");
-    else rc = refuse_unknown(o, kind, e);
-    if (rc == 0) rc = parse_common(c, o, g, e);
-    if (rc == 0) rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
+    else if (kind == SRV_API_MESSAGES || kind == SRV_API_COUNT) rc = srv_anth_parse(c, o, g, e);
+    else if ((rc = refuse_unknown(o, kind, e)) == 0 && (rc = parse_common(c, o, g, e)) == 0)
+        rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
     json_decref(o);
     if (rc) {
         free(g->prompt);

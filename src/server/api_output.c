@@ -56,6 +56,8 @@ struct srv_out {
     size_t                       tcap;
     struct srv_buf               pend;    /* decoded text held back for stop strings */
     bool                         stopped; /* a stop string matched */
+    int                          stop_hit; /* which one */
+    struct srv_anth_stream       anth;     /* Anthropic streams: the open content block */
     int                          n_tok;   /* tokens consumed */
     dsv4_chat_stream            *cs;
     bool                         cs_failed;
@@ -145,7 +147,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 
 /* A JSON string of s[0..n), each invalid byte replaced by U+FFFD (token pieces may be
  * parts of a character). */
-static json_t *jstr(const char *s, size_t n)
+json_t *srv_json_str(const char *s, size_t n)
 {
     json_t *v = json_stringn(s, n);
     if (v) return v;
@@ -193,9 +195,9 @@ static void on_chat_event(void *ud, const struct dsv4_chat_event *ev)
         srv_buf_put(&o->content, ev->text, ev->len);
     } else {
         char id[40];
-        srv_api_make_id(id, sizeof(id), "call_");
+        srv_api_make_id(id, sizeof(id), o->kind == SRV_API_MESSAGES ? "toolu_" : "call_");
         json_t *call = json_pack("{s:s, s:s, s:{s:o, s:o}}", "id", id, "type", "function", "function", "name",
-                                 jstr(ev->name, strlen(ev->name)), "arguments", jstr(ev->arguments, strlen(ev->arguments)));
+                                 srv_json_str(ev->name, strlen(ev->name)), "arguments", srv_json_str(ev->arguments, strlen(ev->arguments)));
         if (call && o->stream) json_object_set_new(call, "index", json_integer((json_int_t)ev->index));
         if (call) json_array_append_new(o->calls, call);
         o->n_calls++;
@@ -298,7 +300,7 @@ static void push_text(struct srv_out *o, const char *s, size_t n)
     size_t best = SIZE_MAX;
     for (int i = 0; i < o->n_stop; i++) {
         const char *hit = memmem(o->pend.p, o->pend.len, o->stop[i], strlen(o->stop[i]));
-        if (hit && (size_t)(hit - o->pend.p) < best) best = (size_t)(hit - o->pend.p);
+        if (hit && (size_t)(hit - o->pend.p) < best) best = (size_t)(hit - o->pend.p), o->stop_hit = i;
     }
     if (best != SIZE_MAX) {
         emit(o, o->pend.p, best);
@@ -329,7 +331,7 @@ static json_t *token_json(const struct srv_out *o, int32_t id, json_t **bytes)
         *bytes = json_array();
         for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
     }
-    return jstr(buf, n);
+    return srv_json_str(buf, n);
 }
 
 static void add_logprob(struct srv_out *o, const struct srv_token *t)
@@ -386,7 +388,7 @@ static void reset_delta(struct srv_out *o)
 
 static json_t *jbuf(const struct srv_buf *b)
 {
-    return jstr(b->p ? b->p : "", b->len);
+    return srv_json_str(b->p ? b->p : "", b->len);
 }
 
 static json_t *chunk_head(const struct srv_out *o)
@@ -398,8 +400,22 @@ static json_t *chunk_head(const struct srv_out *o)
 
 /* One SSE chunk with the pending delta (and finish_reason when given); skipped when there
  * is nothing to say. */
+static struct srv_anth_out anth_out(const struct srv_out *o, const char *stop_reason, int n_cached)
+{
+    return (struct srv_anth_out){ .id = o->id, .model = o->model, .reasoning = &o->reasoning, .content = &o->content,
+                                  .calls = o->calls, .stop_reason = stop_reason,
+                                  .stop_sequence = o->stopped ? o->stop[o->stop_hit] : NULL, .n_prompt = o->n_prompt,
+                                  .n_cached = n_cached, .n_out = o->n_tok };
+}
+
 static void flush_chunk(struct srv_out *o, struct srv_buf *sse, const char *finish)
 {
+    if (o->kind == SRV_API_MESSAGES) { /* content blocks; the end comes from srv_out_end */
+        struct srv_anth_out a = anth_out(o, NULL, 0);
+        srv_anth_stream_delta(&o->anth, &a, sse);
+        reset_delta(o);
+        return;
+    }
     if (!finish && delta_empty(o)) return;
     json_t *choice = json_pack("{s:i}", "index", 0);
     if (o->kind == SRV_API_CHAT) {
@@ -426,6 +442,11 @@ static void flush_chunk(struct srv_out *o, struct srv_buf *sse, const char *fini
 
 void srv_out_begin(struct srv_out *o, struct srv_buf *sse)
 {
+    if (o->kind == SRV_API_MESSAGES) {
+        struct srv_anth_out a = anth_out(o, NULL, 0);
+        srv_anth_stream_begin(&a, sse);
+        return;
+    }
     if (o->kind != SRV_API_CHAT) return;
     json_t *c = chunk_head(o);
     json_object_set_new(c, "choices",
@@ -493,6 +514,43 @@ static json_t *final_body(struct srv_out *o, const char *finish, int n_cached)
                      "model", o->model, "choices", choice, "usage", usage_json(o, n_cached));
 }
 
+/* The end of an Anthropic answer: stop_reason from the OpenAI finish reason (and the stop
+ * sequence that matched); an error is an "error" event mid-stream or an error body. */
+static int anth_end(struct srv_out *o, const struct srv_api_error *e, const char *finish, int n_cached,
+                    struct srv_buf *sse, struct srv_buf *body)
+{
+    const char *reason = o->stopped                    ? "stop_sequence"
+                         : !strcmp(finish, "length")     ? "max_tokens"
+                         : !strcmp(finish, "tool_calls") ? "tool_use"
+                                                         : "end_turn";
+    struct srv_anth_out a = anth_out(o, reason, n_cached);
+    if (o->stream) {
+        srv_anth_stream_delta(&o->anth, &a, sse);
+        if (e) srv_anth_stream_error(&o->anth, e, sse);
+        else srv_anth_stream_end(&o->anth, &a, sse);
+        return 200;
+    }
+    char  *s = NULL;
+    size_t n = 0;
+    if (e) {
+        s = srv_anth_error_json(e, &n);
+    } else {
+        json_t *m = srv_anth_message(&a);
+        s         = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        json_decref(m);
+        n = s ? strlen(s) : 0;
+    }
+    struct srv_api_error oom;
+    if (!s) {
+        srv_api_fail(&oom, 500, NULL, "out of memory building the response");
+        s = srv_anth_error_json(&oom, &n);
+        e = &oom;
+    }
+    if (s) srv_buf_put(body, s, n);
+    free(s);
+    return e ? e->status : 200;
+}
+
 int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *msg, struct srv_buf *sse,
                 struct srv_buf *body, enum srv_counter *counted)
 {
@@ -537,6 +595,7 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
         else if (f == SRV_FINISH_SLOW) srv_api_fail(&e, 500, NULL, "%s", msg && msg[0] ? msg : "the client was too slow");
         else srv_api_fail(&e, 500, NULL, "generation failed: %s", msg && msg[0] ? msg : "unknown error");
     }
+    if (o->kind == SRV_API_MESSAGES) return anth_end(o, failed ? &e : NULL, finish, n_cached, sse, body);
     if (o->stream) {
         if (failed) {
             flush_chunk(o, sse, NULL);

@@ -142,7 +142,9 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
     bool cors = s->p.cors_origin != NULL;
     switch (ep) {
     case SRV_EP_CHAT:
-    case SRV_EP_COMPLETIONS: return cors ? "POST, OPTIONS" : "POST";
+    case SRV_EP_COMPLETIONS:
+    case SRV_EP_MESSAGES:
+    case SRV_EP_COUNT_TOKENS: return cors ? "POST, OPTIONS" : "POST";
     case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     case SRV_EP_HEALTH:
     case SRV_EP_METRICS: return "GET, HEAD";
@@ -152,7 +154,14 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
 
 static bool is_api(enum srv_endpoint ep)
 {
-    return ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_MODELS;
+    return ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_MODELS || ep == SRV_EP_MESSAGES ||
+           ep == SRV_EP_COUNT_TOKENS;
+}
+
+/* The Anthropic paths answer errors in Anthropic's shape. */
+static bool is_anthropic(enum srv_endpoint ep)
+{
+    return ep == SRV_EP_MESSAGES || ep == SRV_EP_COUNT_TOKENS;
 }
 
 /* CORS on the API paths when --cors-origin is set (probes and metrics are not for browsers). */
@@ -212,7 +221,7 @@ static enum MHD_Result reply_error(struct srv *s, struct MHD_Connection *c, stru
                                    const struct srv_api_error *e)
 {
     size_t n    = 0;
-    char  *body = srv_api_error_json(e, &n);
+    char  *body = is_anthropic(r->ep) ? srv_anth_error_json(e, &n) : srv_api_error_json(e, &n);
     const char *retry = e->status == 429 || e->status == 503 ? "1" : NULL;
     return reply(s, c, r, e->status, "application/json", body, n, retry);
 }
@@ -248,13 +257,14 @@ static bool client_gone(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+/* Constant-time comparison of the key with "Authorization: Bearer KEY" or, as Anthropic's
+ * clients send it, "x-api-key: KEY". */
 static bool authorized(struct srv *s, struct MHD_Connection *c)
 {
     if (!s->p.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
+    if (h && !strncmp(h, "Bearer ", 7)) h += 7;
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return false;
     size_t        n = strlen(h), k = strlen(s->p.api_key);
     unsigned char diff = n != k;
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ s->p.api_key[i % (k ? k : 1)]);
@@ -383,7 +393,7 @@ static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct
     return reply(s, c, r, status, "application/json", body.p, body.len, NULL);
 }
 
-static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct req *r, enum srv_api_kind kind)
+static void api_ctx(struct srv *s, struct srv_api_ctx *out)
 {
     struct srv_api_ctx ctx = {
         .model_name                     = s->model_name,
@@ -396,6 +406,28 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     struct dsv4_model_info info;
     srv_worker_info(s->w, &info, &ctx.ctx);
     ctx.vocab = info.vocab_size;
+    *out      = ctx;
+}
+
+/* POST /v1/messages/count_tokens: the prompt's length, nothing generated. */
+static enum MHD_Result count_tokens(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    struct srv_api_ctx ctx;
+    api_ctx(s, &ctx);
+    struct srv_gen       g;
+    struct srv_api_error e;
+    if (srv_api_parse(&ctx, SRV_API_COUNT, r->body.p ? r->body.p : "", r->body.len, &g, &e))
+        return reply_error(s, c, r, &e);
+    char   body[64];
+    int    n = snprintf(body, sizeof(body), "{\"input_tokens\":%d}", g.n_prompt);
+    srv_gen_free(&g);
+    return reply(s, c, r, 200, "application/json", strndup(body, (size_t)n), (size_t)n, NULL);
+}
+
+static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct req *r, enum srv_api_kind kind)
+{
+    struct srv_api_ctx ctx;
+    api_ctx(s, &ctx);
     struct srv_gen       g;
     struct srv_api_error e;
     if (srv_api_parse(&ctx, kind, r->body.p ? r->body.p : "", r->body.len, &g, &e)) return reply_error(s, c, r, &e);
@@ -445,6 +477,8 @@ static enum srv_endpoint route(const char *url, struct req *r)
 {
     if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
     if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/messages")) return SRV_EP_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return SRV_EP_COUNT_TOKENS;
     if (!strcmp(url, "/v1/models")) return SRV_EP_MODELS;
     static const char one[] = "/v1/models/";
     if (!strncmp(url, one, sizeof(one) - 1) && url[sizeof(one) - 1]) {
@@ -489,7 +523,7 @@ static enum MHD_Result preflight(struct srv *s, struct MHD_Connection *c, struct
     add_cors(s, resp, r->ep);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", allowed_methods(s, r->ep));
     const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", want ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", want ? want : "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     return queue(s, c, r, 204, resp);
 }
@@ -529,7 +563,8 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     default: break;
     }
     if (!strcmp(method, "OPTIONS") && s->p.cors_origin) return preflight(s, c, r);
-    if (!authorized(s, c)) return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY)");
+    if (!authorized(s, c))
+        return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (r->ep == SRV_EP_MODELS) return get ? models(s, c, r) : fail(s, c, r, 405, NULL, "use GET /v1/models");
     if (!post) return fail(s, c, r, 405, NULL, "use POST");
     if (r->too_large) {
@@ -540,7 +575,9 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     if (st == SRV_STATE_FAILED) return fail(s, c, r, 503, NULL, "the model failed to load (see /health)");
     if (st == SRV_STATE_DRAINING)
         return fail(s, c, r, 503, NULL, "the server is draining; retry on another instance");
-    return generate(s, c, r, r->ep == SRV_EP_CHAT ? SRV_API_CHAT : SRV_API_COMPLETION);
+    if (r->ep == SRV_EP_COUNT_TOKENS) return count_tokens(s, c, r);
+    return generate(s, c, r, r->ep == SRV_EP_CHAT ? SRV_API_CHAT : r->ep == SRV_EP_MESSAGES ? SRV_API_MESSAGES
+                                                                                         : SRV_API_COMPLETION);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

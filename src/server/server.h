@@ -245,6 +245,8 @@ enum srv_endpoint {
     SRV_EP_CHAT = 0,
     SRV_EP_COMPLETIONS,
     SRV_EP_MODELS,
+    SRV_EP_MESSAGES,       /* Anthropic: POST /v1/messages */
+    SRV_EP_COUNT_TOKENS,   /* Anthropic: POST /v1/messages/count_tokens */
     SRV_EP_HEALTH,
     SRV_EP_METRICS,
     SRV_EP_OTHER,
@@ -290,9 +292,15 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
 /* The OpenAI API: requests (api_openai.c) and responses (api_output.c)                 */
 /* ==================================================================================== */
 
-enum srv_api_kind { SRV_API_CHAT = 0, SRV_API_COMPLETION = 1 };
+enum srv_api_kind {
+    SRV_API_CHAT = 0,       /* OpenAI /v1/chat/completions */
+    SRV_API_COMPLETION = 1, /* OpenAI /v1/completions */
+    SRV_API_MESSAGES = 2,   /* Anthropic /v1/messages (api_anthropic.c) */
+    SRV_API_COUNT = 3,      /* Anthropic /v1/messages/count_tokens: the prompt only */
+};
 
-/* An HTTP error in OpenAI's shape {"error": {message, type, param, code}}. */
+/* An HTTP error: OpenAI's shape {"error": {message, type, param, code}}, or Anthropic's
+ * {"type": "error", "error": {type, message}} on the Anthropic paths. */
 struct srv_api_error {
     int         status;
     const char *type;
@@ -307,6 +315,8 @@ int srv_api_fail(struct srv_api_error *e, int status, const char *param, const c
     __attribute__((format(printf, 4, 5)));
 /* The error as a JSON body (malloc'd). */
 char *srv_api_error_json(const struct srv_api_error *e, size_t *len);
+/* The same in Anthropic's shape (api_anthropic.c). */
+char *srv_anth_error_json(const struct srv_api_error *e, size_t *len);
 
 /* What the server knows when it parses a request. */
 struct srv_api_ctx {
@@ -340,12 +350,32 @@ struct srv_gen {
     bool                       tools;        /* tools were offered */
     int                        n_stop;
     char                       stop[SRV_MAX_STOP][SRV_MAX_STOP_LEN + 1];
-    char                       id[40];       /* "chatcmpl-..." / "cmpl-..." */
+    char                       id[40];       /* "chatcmpl-..." / "cmpl-..." / "msg_..." */
     long long                  created;
 };
 
 /* A random id: prefix + 24 hex digits. */
 void srv_api_make_id(char *out, size_t cap, const char *prefix);
+uint64_t srv_random_u64(void);
+
+/* Request fields (jansson): absent or null -> 0 and *out untouched; the wrong type or out
+ * of range -> -1 with a 400 in e naming the field. */
+typedef struct json_t json_t;
+json_t *srv_json_field(json_t *o, const char *key);
+/* "speculative": {"draft": K} into g->spec_draft. */
+int     srv_api_speculative(json_t *o, struct srv_gen *g, struct srv_api_error *e);
+/* The first key of o in none of the NULL-terminated lists, or NULL. */
+const char *srv_json_unknown_key(json_t *o, const char *const *lists[], int n_lists);
+int     srv_json_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e);
+int     srv_json_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
+                     struct srv_api_error *e);
+int     srv_json_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e);
+/* The chat document {messages, tools} (consumed) -> the V4 prompt's token ids in g. */
+struct dsv4_chat_params;
+int     srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_chat_params *cp, const char *param,
+                       struct srv_gen *g, struct srv_api_error *e);
+/* Anthropic bodies (api_anthropic.c), called by srv_api_parse for SRV_API_MESSAGES/COUNT. */
+int     srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
 
 /* Parses and validates a body (bytes) for kind; renders and tokenizes the prompt. On
  * failure returns -1 with e filled (status 400 or 413, a sentence naming the field). */
@@ -388,6 +418,30 @@ int  srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char 
                  struct srv_buf *body, enum srv_counter *counted);
 /* Tokens consumed (the completion's usage), and whether a stop string ended it. */
 int  srv_out_n_tokens(const struct srv_out *o);
+
+/* Anthropic shapes of the output (api_anthropic.c), fed by api_output.c's pipeline: what
+ * one flush (streaming) or the whole answer holds. */
+struct srv_anth_out {
+    const char           *id, *model;
+    const struct srv_buf *reasoning, *content;
+    json_t               *calls;         /* OpenAI-shaped tool calls {id, function: {name, arguments}} */
+    const char           *stop_reason;   /* end_turn, max_tokens, stop_sequence, tool_use */
+    const char           *stop_sequence; /* the one that matched, or NULL */
+    int                   n_prompt, n_cached, n_out;
+};
+enum srv_anth_block { SRV_ANTH_NONE = 0, SRV_ANTH_THINKING, SRV_ANTH_TEXT, SRV_ANTH_TOOL };
+/* The content block a stream has open, and the next block's index. */
+struct srv_anth_stream {
+    enum srv_anth_block open;
+    int                 index, next;
+};
+json_t *srv_anth_message(const struct srv_anth_out *a);
+void    srv_anth_stream_begin(const struct srv_anth_out *a, struct srv_buf *sse);
+void    srv_anth_stream_delta(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
+void    srv_anth_stream_end(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
+void    srv_anth_stream_error(struct srv_anth_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
+/* A JSON string of s[0..n), invalid UTF-8 bytes replaced by U+FFFD (api_output.c). */
+json_t *srv_json_str(const char *s, size_t n);
 
 /* ==================================================================================== */
 /* Small shared helpers (job.c)                                                         */

@@ -9,7 +9,7 @@
 // and by accumulating streamed deltas (chat.completions.stream().finalChatCompletion()).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import http from 'node:http';
+import { startReplay } from './replay.mjs';
 import OpenAI from 'openai';
 
 const [baseURL, model, canned] = process.argv.slice(2);
@@ -75,17 +75,8 @@ await assert.rejects(
 // tool calls, from dsv4's canned answers
 const wholeBody = fs.readFileSync(`${canned}/tool_whole.json`, 'utf8');
 const sseBody = fs.readFileSync(`${canned}/tool_stream.sse`, 'utf8');
-const replay = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => { body += d; });
-    req.on('end', () => {
-        const streamed = JSON.parse(body).stream === true;
-        res.writeHead(200, { 'content-type': streamed ? 'text/event-stream' : 'application/json' });
-        res.end(streamed ? sseBody : wholeBody);
-    });
-});
-await new Promise((ok) => replay.listen(0, '127.0.0.1', ok));
-const replayClient = new OpenAI({ baseURL: `http://127.0.0.1:${replay.address().port}/v1`, apiKey: 'x', maxRetries: 0 });
+const replay = await startReplay(wholeBody, sseBody);
+const replayClient = new OpenAI({ baseURL: `http://127.0.0.1:${replay.port}/v1`, apiKey: 'x', maxRetries: 0 });
 const expectCalls = (calls) => {
     assert.equal(calls.length, 2);
     assert.equal(calls[0].type, 'function');

@@ -39,6 +39,7 @@
 #include "server/server.h"
 #include "test_cases.h"
 #include "test_server_util.h"
+#include "test_server_anthropic.h"
 
 /* ------------------------------------------------------------------ the model */
 
@@ -501,6 +502,8 @@ static void test_bad_inputs(struct test_ctx *t)
         check_bad(t, &small, &c401b);
         check_bad(t, &small, &c401c);
         CHECK(tsrv_get_h(&small, "/v1/models", "Authorization: Bearer sekret\r\n", NULL) == 200);
+        CHECK(tsrv_get_h(&small, "/v1/models", "x-api-key: sekret\r\n", NULL) == 200);
+        tanth_test_api_key(t, &small, "sekret");
         CHECK(tsrv_get(&small, "/health", NULL, NULL) == 200);
         CHECK(tsrv_post(&small, CC, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}",
                         "Authorization: Bearer sekret\r\n", NULL) == 200);
@@ -845,18 +848,38 @@ static void test_sigterm_drain(struct test_ctx *t)
 
 /* ------------------------------------------------------------------ OpenAI node client */
 
-static void test_openai_client(struct test_ctx *t)
+/* A node script of tests/server against the main server: BASE_URL MODEL CANNED_DIR. */
+static void run_node_client(struct test_ctx *t, const char *script, const char *base_path)
 {
     struct tsrv *s = main_server(t);
     if (!s) return;
     char canned[600];
     snprintf(canned, sizeof(canned), "%s/canned", t->tmpdir);
-    CHECKF(tsrv_write_canned(canned, g_dir), "writing canned tool-call responses to %s", canned);
+    CHECKF(tsrv_write_canned(canned, g_dir), "writing canned responses to %s", canned);
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "node tests/server/openai_client.mjs http://127.0.0.1:%d/v1 srv-tiny '%s'", s->port, canned);
+    snprintf(cmd, sizeof(cmd), "node tests/server/%s http://127.0.0.1:%d%s srv-tiny '%s'", script, s->port, base_path,
+             canned);
     int st = test_run(cmd, &out);
-    CHECKF(st == 0, "openai client: %s", out ? out : "");
+    CHECKF(st == 0, "%s: %s", script, out ? out : "");
     free(out);
+}
+
+static void test_openai_client(struct test_ctx *t)
+{
+    run_node_client(t, "openai_client.mjs", "/v1");
+}
+
+/* ------------------------------------------------------------------ Anthropic */
+
+static void test_messages_api(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (s) tanth_test_messages_api(t, s);
+}
+
+static void test_anthropic_client(struct test_ctx *t)
+{
+    run_node_client(t, "anthropic_client.mjs", "");
 }
 
 /* The main server, after all of the above, drains and exits 0 (and, in sanitizer builds,
@@ -874,6 +897,7 @@ const struct test_case test_group_server[] = {
     { "out_stop_strings", tsrv_test_out_stop_strings },
     { "job_ring", tsrv_test_job_ring },
     { "prom_validator", tsrv_test_prom_validator },
+    { "out_messages", tanth_test_out_messages },
     { "health_models_metrics", test_health_models_metrics },
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },
@@ -887,6 +911,8 @@ const struct test_case test_group_server[] = {
     { "timeouts_and_load_failure", test_timeouts_and_load_failure },
     { "sigterm_drain", test_sigterm_drain },
     { "openai_client", test_openai_client, TEST_NEEDS_NPM_SERVER },
+    { "messages_api", test_messages_api },
+    { "anthropic_client", test_anthropic_client, TEST_NEEDS_NPM_SERVER },
     { "clean_exit", test_clean_exit },
     { NULL, NULL },
 };

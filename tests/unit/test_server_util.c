@@ -664,9 +664,15 @@ char *tsrv_canned_turn(void)
 
 char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, bool stream, int tokens_per_event)
 {
+    return tsrv_canned_output_kind(tok, ids, n, SRV_API_CHAT, stream, tokens_per_event);
+}
+
+char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                              int tokens_per_event)
+{
     struct srv_gen g;
     memset(&g, 0, sizeof(g));
-    g.kind       = SRV_API_CHAT;
+    g.kind       = (enum srv_api_kind)kind;
     g.n_prompt   = 10;
     g.max_tokens = 1000;
     g.stream     = stream;
@@ -674,7 +680,7 @@ char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, b
     g.mode       = DSV4_CHAT_MODE_THINKING;
     g.tools      = true;
     g.created    = 1700000000;
-    snprintf(g.id, sizeof(g.id), "chatcmpl-canned");
+    snprintf(g.id, sizeof(g.id), kind == SRV_API_MESSAGES ? "msg_canned" : "chatcmpl-canned");
     struct srv_api_ctx c = { .model_name = "srv-tiny", .tok = tok, .vocab = 2048, .ctx = 4096 };
     struct srv_out    *o = srv_out_new(&g, &c);
     if (!o) return NULL;
@@ -709,17 +715,20 @@ bool tsrv_write_canned(const char *dir, const char *model_dir)
         size_t   len = strlen(turn), n = 0;
         int32_t *ids = malloc(sizeof(int32_t) * (3 * len + 1));
         if (ids && dsv4_tokenizer_encode(tok, turn, len, 0, ids, 3 * len + 1, &n, NULL) == DSV4_OK) {
-            char *whole = tsrv_canned_output(tok, ids, (int)n, false, 1);
-            char *sse   = tsrv_canned_output(tok, ids, (int)n, true, 1);
-            char  cmd[800];
+            char cmd[800];
             snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
-            ok = whole && sse && system(cmd) == 0;
-            snprintf(path, sizeof(path), "%s/tool_whole.json", dir);
-            ok = ok && test_write_file(path, whole, strlen(whole)) == 0;
-            snprintf(path, sizeof(path), "%s/tool_stream.sse", dir);
-            ok = ok && test_write_file(path, sse, strlen(sse)) == 0;
-            free(whole);
-            free(sse);
+            ok = system(cmd) == 0;
+            /* OpenAI chat and Anthropic messages, each whole and streamed */
+            static const char *const names[2][2] = { { "tool_whole.json", "tool_stream.sse" },
+                                                     { "messages_whole.json", "messages_stream.sse" } };
+            for (int api = 0; api < 2; api++)
+                for (int st = 0; st < 2; st++) {
+                    char *out = tsrv_canned_output_kind(tok, ids, (int)n, api ? SRV_API_MESSAGES : SRV_API_CHAT, st,
+                                                        1);
+                    snprintf(path, sizeof(path), "%s/%s", dir, names[api][st]);
+                    ok = ok && out && test_write_file(path, out, strlen(out)) == 0;
+                    free(out);
+                }
         }
         free(ids);
     }

@@ -70,13 +70,17 @@ bool   tsrv_wait_metric(struct tsrv *s, const char *series, double v, double tim
 /* Polls /metrics until no request runs or waits in any tier. */
 bool   tsrv_wait_idle(struct tsrv *s, double timeout_s);
 
-/* Writes tool_whole.json and tool_stream.sse into dir: srv_out's answers for a generated
+/* Writes tool_whole.json, tool_stream.sse (OpenAI chat), messages_whole.json and
+ * messages_stream.sse (Anthropic) into dir: srv_out's answers for a generated
  * turn with reasoning, content and two DSML tool calls (tokens from model_dir's
  * tokenizer.json), for the node client to parse. */
 bool tsrv_write_canned(const char *dir, const char *model_dir);
 /* Runs ids through srv_out as the server would (a chat in thinking mode that ends with
  * EOS): the SSE text or the whole body, malloc'd. */
 char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, bool stream, int tokens_per_event);
+/* The same for an API kind (enum srv_api_kind: SRV_API_CHAT or SRV_API_MESSAGES). */
+char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                              int tokens_per_event);
 /* The generated text of the canned turn: reasoning, content and two DSML tool calls. */
 char *tsrv_canned_turn(void);
 
