@@ -16,8 +16,9 @@
  *                                          input object as the call's JSON arguments)
  *   tools [{name, description, input_schema}] -> [{type: function, function: {...}}]
  *   thinking {type: enabled|adaptive}   -> thinking mode; disabled or absent -> chat mode
- * Not supported, refused with a 400 that says so: images and documents, server tools,
- * tool_choice any/tool (forcing a call), a trailing assistant message (prefill).
+ *   tool_choice any / tool              -> a forced call (srv_api_force_tool; not with thinking)
+ * Not supported, refused with a 400 that says so: images and documents, server tools, a
+ * trailing assistant message (prefill).
  * max_tokens is required (as the API requires it) and clipped to the context left.
  */
 #include <stdlib.h>
@@ -310,7 +311,7 @@ static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, struct srv_api
     return 0;
 }
 
-static int parse_tool_choice(json_t *o, json_t **tools, struct srv_api_error *e)
+static int parse_tool_choice(json_t *o, json_t **tools, bool *force, const char **forced, struct srv_api_error *e)
 {
     json_t *tc = srv_json_field(o, "tool_choice");
     if (!tc) return 0;
@@ -323,10 +324,17 @@ static int parse_tool_choice(json_t *o, json_t **tools, struct srv_api_error *e)
         return 0;
     }
     if (!strcmp(type, "auto")) return 0;
-    if (!strcmp(type, "any") || !strcmp(type, "tool"))
-        return srv_api_fail(e, 400, "tool_choice", "tool_choice \"%s\" (forcing a tool call) is not supported by dsv4; "
-                            "use \"auto\" or \"none\"", type);
-    return srv_api_fail(e, 400, "tool_choice", "tool_choice.type is \"%s\"; use auto or none", type);
+    if (!strcmp(type, "any") || !strcmp(type, "tool")) {
+        const char *name = json_string_value(json_object_get(tc, "name"));
+        if (!*tools) return srv_api_fail(e, 400, "tool_choice", "tool_choice \"%s\" needs tools", type);
+        if (!strcmp(type, "tool") && (!name || !srv_api_has_tool(*tools, name)))
+            return srv_api_fail(e, 400, "tool_choice", "tool_choice names %s%s%s, which is not in tools",
+                                name ? "'" : "no tool", name ? name : "", name ? "'" : "");
+        *force = true;
+        *forced = !strcmp(type, "tool") ? name : NULL;
+        return 0;
+    }
+    return srv_api_fail(e, 400, "tool_choice", "tool_choice.type is \"%s\"; use auto, any, tool or none", type);
 }
 
 /* messages (and system) -> the chat document's message list. */
@@ -386,8 +394,10 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     cp.mode = DSV4_CHAT_MODE_CHAT;
     if (parse_thinking(o, &cp, e)) return -1;
 
-    json_t *tools = NULL;
-    if (tools_of(srv_json_field(o, "tools"), &tools, e) || parse_tool_choice(o, &tools, e)) {
+    json_t     *tools  = NULL;
+    bool        force  = false;
+    const char *forced = NULL; /* points into the request: used before o is freed */
+    if (tools_of(srv_json_field(o, "tools"), &tools, e) || parse_tool_choice(o, &tools, &force, &forced, e)) {
         json_decref(tools);
         return -1;
     }
@@ -405,6 +415,7 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     json_decref(tools);
     if (rc) return -1;
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
+    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     if (g->kind == SRV_API_COUNT) return 0;
     if (g->n_prompt >= c->ctx)
         return srv_api_fail(e, 400, "messages", "prompt is too long: %d tokens > %d maximum (the server's context "

@@ -5,7 +5,7 @@
  *
  * Validation rules: a field that is absent or null takes its default; a field of the
  * wrong type or out of range is a 400 whose message names it (and "param" says which);
- * features dsv4 does not implement (n > 1, penalties, logit_bias, forced tool choice,
+ * features dsv4 does not implement (n > 1, penalties, logit_bias,
  * echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
  * never gets output it did not ask for. For the same reason an unknown top-level field is a
  * 400 naming it, as OpenAI's API does (a "grammar" or "mirostat" that silently did nothing
@@ -427,6 +427,61 @@ int srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_c
     return 0;
 }
 
+/* Forcing a tool call (tool_choice "required" / a named function; Anthropic's any / tool):
+ * the assistant turn is begun for the model with the DSML opening of a call, and of its name
+ * when one is given, appended to the prompt; srv_out feeds the same text to its DSML parser
+ * first, so the call the model completes is parsed as if it had written it all. Thinking
+ * mode is refused (the opening would cut the reasoning short, and Anthropic refuses it too).
+ * name == NULL: any tool, the model writes the name. */
+int srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const char *name, const char *param,
+                       struct srv_api_error *e)
+{
+    if (g->mode == DSV4_CHAT_MODE_THINKING)
+        return srv_api_fail(e, 400, param, "forcing a tool call cannot be combined with thinking mode");
+    static const char head[] = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"";
+    size_t hn = strlen(head), nn = name ? strlen(name) : 0, n = hn + nn + (name ? 3 : 0);
+    char    *text = malloc(n + 1);
+    uint8_t *lit  = calloc(n + 1, 1);
+    if (!text || !lit) {
+        free(text);
+        free(lit);
+        return srv_api_fail(e, 500, NULL, "out of memory");
+    }
+    memcpy(text, head, hn);
+    if (name) {
+        memcpy(text + hn, name, nn);
+        memset(lit + hn, 1, nn); /* the tool's name is text, never a control token */
+        memcpy(text + hn + nn, "\">\n", 3);
+    }
+    text[n] = '\0';
+    size_t          cap = 3 * n + 1, k = 0;
+    int32_t        *ids = realloc(g->prompt, sizeof(int32_t) * ((size_t)g->n_prompt + cap));
+    struct dsv4_err err;
+    int             rc = ids ? dsv4_tokenizer_encode_marked(c->tok, text, n, lit, 0, ids + g->n_prompt, cap, &k, &err)
+                             : DSV4_ENOMEM;
+    free(lit);
+    if (ids) g->prompt = ids;
+    if (rc) {
+        free(text);
+        return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s", rc == DSV4_ENOMEM ? "out of memory" : err.msg);
+    }
+    g->n_prompt += (int)k;
+    g->forced = text;
+    return 0;
+}
+
+/* Whether the function tools offer name. */
+bool srv_api_has_tool(json_t *tools, const char *name)
+{
+    size_t  i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name)) return true;
+    }
+    return false;
+}
+
 static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
     if (!c->tok)
@@ -476,19 +531,32 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     /* tools */
     json_t *tools = srv_json_field(o, "tools");
     if (tools && check_tools(tools, e)) return -1;
-    json_t *tc = srv_json_field(o, "tool_choice");
+    json_t     *tc     = srv_json_field(o, "tool_choice");
+    bool        force  = false;
+    const char *forced = NULL; /* the function forced by name */
     if (tc) {
         const char *s = json_string_value(tc);
         if (!s && !json_is_object(tc))
-            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\" or an object");
-        if (!s || !strcmp(s, "required"))
-            return srv_api_fail(e, 400, "tool_choice",
-                                "forcing a tool call is not supported by dsv4; use \"auto\" or \"none\"");
-        if (strcmp(s, "none") && strcmp(s, "auto"))
-            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' is \"%s\"; use \"auto\" or \"none\"", s);
-        if (!strcmp(s, "none")) tools = NULL;
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!s) {
+            const char *type = json_string_value(json_object_get(tc, "type"));
+            forced = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+            if (!type || strcmp(type, "function") || !forced)
+                return srv_api_fail(e, 400, "tool_choice", "a tool_choice object must be {\"type\": \"function\", "
+                                    "\"function\": {\"name\": ...}}");
+            force = true;
+        } else if (!strcmp(s, "required")) {
+            force = true;
+        } else if (strcmp(s, "none") && strcmp(s, "auto")) {
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' is \"%s\"; use none, auto or required", s);
+        }
+        if (!strcmp(s ? s : "", "none")) tools = NULL;
     }
     if (tools && json_array_size(tools) == 0) tools = NULL;
+    if (force && !tools) return srv_api_fail(e, 400, "tool_choice", "'tool_choice' forces a call but no tools are given");
+    if (forced && !srv_api_has_tool(tools, forced))
+        return srv_api_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not in 'tools'", forced);
     g->tools = tools != NULL;
     json_t *rf = srv_json_field(o, "response_format");
     if (rf) {
@@ -518,6 +586,7 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     doc = json_pack("{s:o}", "messages", list);
     if (doc && tools) json_object_set(doc, "tools", tools);
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
+    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     return fit_context(c, o, g, 0, e);
 }
 
@@ -608,10 +677,7 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
     else if ((rc = refuse_unknown(o, kind, e)) == 0 && (rc = parse_common(c, o, g, e)) == 0)
         rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
     json_decref(o);
-    if (rc) {
-        free(g->prompt);
-        g->prompt = NULL;
-    }
+    if (rc) srv_gen_free(g);
     return rc;
 }
 
@@ -619,6 +685,8 @@ void srv_gen_free(struct srv_gen *g)
 {
     free(g->prompt);
     g->prompt = NULL;
+    free(g->forced);
+    g->forced = NULL;
 }
 
 char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len)

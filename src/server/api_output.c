@@ -184,6 +184,8 @@ static void sse_data(struct srv_buf *sse, json_t *o)
     free(s);
 }
 
+static void emit(struct srv_out *o, const char *s, size_t n);
+
 /* ------------------------------------------------------------------ lifecycle */
 
 static void on_chat_event(void *ud, const struct dsv4_chat_event *ev)
@@ -253,6 +255,7 @@ struct srv_out *srv_out_new(const struct srv_gen *g, const struct srv_api_ctx *c
         srv_out_free(o);
         return NULL;
     }
+    if (o->parse_chat && g->forced) emit(o, g->forced, strlen(g->forced)); /* the forced call's opening */
     return o;
 }
 

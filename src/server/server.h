@@ -348,6 +348,8 @@ struct srv_gen {
     int                        spec_draft;   /* "speculative": {"draft": K}, as struct srv_job */
     enum dsv4_chat_mode        mode;
     bool                       tools;        /* tools were offered */
+    char                      *forced;       /* malloc'd: the call opening a forced tool choice appended to
+                                                the prompt (srv_api_force_tool), or NULL */
     int                        n_stop;
     char                       stop[SRV_MAX_STOP][SRV_MAX_STOP_LEN + 1];
     char                       id[40];       /* "chatcmpl-..." / "cmpl-..." / "msg_..." */
@@ -374,6 +376,12 @@ int     srv_json_int(json_t *o, const char *key, long long lo, long long hi, lon
 struct dsv4_chat_params;
 int     srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_chat_params *cp, const char *param,
                        struct srv_gen *g, struct srv_api_error *e);
+/* Forces a tool call: appends the DSML opening of a call (of name, NULL = any tool) to
+ * g's prompt and keeps it in g->forced for srv_out's parser. 400 in thinking mode. */
+int     srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const char *name, const char *param,
+                           struct srv_api_error *e);
+/* Whether function tools [{type, function: {name}}] offer name. */
+bool    srv_api_has_tool(json_t *tools, const char *name);
 /* Anthropic bodies (api_anthropic.c), called by srv_api_parse for SRV_API_MESSAGES/COUNT. */
 int     srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
 

@@ -62,8 +62,8 @@ await assert.rejects(
     client.messages.create({ model: 'no-such-model', messages, max_tokens: 4 }),
     (e) => e instanceof Anthropic.NotFoundError && e.status === 404);
 await assert.rejects(
-    client.messages.create({ model, messages, max_tokens: 4, tool_choice: { type: 'any' }, tools }),
-    (e) => e instanceof Anthropic.BadRequestError && e.status === 400 && /forcing/.test(e.message));
+    client.messages.create({ model, messages, max_tokens: 4, tool_choice: { type: 'tool', name: 'nope' }, tools }),
+    (e) => e instanceof Anthropic.BadRequestError && e.status === 400 && /not in tools/.test(e.message));
 
 // tool use, from dsv4's canned answers
 const wholeBody = fs.readFileSync(`${canned}/messages_whole.json`, 'utf8');

@@ -455,8 +455,11 @@ static void test_bad_inputs(struct test_ctx *t)
         { CC, B("{%s,\"logit_bias\":{\"5\":1}}", U), NULL, 400, "not supported", "logit_bias" },
         { CC, B("{%s,\"tools\":{}}", U), NULL, 400, "'tools' must be an array", "tools" },
         { CC, B("{%s,\"tools\":[{\"type\":\"function\"}]}", U), NULL, 400, "tools[0]", "tools" },
-        { CC, B("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", U),
-          NULL, 400, "not supported", "tool_choice" },
+        { CC, B("{%s,\"tool_choice\":\"required\"}", U), NULL, 400, "no tools", "tool_choice" },
+        { CC, B("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":"
+                "\"function\",\"function\":{\"name\":\"g\"}}}", U), NULL, 400, "not in 'tools'", "tool_choice" },
+        { CC, B("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                "\"reasoning_effort\":\"high\"}", U), NULL, 400, "thinking", "tool_choice" },
         { CC, B("{%s,\"reasoning_effort\":\"extreme\"}", U), NULL, 400, "reasoning_effort", "reasoning_effort" },
         { CC, B("{%s,\"chat_template_kwargs\":{\"thinking\":1}}", U), NULL, 400, "thinking", "chat_template_kwargs" },
         { CC, B("{%s,\"response_format\":{\"type\":\"grammar\"}}", U), NULL, 400, "grammar", "response_format" },
@@ -898,6 +901,7 @@ const struct test_case test_group_server[] = {
     { "job_ring", tsrv_test_job_ring },
     { "prom_validator", tsrv_test_prom_validator },
     { "out_messages", tanth_test_out_messages },
+    { "out_forced_tool", tanth_test_out_forced },
     { "health_models_metrics", test_health_models_metrics },
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },

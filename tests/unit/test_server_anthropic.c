@@ -224,6 +224,50 @@ void tanth_test_out_messages(struct test_ctx *t)
     dsv4_tokenizer_free(tok);
 }
 
+/* A forced tool choice: srv_out is given the call's opening (as srv_api_force_tool appends it
+ * to the prompt) and only the tokens the model writes after it; the calls come out whole,
+ * and no DSML reaches the text, in both APIs. */
+void tanth_test_out_forced(struct test_ctx *t)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof(dir), "%s/canned-tok", t->tmpdir);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    struct dsv4_err err;
+    dsv4_tokenizer *tok = NULL;
+    if (dsv4_tokenizer_load(&tok, path, &err)) { /* written by out_messages, or here */
+        char cmd[700];
+        snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+        CHECK(system(cmd) == 0);
+        CHECKF(tsrv_write_tokenizer(dir, 2048, &err) == DSV4_OK, "%s", err.msg);
+        CHECKF(dsv4_tokenizer_load(&tok, path, &err) == DSV4_OK, "%s", err.msg);
+    }
+    char       *turn = tsrv_canned_turn();
+    const char *open = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"";
+    const char *at   = turn ? strstr(turn, open) : NULL;
+    CHECK(at != NULL);
+    if (!tok || !at) {
+        free(turn);
+        dsv4_tokenizer_free(tok);
+        return;
+    }
+    at += strlen(open);
+    size_t   len = strlen(at), n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (3 * len + 1));
+    CHECK(ids && dsv4_tokenizer_encode(tok, at, len, 0, ids, 3 * len + 1, &n, NULL) == DSV4_OK);
+    for (int kind = SRV_API_CHAT; kind <= SRV_API_MESSAGES; kind += SRV_API_MESSAGES - SRV_API_CHAT) {
+        for (int stream = 0; stream < 2; stream++) {
+            char *out = tsrv_canned_output_forced(tok, ids, (int)n, kind, stream, open);
+            CHECKF(out && !strstr(out, "DSML") && strstr(out, "get_weather") && strstr(out, "get_time") &&
+                       strstr(out, kind == SRV_API_CHAT ? "tool_calls" : "tool_use"),
+                   "forced call, kind %d stream %d: %s", kind, stream, out ? out : "");
+            free(out);
+        }
+    }
+    free(ids);
+    free(turn);
+    dsv4_tokenizer_free(tok);
+}
+
 /* ------------------------------------------------------------------ the live server */
 
 static const char *text_of(json_t *msg)
@@ -354,12 +398,46 @@ static void check_bad(struct test_ctx *t, struct tsrv *s, const struct anth_bad 
     json_decref(r);
 }
 
+/* tool_choice tool: the prompt grows by the call's opening; no DSML in any text block. */
+static void forced_live(struct test_ctx *t, struct tsrv *s)
+{
+#define BASE(extra)                                                                                          \
+    "{\"model\":\"srv-tiny\",\"max_tokens\":24,\"temperature\":0,\"tools\":[{\"name\":\"get_weather\","                    \
+    "\"input_schema\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}],"                          \
+    "\"messages\":[{\"role\":\"user\",\"content\":\"weather in Paris?\"}]" extra "}"
+    json_t *cnt = NULL, *r = NULL;
+    CHECK(tsrv_post(s, "/v1/messages/count_tokens", BASE(""), NULL, &cnt) == 200);
+    CHECK(tsrv_post(s, "/v1/messages", BASE(",\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"}"), NULL, &r) ==
+          200);
+#undef BASE
+    long long plain = json_integer_value(json_object_get(cnt, "input_tokens"));
+    long long in    = usage_of(r, "input_tokens") + usage_of(r, "cache_read_input_tokens");
+    CHECKF(in > plain + 3, "forced prompt %lld tokens, plain %lld", in, plain);
+    char *txt = json_dumps(r, 0);
+    CHECKF(txt && !strstr(txt, "DSML"), "DSML in a forced answer: %s", txt ? txt : "");
+    free(txt);
+    json_decref(cnt);
+    json_decref(r);
+    /* the same through chat/completions: "required" */
+    r = NULL;
+    CHECK(tsrv_post(s, "/v1/chat/completions",
+                    "{\"max_tokens\":24,\"temperature\":0,\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\","
+                    "\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}],\"messages\":[{\"role\":"
+                    "\"user\",\"content\":\"weather in Paris?\"}]}", NULL, &r) == 200);
+    txt = r ? json_dumps(r, 0) : NULL;
+    CHECKF(txt && !strstr(txt, "DSML"), "DSML in a forced chat answer: %s", txt ? txt : "");
+    free(txt);
+    json_decref(r);
+}
+
 void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
 {
     same_as_chat(t, s);
     count_matches(t, s);
+    forced_live(t, s);
     static const char M[] = "/v1/messages", C[] = "/v1/messages/count_tokens";
 #define U "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define T "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]"
     static const struct anth_bad bad[] = {
         { M, "{\"model\":\"srv-tiny\"," U "}", NULL, 400, "invalid_request_error", "max_tokens" },
         { M, "{\"max_tokens\":4," U "}", NULL, 400, "invalid_request_error", "model" },
@@ -381,7 +459,11 @@ void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
         { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U ",\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}]}",
           NULL, 400, "invalid_request_error", "client tools" },
         { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U ",\"tool_choice\":{\"type\":\"any\"}}", NULL, 400,
-          "invalid_request_error", "forcing" },
+          "invalid_request_error", "needs tools" },
+        { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U "," T ",\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"}}",
+          NULL, 400, "invalid_request_error", "not in tools" },
+        { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U "," T ",\"tool_choice\":{\"type\":\"any\"},\"thinking\":{"
+             "\"type\":\"enabled\",\"budget_tokens\":1024}}", NULL, 400, "invalid_request_error", "thinking" },
         { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U ",\"thinking\":{\"type\":\"sometimes\"}}", NULL, 400,
           "invalid_request_error", "thinking" },
         { M, "{\"model\":\"srv-tiny\",\"max_tokens\":4," U ",\"stop_sequences\":\"x\"}", NULL, 400,
@@ -392,6 +474,7 @@ void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
         { C, "{\"model\":\"srv-tiny\"}", NULL, 400, "invalid_request_error", "messages" },
     };
 #undef U
+#undef T
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) check_bad(t, s, &bad[i]);
     /* a prompt longer than the context */
     size_t cap = 64 * 1024, k;

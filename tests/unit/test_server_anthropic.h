@@ -15,6 +15,8 @@
 json_t *tanth_replay(json_t *events, char *why, size_t cap);
 /* Canned turns through srv_out: the whole message and the replayed streams. */
 void tanth_test_out_messages(struct test_ctx *t);
+/* A forced tool choice through srv_out (both APIs, whole and streamed). */
+void tanth_test_out_forced(struct test_ctx *t);
 /* Against a live server of the srv-tiny model. */
 void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s);
 /* Against a server started with --api-key key. */

@@ -670,6 +670,18 @@ char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, b
 char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                               int tokens_per_event)
 {
+    return tsrv_canned_output_forced_per(tok, ids, n, kind, stream, tokens_per_event, NULL);
+}
+
+char *tsrv_canned_output_forced(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                                const char *forced)
+{
+    return tsrv_canned_output_forced_per(tok, ids, n, kind, stream, 1, forced);
+}
+
+char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                                    int tokens_per_event, const char *forced)
+{
     struct srv_gen g;
     memset(&g, 0, sizeof(g));
     g.kind       = (enum srv_api_kind)kind;
@@ -677,8 +689,9 @@ char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int
     g.max_tokens = 1000;
     g.stream     = stream;
     g.parse_chat = true;
-    g.mode       = DSV4_CHAT_MODE_THINKING;
+    g.mode       = forced ? DSV4_CHAT_MODE_CHAT : DSV4_CHAT_MODE_THINKING;
     g.tools      = true;
+    g.forced     = (char *)forced; /* read by srv_out_new only */
     g.created    = 1700000000;
     snprintf(g.id, sizeof(g.id), kind == SRV_API_MESSAGES ? "msg_canned" : "chatcmpl-canned");
     struct srv_api_ctx c = { .model_name = "srv-tiny", .tok = tok, .vocab = 2048, .ctx = 4096 };

@@ -81,6 +81,11 @@ char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, b
 /* The same for an API kind (enum srv_api_kind: SRV_API_CHAT or SRV_API_MESSAGES). */
 char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                               int tokens_per_event);
+/* The same with a forced tool call's opening (srv_api_force_tool) before ids, in chat mode. */
+char *tsrv_canned_output_forced(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                                const char *forced);
+char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
+                                    int tokens_per_event, const char *forced);
 /* The generated text of the canned turn: reasoning, content and two DSML tool calls. */
 char *tsrv_canned_turn(void);
 
