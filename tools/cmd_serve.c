@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "  --request-timeout S    a request (headers and body) must arrive within S seconds (default 30)\n"
             "  --max-body BYTES       request body limit, 413 above (default 4194304)\n"
             "  --max-json-depth N     JSON nesting limit, 400 above (default 64)\n"
+            "  --responses-store N    /v1/responses kept for previous_response_id (default 256)\n"
+            "  --responses-store-mb M and at most M MiB of their conversations (default 64)\n"
             "  --keepalive S          SSE comment after S seconds without output (default 5)\n"
             "  --stream-buffer N      unsent tokens a stream may lag before it is cut (default 4096)\n"
             "  --send-buffer BYTES    kernel send buffer per connection (default 65536)\n"
@@ -112,6 +114,8 @@ int cmd_serve(int argc, char **argv)
             { "--max-json-depth", &p.max_json_depth, 1, 10000 },
             { "--stream-buffer", &p.stream_buffer, 1, 1 << 24 },
             { "--send-buffer", &p.send_buffer, 4096, 1 << 30 },
+            { "--responses-store", &p.responses_store, 1, 1 << 20 },
+            { "--responses-store-mb", &p.responses_store_mb, 1, 1 << 20 },
         };
         bool done = false;
         for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !done; k++) {

@@ -661,7 +661,10 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
     g->kind    = kind;
     g->created = (long long)time(NULL);
     dsv4_sampler_params_default(&g->sp);
-    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT ? "chatcmpl-" : kind == SRV_API_COMPLETION ? "cmpl-" : "msg_");
+    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT         ? "chatcmpl-"
+                                          : kind == SRV_API_COMPLETION ? "cmpl-"
+                                          : kind == SRV_API_RESPONSES  ? "resp_"
+                                                                       : "msg_");
     int depth = srv_json_depth(body, len);
     if (depth > c->max_json_depth)
         return srv_api_fail(e, 400, NULL, "the JSON body nests %d levels deep; the limit is %d", depth,
@@ -674,6 +677,7 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const cha
     int rc;
     if (!json_is_object(o)) rc = srv_api_fail(e, 400, NULL, "the body must be a JSON object");
     else if (kind == SRV_API_MESSAGES || kind == SRV_API_COUNT) rc = srv_anth_parse(c, o, g, e);
+    else if (kind == SRV_API_RESPONSES) rc = srv_resp_parse(c, o, g, e);
     else if ((rc = refuse_unknown(o, kind, e)) == 0 && (rc = parse_common(c, o, g, e)) == 0)
         rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
     json_decref(o);
@@ -687,6 +691,9 @@ void srv_gen_free(struct srv_gen *g)
     g->prompt = NULL;
     free(g->forced);
     g->forced = NULL;
+    json_decref(g->conv);
+    json_decref(g->echo);
+    g->conv = g->echo = NULL;
 }
 
 char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len)

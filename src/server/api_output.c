@@ -58,6 +58,11 @@ struct srv_out {
     bool                         stopped; /* a stop string matched */
     int                          stop_hit; /* which one */
     struct srv_anth_stream       anth;     /* Anthropic streams: the open content block */
+    struct srv_resp_stream       resp;     /* Responses: the output items */
+    int                          n_reason; /* tokens generated while thinking */
+    json_t                      *echo, *conv; /* Responses: see struct srv_gen */
+    bool                         store;
+    struct srv_resp_store       *responses;
     int                          n_tok;   /* tokens consumed */
     dsv4_chat_stream            *cs;
     bool                         cs_failed;
@@ -186,6 +191,14 @@ static void sse_data(struct srv_buf *sse, json_t *o)
 
 static void emit(struct srv_out *o, const char *s, size_t n);
 
+static struct srv_resp_out resp_out(const struct srv_out *o, int n_cached)
+{
+    return (struct srv_resp_out){ .id = o->id, .model = o->model, .created = o->created, .reasoning = &o->reasoning,
+                                  .content = &o->content, .calls = o->calls, .echo = o->echo, .conv = o->conv,
+                                  .store = o->store, .responses = o->responses, .n_prompt = o->n_prompt,
+                                  .n_cached = n_cached, .n_out = o->n_tok, .n_reason = o->n_reason };
+}
+
 /* ------------------------------------------------------------------ lifecycle */
 
 static void on_chat_event(void *ud, const struct dsv4_chat_event *ev)
@@ -256,6 +269,14 @@ struct srv_out *srv_out_new(const struct srv_gen *g, const struct srv_api_ctx *c
         return NULL;
     }
     if (o->parse_chat && g->forced) emit(o, g->forced, strlen(g->forced)); /* the forced call's opening */
+    if (o->kind == SRV_API_RESPONSES) {
+        o->echo      = json_incref(g->echo);
+        o->conv      = json_incref(g->conv);
+        o->store     = g->store;
+        o->responses = c->responses;
+        struct srv_resp_out a = resp_out(o, 0);
+        srv_resp_begin(&o->resp, &a, NULL); /* the stream's events are sent by srv_out_begin */
+    }
     return o;
 }
 
@@ -263,6 +284,9 @@ void srv_out_free(struct srv_out *o)
 {
     if (!o) return;
     dsv4_chat_stream_free(o->cs);
+    srv_resp_stream_free(&o->resp);
+    json_decref(o->echo);
+    json_decref(o->conv);
     json_decref(o->calls);
     json_decref(o->lp);
     json_decref(o->ids);
@@ -419,6 +443,12 @@ static void flush_chunk(struct srv_out *o, struct srv_buf *sse, const char *fini
         reset_delta(o);
         return;
     }
+    if (o->kind == SRV_API_RESPONSES) { /* output items, streamed or only built */
+        struct srv_resp_out a = resp_out(o, 0);
+        srv_resp_delta(&o->resp, &a, o->stream ? sse : NULL);
+        reset_delta(o);
+        return;
+    }
     if (!finish && delta_empty(o)) return;
     json_t *choice = json_pack("{s:i}", "index", 0);
     if (o->kind == SRV_API_CHAT) {
@@ -450,6 +480,13 @@ void srv_out_begin(struct srv_out *o, struct srv_buf *sse)
         srv_anth_stream_begin(&a, sse);
         return;
     }
+    if (o->kind == SRV_API_RESPONSES) {
+        struct srv_resp_out a = resp_out(o, 0);
+        json_t             *items = o->resp.items;
+        srv_resp_begin(&o->resp, &a, sse); /* a fresh item list, and the opening events */
+        json_decref(items);
+        return;
+    }
     if (o->kind != SRV_API_CHAT) return;
     json_t *c = chunk_head(o);
     json_object_set_new(c, "choices",
@@ -476,13 +513,14 @@ bool srv_out_tokens(struct srv_out *o, const struct srv_token *t, int n, struct 
 {
     for (int i = 0; i < n && !o->stopped; i++) {
         o->n_tok++;
+        if (o->think_open) o->n_reason++;
         if (o->logprobs) add_logprob(o, &t[i]);
         if (o->ids) json_array_append_new(o->ids, json_integer(t[i].id));
         size_t k = 0;
         if (o->tok && has_text(o, t[i].id) &&
             dsv4_tokenizer_stream_push(o->tok, &o->ts, t[i].id, o->tbuf, o->tcap, &k, NULL) == DSV4_OK)
             push_text(o, o->tbuf, k);
-        if (o->stream) flush_chunk(o, sse, NULL);
+        if (o->stream || o->kind == SRV_API_RESPONSES) flush_chunk(o, sse, NULL);
     }
     return o->stopped;
 }
@@ -554,6 +592,40 @@ static int anth_end(struct srv_out *o, const struct srv_api_error *e, const char
     return e ? e->status : 200;
 }
 
+/* The end of a Responses answer: the last items, the response object (the body, or the
+ * response.completed / response.incomplete event); an error is an error event or body. */
+static int resp_end(struct srv_out *o, const struct srv_api_error *e, const char *finish, int n_cached,
+                    struct srv_buf *sse, struct srv_buf *body)
+{
+    struct srv_resp_out a = resp_out(o, n_cached);
+    srv_resp_delta(&o->resp, &a, o->stream ? sse : NULL);
+    reset_delta(o);
+    if (o->stream) {
+        if (e) srv_resp_error(&o->resp, e, sse);
+        else srv_resp_end(&o->resp, &a, !strcmp(finish, "length"), sse);
+        return 200;
+    }
+    char  *s = NULL;
+    size_t n = 0;
+    if (e) {
+        s = srv_api_error_json(e, &n);
+    } else {
+        json_t *r = srv_resp_end(&o->resp, &a, !strcmp(finish, "length"), NULL);
+        s         = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        json_decref(r);
+        n = s ? strlen(s) : 0;
+    }
+    struct srv_api_error oom;
+    if (!s) {
+        srv_api_fail(&oom, 500, NULL, "out of memory building the response");
+        s = srv_api_error_json(&oom, &n);
+        e = &oom;
+    }
+    if (s) srv_buf_put(body, s, n);
+    free(s);
+    return e ? e->status : 200;
+}
+
 int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *msg, struct srv_buf *sse,
                 struct srv_buf *body, enum srv_counter *counted)
 {
@@ -599,6 +671,7 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
         else srv_api_fail(&e, 500, NULL, "generation failed: %s", msg && msg[0] ? msg : "unknown error");
     }
     if (o->kind == SRV_API_MESSAGES) return anth_end(o, failed ? &e : NULL, finish, n_cached, sse, body);
+    if (o->kind == SRV_API_RESPONSES) return resp_end(o, failed ? &e : NULL, finish, n_cached, sse, body);
     if (o->stream) {
         if (failed) {
             flush_chunk(o, sse, NULL);

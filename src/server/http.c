@@ -69,6 +69,7 @@ struct srv {
     int                 port;
     struct srv_worker  *w;
     struct srv_metrics *m;
+    struct srv_resp_store *responses; /* /v1/responses' previous_response_id store */
     long long           created;
     pthread_t           watchdog;
     bool                watchdog_started;
@@ -132,6 +133,8 @@ void srv_params_default(struct srv_params *p)
     p->stream_buffer                  = 4096;
     p->send_buffer                    = 64 * 1024;
     p->default_max_tokens_completions = 16;
+    p->responses_store                = 256;
+    p->responses_store_mb             = 64;
 }
 
 /* ------------------------------------------------------------------ responses */
@@ -144,7 +147,8 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
     case SRV_EP_CHAT:
     case SRV_EP_COMPLETIONS:
     case SRV_EP_MESSAGES:
-    case SRV_EP_COUNT_TOKENS: return cors ? "POST, OPTIONS" : "POST";
+    case SRV_EP_COUNT_TOKENS:
+    case SRV_EP_RESPONSES: return cors ? "POST, OPTIONS" : "POST";
     case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     case SRV_EP_HEALTH:
     case SRV_EP_METRICS: return "GET, HEAD";
@@ -155,7 +159,7 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
 static bool is_api(enum srv_endpoint ep)
 {
     return ep == SRV_EP_CHAT || ep == SRV_EP_COMPLETIONS || ep == SRV_EP_MODELS || ep == SRV_EP_MESSAGES ||
-           ep == SRV_EP_COUNT_TOKENS;
+           ep == SRV_EP_COUNT_TOKENS || ep == SRV_EP_RESPONSES;
 }
 
 /* The Anthropic paths answer errors in Anthropic's shape. */
@@ -396,6 +400,7 @@ static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct
 static void api_ctx(struct srv *s, struct srv_api_ctx *out)
 {
     struct srv_api_ctx ctx = {
+        .responses                      = s->responses,
         .model_name                     = s->model_name,
         .tok                            = srv_worker_tokenizer(s->w),
         .ctx                            = s->p.ctx,
@@ -479,6 +484,7 @@ static enum srv_endpoint route(const char *url, struct req *r)
     if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
     if (!strcmp(url, "/v1/messages")) return SRV_EP_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return SRV_EP_COUNT_TOKENS;
+    if (!strcmp(url, "/v1/responses")) return SRV_EP_RESPONSES;
     if (!strcmp(url, "/v1/models")) return SRV_EP_MODELS;
     static const char one[] = "/v1/models/";
     if (!strncmp(url, one, sizeof(one) - 1) && url[sizeof(one) - 1]) {
@@ -576,8 +582,10 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     if (st == SRV_STATE_DRAINING)
         return fail(s, c, r, 503, NULL, "the server is draining; retry on another instance");
     if (r->ep == SRV_EP_COUNT_TOKENS) return count_tokens(s, c, r);
-    return generate(s, c, r, r->ep == SRV_EP_CHAT ? SRV_API_CHAT : r->ep == SRV_EP_MESSAGES ? SRV_API_MESSAGES
-                                                                                         : SRV_API_COMPLETION);
+    return generate(s, c, r, r->ep == SRV_EP_CHAT        ? SRV_API_CHAT
+                             : r->ep == SRV_EP_MESSAGES  ? SRV_API_MESSAGES
+                             : r->ep == SRV_EP_RESPONSES ? SRV_API_RESPONSES
+                                                         : SRV_API_COMPLETION);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -807,7 +815,8 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
     s->created = (long long)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     int rc = DSV4_OK;
-    if (!(s->m = srv_metrics_new())) {
+    if (!(s->m = srv_metrics_new()) ||
+        !(s->responses = srv_resp_store_new(p->responses_store, (size_t)p->responses_store_mb << 20))) {
         rc = srv_err(err, DSV4_ENOMEM, "out of memory");
         goto fail_metrics;
     }
@@ -880,8 +889,9 @@ fail_worker:
 fail_listen:
     freeaddrinfo(ai);
 fail_addr:
-    srv_metrics_free(s->m);
 fail_metrics:
+    srv_metrics_free(s->m);
+    srv_resp_store_free(s->responses);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;
@@ -914,6 +924,7 @@ void srv_stop(struct srv *s)
     MHD_stop_daemon(s->d);
     srv_worker_stop(s->w);
     srv_metrics_free(s->m);
+    srv_resp_store_free(s->responses);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

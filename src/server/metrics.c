@@ -53,7 +53,8 @@ static const double LE_E2E[]     = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 static const double LE_TOKENS[]  = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
 
 static const char *const EP_NAME[SRV_EP_COUNT] = { "chat_completions", "completions", "models", "messages",
-                                                   "count_tokens",     "health",      "metrics", "other" };
+                                                   "count_tokens",     "responses",   "health",  "metrics",
+                                                   "other" };
 
 static void hist_init(struct hist *h, const char *name, const char *help, const double *le, int n_le)
 {

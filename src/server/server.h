@@ -30,6 +30,8 @@
 
 #include "dsv4.h"
 
+typedef struct json_t json_t; /* jansson's, for the declarations below */
+
 /* ==================================================================================== */
 /* Parameters and the server object (http.c)                                            */
 /* ==================================================================================== */
@@ -76,6 +78,8 @@ struct srv_params {
     int         stream_buffer;   /* token events a stream may have unsent before it is cut */
     int         send_buffer;     /* kernel send buffer per connection (SO_SNDBUF), bytes */
     int         default_max_tokens_completions; /* /v1/completions without max_tokens */
+    int         responses_store;    /* /v1/responses kept for previous_response_id (newest first out last) */
+    int         responses_store_mb; /* and at most this many MiB of their conversations' JSON */
     dsv4_log_fn log;
     void       *log_ud;
 };
@@ -247,6 +251,7 @@ enum srv_endpoint {
     SRV_EP_MODELS,
     SRV_EP_MESSAGES,       /* Anthropic: POST /v1/messages */
     SRV_EP_COUNT_TOKENS,   /* Anthropic: POST /v1/messages/count_tokens */
+    SRV_EP_RESPONSES,      /* OpenAI Responses: POST /v1/responses */
     SRV_EP_HEALTH,
     SRV_EP_METRICS,
     SRV_EP_OTHER,
@@ -297,6 +302,7 @@ enum srv_api_kind {
     SRV_API_COMPLETION = 1, /* OpenAI /v1/completions */
     SRV_API_MESSAGES = 2,   /* Anthropic /v1/messages (api_anthropic.c) */
     SRV_API_COUNT = 3,      /* Anthropic /v1/messages/count_tokens: the prompt only */
+    SRV_API_RESPONSES = 4,  /* OpenAI /v1/responses (api_responses.c) */
 };
 
 /* An HTTP error: OpenAI's shape {"error": {message, type, param, code}}, or Anthropic's
@@ -318,8 +324,11 @@ char *srv_api_error_json(const struct srv_api_error *e, size_t *len);
 /* The same in Anthropic's shape (api_anthropic.c). */
 char *srv_anth_error_json(const struct srv_api_error *e, size_t *len);
 
+struct srv_resp_store;
+
 /* What the server knows when it parses a request. */
 struct srv_api_ctx {
+    struct srv_resp_store *responses; /* /v1/responses' store (NULL: none) */
     const char           *model_name;
     const dsv4_tokenizer *tok;       /* NULL: token ids only */
     int                   vocab;
@@ -348,6 +357,9 @@ struct srv_gen {
     int                        spec_draft;   /* "speculative": {"draft": K}, as struct srv_job */
     enum dsv4_chat_mode        mode;
     bool                       tools;        /* tools were offered */
+    json_t                    *conv;         /* responses: the conversation without instructions (owned) */
+    json_t                    *echo;         /* responses: request fields echoed in the response (owned) */
+    bool                       store;        /* responses: keep the conversation for previous_response_id */
     char                      *forced;       /* malloc'd: the call opening a forced tool choice appended to
                                                 the prompt (srv_api_force_tool), or NULL */
     int                        n_stop;
@@ -362,7 +374,6 @@ uint64_t srv_random_u64(void);
 
 /* Request fields (jansson): absent or null -> 0 and *out untouched; the wrong type or out
  * of range -> -1 with a 400 in e naming the field. */
-typedef struct json_t json_t;
 json_t *srv_json_field(json_t *o, const char *key);
 /* "speculative": {"draft": K} into g->spec_draft. */
 int     srv_api_speculative(json_t *o, struct srv_gen *g, struct srv_api_error *e);
@@ -448,6 +459,39 @@ void    srv_anth_stream_begin(const struct srv_anth_out *a, struct srv_buf *sse)
 void    srv_anth_stream_delta(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
 void    srv_anth_stream_end(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
 void    srv_anth_stream_error(struct srv_anth_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
+/* The Responses API (api_responses.c). The store keeps the newest conversations, at most
+ * cap of them and max_bytes of JSON in all; thread-safe. */
+struct srv_resp_store *srv_resp_store_new(int cap, size_t max_bytes);
+void                   srv_resp_store_free(struct srv_resp_store *s);
+int                    srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
+struct srv_resp_out {
+    const char            *id, *model;
+    long long              created;
+    const struct srv_buf  *reasoning, *content;
+    json_t                *calls;    /* OpenAI-shaped tool calls */
+    json_t                *echo;     /* request fields for the response object */
+    json_t                *conv;     /* the conversation, stored with the answer when store */
+    bool                   store;
+    struct srv_resp_store *responses;
+    int                    n_prompt, n_cached, n_out, n_reason;
+};
+enum srv_resp_item { SRV_RESP_NONE = 0, SRV_RESP_REASONING, SRV_RESP_MESSAGE };
+/* The answer's output items as they are built (streaming or not: sse NULL builds only). */
+struct srv_resp_stream {
+    json_t            *items; /* finished output items */
+    enum srv_resp_item open;  /* the item text goes to */
+    int                index, seq;
+    char               item_id[40];
+    struct srv_buf     text;  /* the open item's text so far */
+};
+void    srv_resp_begin(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse);
+void    srv_resp_delta(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse);
+/* Closes the items, stores the conversation, and returns the response object (streaming:
+ * NULL, sent as response.completed / response.incomplete). */
+json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, bool incomplete, struct srv_buf *sse);
+void    srv_resp_error(struct srv_resp_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
+void    srv_resp_stream_free(struct srv_resp_stream *st);
+
 /* A JSON string of s[0..n), invalid UTF-8 bytes replaced by U+FFFD (api_output.c). */
 json_t *srv_json_str(const char *s, size_t n);
 

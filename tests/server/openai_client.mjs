@@ -72,6 +72,30 @@ await assert.rejects(
     client.chat.completions.create({ model: 'no-such-model', messages }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
 
+// responses, whole and streamed (the same text), and a second turn by previous_response_id
+// (the stream's final response has no output_text convenience field: the text is read off the items)
+const textOf = (r) => r.output.filter((i) => i.type === 'message').flatMap((i) => i.content)
+    .filter((c) => c.type === 'output_text').map((c) => c.text).join('');
+const r1 = await client.responses.create({ model, input: 'tell me about rivers', instructions: 'Be brief.',
+    max_output_tokens: 12, temperature: 0 });
+assert.equal(r1.object, 'response');
+assert.ok(['completed', 'incomplete'].includes(r1.status));
+assert.equal(typeof r1.output_text, 'string');
+const rs = client.responses.stream({ model, input: 'tell me about rivers', instructions: 'Be brief.',
+    max_output_tokens: 12, temperature: 0 });
+let rdeltas = '';
+rs.on('response.output_text.delta', (e) => { rdeltas += e.delta; });
+const rfinal = await rs.finalResponse();
+assert.equal(textOf(rfinal), r1.output_text);
+assert.equal(textOf(r1), r1.output_text);
+assert.equal(rdeltas, r1.output_text);
+const r2 = await client.responses.create({ model, previous_response_id: r1.id, input: 'and then?', max_output_tokens: 4 });
+assert.equal(r2.previous_response_id, r1.id);
+assert.ok(r2.usage.input_tokens > r1.usage.input_tokens);
+await assert.rejects(
+    client.responses.create({ model, previous_response_id: 'resp_nope', input: 'x' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
+
 // tool calls, from dsv4's canned answers
 const wholeBody = fs.readFileSync(`${canned}/tool_whole.json`, 'utf8');
 const sseBody = fs.readFileSync(`${canned}/tool_stream.sse`, 'utf8');
@@ -100,5 +124,27 @@ try {
     expectCalls(final.choices[0].message.tool_calls);
 } finally {
     replay.close();
+}
+
+// function calls through the Responses API, from canned answers
+const replay2 = await startReplay(fs.readFileSync(`${canned}/responses_whole.json`, 'utf8'),
+    fs.readFileSync(`${canned}/responses_stream.sse`, 'utf8'));
+const replayClient2 = new OpenAI({ baseURL: `http://127.0.0.1:${replay2.port}/v1`, apiKey: 'x', maxRetries: 0 });
+const expectItems = (r) => {
+    assert.equal(textOf(r), 'Let me check.');
+    const calls = r.output.filter((i) => i.type === 'function_call');
+    assert.equal(calls.length, 2);
+    assert.equal(calls[0].name, 'get_weather');
+    assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Paris', days: 3 });
+    assert.equal(calls[1].name, 'get_time');
+    assert.ok(calls[0].call_id && calls[0].call_id !== calls[1].call_id);
+    const reasoning = r.output.find((i) => i.type === 'reasoning');
+    assert.equal(reasoning.content[0].text, 'The user wants two things.');
+};
+try {
+    expectItems(await replayClient2.responses.create({ model, input: 'weather?' }));
+    expectItems(await replayClient2.responses.stream({ model, input: 'weather?' }).finalResponse());
+} finally {
+    replay2.close();
 }
 console.log('openai client: ok');

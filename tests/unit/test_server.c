@@ -40,6 +40,7 @@
 #include "test_cases.h"
 #include "test_server_util.h"
 #include "test_server_anthropic.h"
+#include "test_server_responses.h"
 
 /* ------------------------------------------------------------------ the model */
 
@@ -880,6 +881,17 @@ static void test_messages_api(struct test_ctx *t)
     if (s) tanth_test_messages_api(t, s);
 }
 
+static void test_responses_api(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (s) tresp_test_responses_api(t, s);
+}
+
+static void test_responses_store(struct test_ctx *t)
+{
+    if (model_dir(t)) tresp_test_store_bound(t, g_dir);
+}
+
 static void test_anthropic_client(struct test_ctx *t)
 {
     run_node_client(t, "anthropic_client.mjs", "");
@@ -902,6 +914,7 @@ const struct test_case test_group_server[] = {
     { "prom_validator", tsrv_test_prom_validator },
     { "out_messages", tanth_test_out_messages },
     { "out_forced_tool", tanth_test_out_forced },
+    { "out_responses", tresp_test_out_responses },
     { "health_models_metrics", test_health_models_metrics },
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },
@@ -916,6 +929,8 @@ const struct test_case test_group_server[] = {
     { "sigterm_drain", test_sigterm_drain },
     { "openai_client", test_openai_client, TEST_NEEDS_NPM_SERVER },
     { "messages_api", test_messages_api },
+    { "responses_api", test_responses_api },
+    { "responses_store_bound", test_responses_store },
     { "anthropic_client", test_anthropic_client, TEST_NEEDS_NPM_SERVER },
     { "clean_exit", test_clean_exit },
     { NULL, NULL },

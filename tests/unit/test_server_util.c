@@ -693,7 +693,8 @@ char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *id
     g.tools      = true;
     g.forced     = (char *)forced; /* read by srv_out_new only */
     g.created    = 1700000000;
-    snprintf(g.id, sizeof(g.id), kind == SRV_API_MESSAGES ? "msg_canned" : "chatcmpl-canned");
+    snprintf(g.id, sizeof(g.id), kind == SRV_API_MESSAGES ? "msg_canned" : kind == SRV_API_RESPONSES ? "resp_canned"
+                                                                                                : "chatcmpl-canned");
     struct srv_api_ctx c = { .model_name = "srv-tiny", .tok = tok, .vocab = 2048, .ctx = 4096 };
     struct srv_out    *o = srv_out_new(&g, &c);
     if (!o) return NULL;
@@ -731,13 +732,14 @@ bool tsrv_write_canned(const char *dir, const char *model_dir)
             char cmd[800];
             snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
             ok = system(cmd) == 0;
-            /* OpenAI chat and Anthropic messages, each whole and streamed */
-            static const char *const names[2][2] = { { "tool_whole.json", "tool_stream.sse" },
-                                                     { "messages_whole.json", "messages_stream.sse" } };
-            for (int api = 0; api < 2; api++)
+            /* OpenAI chat, Anthropic messages and OpenAI responses, each whole and streamed */
+            static const char *const names[3][2] = { { "tool_whole.json", "tool_stream.sse" },
+                                                     { "messages_whole.json", "messages_stream.sse" },
+                                                     { "responses_whole.json", "responses_stream.sse" } };
+            static const int kinds[3] = { SRV_API_CHAT, SRV_API_MESSAGES, SRV_API_RESPONSES };
+            for (int api = 0; api < 3; api++)
                 for (int st = 0; st < 2; st++) {
-                    char *out = tsrv_canned_output_kind(tok, ids, (int)n, api ? SRV_API_MESSAGES : SRV_API_CHAT, st,
-                                                        1);
+                    char *out = tsrv_canned_output_kind(tok, ids, (int)n, kinds[api], st, 1);
                     snprintf(path, sizeof(path), "%s/%s", dir, names[api][st]);
                     ok = ok && out && test_write_file(path, out, strlen(out)) == 0;
                     free(out);
