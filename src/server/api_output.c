@@ -63,6 +63,10 @@ struct srv_out {
     json_t                      *echo, *conv; /* Responses: see struct srv_gen */
     bool                         store;
     struct srv_resp_store       *responses;
+    struct srv_turns            *turns;      /* chats: this turn's tokens are kept there at the end */
+    int32_t                     *prompt_ids; /* chats: the prompt, then the tokens generated */
+    int32_t                     *gen_ids;
+    int                          n_gen, gen_cap;
     int                          n_tok;   /* tokens consumed */
     dsv4_chat_stream            *cs;
     bool                         cs_failed;
@@ -130,7 +134,7 @@ void srv_buf_free(struct srv_buf *b)
 /* ------------------------------------------------------------------ JSON helpers */
 
 /* Length of the valid UTF-8 sequence at s (1 to 4), or 0 if the byte starts none. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
+size_t srv_utf8_seq(const unsigned char *s, size_t n)
 {
     unsigned c = s[0];
     if (c < 0x80) return 1;
@@ -158,7 +162,7 @@ json_t *srv_json_str(const char *s, size_t n)
     if (v) return v;
     struct srv_buf b = { 0 };
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        size_t k = srv_utf8_seq((const unsigned char *)s + i, n - i);
         if (k) {
             srv_buf_put(&b, s + i, k);
             i += k;
@@ -269,6 +273,10 @@ struct srv_out *srv_out_new(const struct srv_gen *g, const struct srv_api_ctx *c
         return NULL;
     }
     if (o->parse_chat && g->forced) emit(o, g->forced, strlen(g->forced)); /* the forced call's opening */
+    if (o->parse_chat && c->turns && (o->prompt_ids = malloc(sizeof(int32_t) * (size_t)(g->n_prompt + 1)))) {
+        memcpy(o->prompt_ids, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
+        o->turns = c->turns;
+    }
     if (o->kind == SRV_API_RESPONSES) {
         o->echo      = json_incref(g->echo);
         o->conv      = json_incref(g->conv);
@@ -285,6 +293,8 @@ void srv_out_free(struct srv_out *o)
     if (!o) return;
     dsv4_chat_stream_free(o->cs);
     srv_resp_stream_free(&o->resp);
+    free(o->prompt_ids);
+    free(o->gen_ids);
     json_decref(o->echo);
     json_decref(o->conv);
     json_decref(o->calls);
@@ -514,6 +524,12 @@ bool srv_out_tokens(struct srv_out *o, const struct srv_token *t, int n, struct 
     for (int i = 0; i < n && !o->stopped; i++) {
         o->n_tok++;
         if (o->think_open) o->n_reason++;
+        if (o->turns && o->n_gen == o->gen_cap) {
+            int      cap = o->gen_cap ? 2 * o->gen_cap : 256;
+            int32_t *p   = realloc(o->gen_ids, sizeof(int32_t) * (size_t)cap);
+            if (p) o->gen_ids = p, o->gen_cap = cap;
+        }
+        if (o->turns && o->n_gen < o->gen_cap) o->gen_ids[o->n_gen++] = t[i].id;
         if (o->logprobs) add_logprob(o, &t[i]);
         if (o->ids) json_array_append_new(o->ids, json_integer(t[i].id));
         size_t k = 0;
@@ -649,6 +665,7 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
         if (!o->cs_failed && dsv4_chat_stream_finish(o->cs, &end, NULL) != DSV4_OK) o->cs_failed = true;
     }
     bool        failed = !o->stopped && (f == SRV_FINISH_CANCELLED || f == SRV_FINISH_SLOW || f == SRV_FINISH_ERROR);
+    if (!failed && o->turns) srv_turns_put(o->turns, o->tok, o->prompt_ids, o->n_prompt, o->gen_ids, o->n_gen);
     const char *finish = "stop";
     *counted           = SRV_C_FINISH_STOP;
     if (failed) {

@@ -70,6 +70,7 @@ struct srv {
     struct srv_worker  *w;
     struct srv_metrics *m;
     struct srv_resp_store *responses; /* /v1/responses' previous_response_id store */
+    struct srv_turns      *turns;     /* recent chat turns' tokens (turns.c) */
     long long           created;
     pthread_t           watchdog;
     bool                watchdog_started;
@@ -401,6 +402,7 @@ static void api_ctx(struct srv *s, struct srv_api_ctx *out)
 {
     struct srv_api_ctx ctx = {
         .responses                      = s->responses,
+        .turns                          = s->turns,
         .model_name                     = s->model_name,
         .tok                            = srv_worker_tokenizer(s->w),
         .ctx                            = s->p.ctx,
@@ -436,6 +438,8 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     struct srv_gen       g;
     struct srv_api_error e;
     if (srv_api_parse(&ctx, kind, r->body.p ? r->body.p : "", r->body.len, &g, &e)) return reply_error(s, c, r, &e);
+    /* a chat continuing an earlier turn runs on that turn's tokens (turns.c) */
+    if (g.parse_chat) srv_turns_splice(s->turns, ctx.tok, &g.prompt, &g.n_prompt, ctx.ctx - g.max_tokens);
     struct srv_job *job = srv_job_new(g.prompt, g.n_prompt, g.max_tokens, s->p.stream_buffer);
     struct srv_out *out = job ? srv_out_new(&g, &ctx) : NULL;
     if (!out) {
@@ -816,7 +820,8 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
     pthread_mutex_init(&s->mu, NULL);
     int rc = DSV4_OK;
     if (!(s->m = srv_metrics_new()) ||
-        !(s->responses = srv_resp_store_new(p->responses_store, (size_t)p->responses_store_mb << 20))) {
+        !(s->responses = srv_resp_store_new(p->responses_store, (size_t)p->responses_store_mb << 20)) ||
+        !(s->turns = srv_turns_new())) {
         rc = srv_err(err, DSV4_ENOMEM, "out of memory");
         goto fail_metrics;
     }
@@ -892,6 +897,7 @@ fail_addr:
 fail_metrics:
     srv_metrics_free(s->m);
     srv_resp_store_free(s->responses);
+    srv_turns_free(s->turns);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;
@@ -925,6 +931,7 @@ void srv_stop(struct srv *s)
     srv_worker_stop(s->w);
     srv_metrics_free(s->m);
     srv_resp_store_free(s->responses);
+    srv_turns_free(s->turns);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

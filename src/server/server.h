@@ -325,10 +325,12 @@ char *srv_api_error_json(const struct srv_api_error *e, size_t *len);
 char *srv_anth_error_json(const struct srv_api_error *e, size_t *len);
 
 struct srv_resp_store;
+struct srv_turns;
 
 /* What the server knows when it parses a request. */
 struct srv_api_ctx {
     struct srv_resp_store *responses; /* /v1/responses' store (NULL: none) */
+    struct srv_turns      *turns;     /* recent chat turns' tokens (turns.c; NULL: none) */
     const char           *model_name;
     const dsv4_tokenizer *tok;       /* NULL: token ids only */
     int                   vocab;
@@ -492,6 +494,20 @@ json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, b
 void    srv_resp_error(struct srv_resp_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
 void    srv_resp_stream_free(struct srv_resp_stream *st);
 
+/* Recent finished chat turns' token ids (turns.c): a later prompt whose text begins with a
+ * stored turn's text is given that turn's tokens for it, so it continues the sequence the
+ * prefix cache holds. Thread-safe. */
+struct srv_turns *srv_turns_new(void);
+void              srv_turns_free(struct srv_turns *s);
+void              srv_turns_put(struct srv_turns *s, const dsv4_tokenizer *tok, const int32_t *prompt, int n_prompt,
+                                const int32_t *gen, int n_gen);
+/* Rewrites *prompt (malloc'd) when a stored turn matches; the result has at most max_n
+ * tokens. Returns the stored tokens put in (0: unchanged). */
+int               srv_turns_splice(struct srv_turns *s, const dsv4_tokenizer *tok, int32_t **prompt, int *n_prompt,
+                                   int max_n);
+
+/* Length of the valid UTF-8 sequence at s (1 to 4), or 0 if the byte starts none. */
+size_t  srv_utf8_seq(const unsigned char *s, size_t n);
 /* A JSON string of s[0..n), invalid UTF-8 bytes replaced by U+FFFD (api_output.c). */
 json_t *srv_json_str(const char *s, size_t n);
 

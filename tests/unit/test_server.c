@@ -887,6 +887,12 @@ static void test_responses_api(struct test_ctx *t)
     if (s) tresp_test_responses_api(t, s);
 }
 
+static void test_turn_cache(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (s) tresp_test_turn_cache(t, s);
+}
+
 static void test_responses_store(struct test_ctx *t)
 {
     if (model_dir(t)) tresp_test_store_bound(t, g_dir);
@@ -931,6 +937,7 @@ const struct test_case test_group_server[] = {
     { "messages_api", test_messages_api },
     { "responses_api", test_responses_api },
     { "responses_store_bound", test_responses_store },
+    { "turn_cache", test_turn_cache },
     { "anthropic_client", test_anthropic_client, TEST_NEEDS_NPM_SERVER },
     { "clean_exit", test_clean_exit },
     { NULL, NULL },

@@ -313,3 +313,79 @@ void tresp_test_store_bound(struct test_ctx *t, const char *model_dir)
     }
     tsrv_stop(&s, 15, 10);
 }
+
+/* ------------------------------------------------------------------ turns across APIs */
+
+/* One API's request for turn n of a conversation whose earlier answers are in answers[]. */
+static char *turn_body(int api, int n, char answers[][2048], const char *prev_id)
+{
+    json_t *msgs = json_array();
+    char    q[128];
+    for (int i = 0; i <= n; i++) {
+        snprintf(q, sizeof(q), "Question %d of conversation %d: what of the rivers and the sea, and of the hills?", i, api);
+        if (api == 3 && i < n) continue; /* previous_response_id carries them */
+        json_array_append_new(msgs, api == 2 ? json_pack("{s:s, s:[{s:s, s:s}]}", "role", "user", "content", "type",
+                                                         "input_text", "text", q)
+                                             : json_pack("{s:s, s:s}", "role", "user", "content", q));
+        if (i < n)
+            json_array_append_new(msgs, api == 1   ? json_pack("{s:s, s:[{s:s, s:s}]}", "role", "assistant", "content",
+                                                               "type", "text", "text", answers[i])
+                                        : api == 2 ? json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "type", "message", "role",
+                                                               "assistant", "content", "type", "output_text", "text",
+                                                               answers[i])
+                                                   : json_pack("{s:s, s:s}", "role", "assistant", "content", answers[i]));
+    }
+    json_t *req = api == 0   ? json_pack("{s:o, s:i, s:i, s:b}", "messages", msgs, "max_tokens", 40, "temperature", 0,
+                                         "ignore_eos", 1)
+                  : api == 1 ? json_pack("{s:s, s:o, s:i, s:i}", "model", "srv-tiny", "messages", msgs, "max_tokens", 40,
+                                         "temperature", 0)
+                             : json_pack("{s:o, s:i, s:i}", "input", msgs, "max_output_tokens", 40, "temperature", 0);
+    if (api == 3 && prev_id) json_object_set_new(req, "previous_response_id", json_string(prev_id));
+    char *b = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return b;
+}
+
+/* Ten turns through each API (chat/completions, messages, responses with the history in
+ * input, responses by previous_response_id): each turn must find in the prefix cache all but
+ * at most one page of what the turn before processed (its prompt and its answer). */
+void tresp_test_turn_cache(struct test_ctx *t, struct tsrv *s)
+{
+    static const char *const names[4] = { "chat", "messages", "responses", "responses+previous_id" };
+    static const char *const paths[4] = { "/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/responses" };
+    static char answers[10][2048];
+    for (int api = 0; api < 4; api++) {
+        long long prev_total = 0, worst = 0, sum_cached = 0, sum_prompt = 0;
+        char      prev_id[64] = "", line[256];
+        size_t    k = (size_t)snprintf(line, sizeof(line), "%s: recomputed of the turn before:", names[api]);
+        for (int n = 0; n < 10; n++) {
+            char   *b = turn_body(api, n, answers, prev_id[0] ? prev_id : NULL);
+            json_t *r = NULL;
+            int     st = tsrv_post(s, paths[api], b, NULL, &r);
+            CHECKF(st == 200, "%s turn %d: status %d", names[api], n, st);
+            free(b);
+            const char *text = api == 0   ? chat_text(r)
+                               : api == 1 ? json_string_value(json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"))
+                                          : item_text(item_of(r, "message", 0));
+            snprintf(answers[n], sizeof(answers[n]), "%s", text ? text : "");
+            long long prompt = api == 0 ? u_of(r, "prompt_tokens")
+                               : api == 1 ? u_of(r, "input_tokens") + u_of(r, "cache_read_input_tokens")
+                                          : u_of(r, "input_tokens");
+            long long cached = api == 1 ? u_of(r, "cache_read_input_tokens") : cached_of(r);
+            long long out    = api == 0 ? u_of(r, "completion_tokens") : u_of(r, "output_tokens");
+            if (n > 0) {
+                long long redo = prev_total - cached;
+                if (redo > worst) worst = redo;
+                k += (size_t)snprintf(line + k, sizeof(line) - k, " %lld", redo);
+                sum_cached += cached;
+                sum_prompt += prompt;
+            }
+            prev_total = prompt + out;
+            const char *id = json_string_value(json_object_get(r, "id"));
+            snprintf(prev_id, sizeof(prev_id), "%s", id ? id : "");
+            json_decref(r);
+        }
+        CHECKF(worst <= 256, "%s: a turn recomputed %lld tokens of the turn before (%s)", names[api], worst, line);
+        fprintf(stderr, "    %s; cached %lld of %lld prompt tokens in turns 2-10\n", line, sum_cached, sum_prompt);
+    }
+}

@@ -13,6 +13,8 @@ void tresp_test_out_responses(struct test_ctx *t);
 /* Against a live server of the srv-tiny model. */
 void tresp_test_responses_api(struct test_ctx *t, struct tsrv *s);
 
+/* Ten turns through each chat API: the prefix cache covers all but a page of the turn before. */
+void tresp_test_turn_cache(struct test_ctx *t, struct tsrv *s);
 /* A server with --responses-store 2 evicts the oldest. */
 void tresp_test_store_bound(struct test_ctx *t, const char *model_dir);
 
