@@ -624,7 +624,7 @@ typedef void (*dsv4_chat_event_fn)(void *ud, const struct dsv4_chat_event *ev);
 /* How a streamed turn ended. */
 struct dsv4_chat_stream_end {
     bool   saw_eos;   /* the EOS text arrived (it is never reported as content) */
-    bool   truncated; /* ended inside the reasoning or inside a tool-call block */
+    bool   truncated; /* ended inside the reasoning or inside a tool-call block (or its opening) */
     size_t n_calls;   /* complete tool calls reported */
 };
 

@@ -12,8 +12,9 @@
  *      caller cancels the job;
  *   4. chat: the DSML stream parser splits reasoning, content and tool calls (each call
  *      is reported whole when its closing tag arrives, so a stream carries every call as
- *      one delta with its complete arguments). Should the model write malformed DSML, the
- *      rest of the text is passed on as content rather than lost.
+ *      one delta with its complete arguments). Should the model write malformed DSML, or a
+ *      call be cut off (max_tokens), the rest of the turn from there is dropped: no byte of
+ *      markup reaches the text.
  * When the model ends its turn (EOS), the EOS text is fed to the parser so it can tell a
  * finished turn from a cut one.
  *
@@ -208,10 +209,15 @@ static struct srv_resp_out resp_out(const struct srv_out *o, int n_cached)
 static void on_chat_event(void *ud, const struct dsv4_chat_event *ev)
 {
     struct srv_out *o = ud;
-    if (ev->kind == DSV4_CHAT_EVENT_REASONING) {
-        srv_buf_put(&o->reasoning, ev->text, ev->len);
-    } else if (ev->kind == DSV4_CHAT_EVENT_CONTENT) {
-        srv_buf_put(&o->content, ev->text, ev->len);
+    if (o->cs_failed) return;
+    if (ev->kind == DSV4_CHAT_EVENT_REASONING || ev->kind == DSV4_CHAT_EVENT_CONTENT) {
+        /* DSML markup outside a well-formed block (the parser passes it as text) ends the
+         * output there, as malformed DSML does (see emit) */
+        const char *mark = memmem(ev->text, ev->len, "｜DSML｜", strlen("｜DSML｜"));
+        size_t      n    = mark ? (size_t)(mark - ev->text) : ev->len;
+        if (mark && n > 0 && ev->text[n - 1] == '<') n--;
+        if (mark) o->cs_failed = true;
+        srv_buf_put(ev->kind == DSV4_CHAT_EVENT_REASONING ? &o->reasoning : &o->content, ev->text, n);
     } else {
         char id[40];
         srv_api_make_id(id, sizeof(id), o->kind == SRV_API_MESSAGES ? "toolu_" : "call_");
@@ -318,9 +324,12 @@ int srv_out_n_tokens(const struct srv_out *o)
 static void emit(struct srv_out *o, const char *s, size_t n)
 {
     if (n == 0) return;
-    if (o->parse_chat && !o->cs_failed) {
-        if (dsv4_chat_stream_feed(o->cs, s, n, NULL) == DSV4_OK) return;
-        o->cs_failed = true; /* malformed DSML: keep the text as content */
+    if (o->parse_chat) {
+        /* Malformed DSML (a broken call, text after the calls, a call inside the reasoning):
+         * what the parser reported before stays (text, reasoning, whole calls); the rest of
+         * the turn is dropped, so no markup ever reaches the text. */
+        if (!o->cs_failed && dsv4_chat_stream_feed(o->cs, s, n, NULL) != DSV4_OK) o->cs_failed = true;
+        return;
     }
     srv_buf_put(&o->content, s, n);
 }

@@ -382,6 +382,14 @@ int dsv4_chat_stream_finish(dsv4_chat_stream *s, struct dsv4_chat_stream_end *en
     switch (s->st) {
     case ST_REASONING: /* the held-back tail was text after all */
     case ST_CONTENT:
+        /* ...unless it is the opening of a tool-call block cut short ("\n\n<｜DSML｜to"): that
+         * is a call that never came, not text ("\n\n" or "\n\n<" alone stay text) */
+        if (s->st == ST_CONTENT && s->buf.len > 3 && s->buf.len < strlen(M_TC_START) &&
+            !memcmp(s->buf.p, M_TC_START, s->buf.len)) {
+            consume(s, s->buf.len);
+            truncated = true;
+            break;
+        }
         emit_text(s, s->st == ST_REASONING ? DSV4_CHAT_EVENT_REASONING : DSV4_CHAT_EVENT_CONTENT, s->buf.p, s->buf.len);
         consume(s, s->buf.len);
         truncated = s->st == ST_REASONING;

@@ -337,6 +337,14 @@ static void test_stream(struct test_ctx *t)
     CHECK(dsv4_chat_stream_finish(st, &end, NULL) == DSV4_OK && !end.truncated && !end.saw_eos && e.content.len == 9);
     dsv4_chat_stream_free(st);
     events_free(&e);
+
+    /* cut inside the opening of a tool-call block: a call that never came, not text */
+    e = (struct events){ 0 };
+    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK);
+    CHECK(dsv4_chat_stream_feed(st, "Paris.\n\n<｜DSML｜tool_ca", strlen("Paris.\n\n<｜DSML｜tool_ca"), NULL) == DSV4_OK);
+    CHECK(dsv4_chat_stream_finish(st, &end, NULL) == DSV4_OK && end.truncated && e.content.len == 6);
+    dsv4_chat_stream_free(st);
+    events_free(&e);
 }
 
 static void test_parse_errors(struct test_ctx *t)

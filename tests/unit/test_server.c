@@ -916,6 +916,7 @@ static void test_clean_exit(struct test_ctx *t)
 const struct test_case test_group_server[] = {
     { "out_tool_calls", tsrv_test_out_tool_calls },
     { "out_stop_strings", tsrv_test_out_stop_strings },
+    { "out_no_markup", tsrv_test_out_no_markup },
     { "job_ring", tsrv_test_job_ring },
     { "prom_validator", tsrv_test_prom_validator },
     { "out_messages", tanth_test_out_messages },

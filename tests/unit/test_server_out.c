@@ -129,6 +129,49 @@ void tsrv_test_out_tool_calls(struct test_ctx *t)
     dsv4_tokenizer_free(tok);
 }
 
+/* No DSML markup reaches the text, whatever the model writes: the canned turn cut after
+ * every token (a call cut by max_tokens), with a broken call, and with text after the calls,
+ * through every chat API, whole and streamed. */
+void tsrv_test_out_no_markup(struct test_ctx *t)
+{
+    dsv4_tokenizer *tok = test_tok(t);
+    char           *turn = tok ? tsrv_canned_turn() : NULL;
+    if (!turn) {
+        dsv4_tokenizer_free(tok);
+        return;
+    }
+    char *broken = strdup(turn), *after = malloc(strlen(turn) + 32);
+    char *at = strstr(broken, "name=\"get_time\"");
+    CHECK(at != NULL);
+    if (at) memcpy(at, "nmae", 4); /* the second call cannot be read */
+    sprintf(after, "%s and more text", turn);
+    const char *variants[3] = { turn, broken, after };
+    static const int kinds[3] = { SRV_API_CHAT, SRV_API_MESSAGES, SRV_API_RESPONSES };
+    int checked = 0;
+    for (int v = 0; v < 3; v++) {
+        int      n;
+        int32_t *ids = encode(tok, variants[v], &n);
+        for (int cut = v == 0 ? 1 : n; cut <= n; cut++)
+            for (int k = 0; k < 3; k++)
+                for (int stream = 0; stream < 2; stream++) {
+                    char *out = tsrv_canned_run(tok, ids, cut, kinds[k], stream, 1, NULL,
+                                                cut < n ? SRV_FINISH_LENGTH : SRV_FINISH_EOS);
+                    bool  ok  = out && !strstr(out, "DSML") && !strstr(out, "invoke") && !strstr(out, "parameter") &&
+                              !strstr(out, "more text");
+                    CHECKF(ok, "variant %d cut at %d of %d tokens, api %d, stream %d: %s", v, cut, n, kinds[k], stream,
+                           out ? out : "(null)");
+                    checked++;
+                    free(out);
+                }
+        free(ids);
+    }
+    CHECK(checked > 100);
+    free(broken);
+    free(after);
+    free(turn);
+    dsv4_tokenizer_free(tok);
+}
+
 /* A completion of text through srv_out with stop strings; the output text and finish. */
 static void run_stop(struct test_ctx *t, const dsv4_tokenizer *tok, const char *text, const char *const *stops,
                      int n_stop, bool stream, char **out, char **finish)

@@ -670,17 +670,17 @@ char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, b
 char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                               int tokens_per_event)
 {
-    return tsrv_canned_output_forced_per(tok, ids, n, kind, stream, tokens_per_event, NULL);
+    return tsrv_canned_run(tok, ids, n, kind, stream, tokens_per_event, NULL, SRV_FINISH_EOS);
 }
 
 char *tsrv_canned_output_forced(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                                 const char *forced)
 {
-    return tsrv_canned_output_forced_per(tok, ids, n, kind, stream, 1, forced);
+    return tsrv_canned_run(tok, ids, n, kind, stream, 1, forced, SRV_FINISH_EOS);
 }
 
-char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
-                                    int tokens_per_event, const char *forced)
+char *tsrv_canned_run(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream, int tokens_per_event,
+                      const char *forced, int finish)
 {
     struct srv_gen g;
     memset(&g, 0, sizeof(g));
@@ -707,7 +707,7 @@ char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *id
         srv_out_tokens(o, ev, k, stream ? &sse : NULL);
     }
     enum srv_counter counted;
-    srv_out_end(o, SRV_FINISH_EOS, 4, NULL, stream ? &sse : NULL, &body, &counted);
+    srv_out_end(o, (enum srv_finish)finish, 4, NULL, stream ? &sse : NULL, &body, &counted);
     srv_out_free(o);
     if (stream) {
         srv_buf_free(&body);

@@ -84,14 +84,17 @@ char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int
 /* The same with a forced tool call's opening (srv_api_force_tool) before ids, in chat mode. */
 char *tsrv_canned_output_forced(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                                 const char *forced);
-char *tsrv_canned_output_forced_per(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
-                                    int tokens_per_event, const char *forced);
+/* The general form: tokens_per_event per srv_out_tokens call, ended with finish (enum
+ * srv_finish). */
+char *tsrv_canned_run(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream, int tokens_per_event,
+                      const char *forced, int finish);
 /* The generated text of the canned turn: reasoning, content and two DSML tool calls. */
 char *tsrv_canned_turn(void);
 
 /* Weight-free tests of test_server_out.c, run in the server group. */
 void tsrv_test_out_tool_calls(struct test_ctx *t);
 void tsrv_test_out_stop_strings(struct test_ctx *t);
+void tsrv_test_out_no_markup(struct test_ctx *t);
 void tsrv_test_job_ring(struct test_ctx *t);
 void tsrv_test_prom_validator(struct test_ctx *t);
 
