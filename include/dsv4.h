@@ -191,12 +191,26 @@ void dsv4_session_reset(dsv4_session *s);
 /* Sampling (src/sched/sampler.c)                                                       */
 /* ==================================================================================== */
 
+#define DSV4_MAX_LOGIT_BIAS 300 /* OpenAI's limit on logit_bias entries */
+
 struct dsv4_sampler_params {
     float    temperature; /* 0 = greedy (argmax, lowest id on ties) */
     int      top_k;       /* 0 = off */
     float    top_p;       /* 1 = off */
     float    min_p;       /* 0 = off: drop tokens below min_p * p(most likely) */
     uint64_t seed;
+    /* Logit adjustments, before everything above (greedy included), in this order:
+     *   1. logit_bias: bias[i] is added to the logit of token bias_id[i];
+     *   2. repetition_penalty r (1 or 0 = off): a token of the prompt or generated so far has
+     *      its logit divided by r when positive, multiplied by r otherwise;
+     *   3. frequency_penalty f and presence_penalty p (0 = off): a token generated c times
+     *      so far loses f * c + p * (c > 0).
+     * The generated tokens are those passed to dsv4_sampler_accept; the prompt's, those
+     * passed to dsv4_sampler_prime. */
+    float    presence_penalty, frequency_penalty, repetition_penalty;
+    int      n_bias;
+    int32_t  bias_id[DSV4_MAX_LOGIT_BIAS];
+    float    bias[DSV4_MAX_LOGIT_BIAS];
 };
 
 void dsv4_sampler_params_default(struct dsv4_sampler_params *p); /* greedy */
@@ -207,6 +221,13 @@ void dsv4_sampler_free(dsv4_sampler *s);
  * If prob is not NULL it receives the chosen token's probability under the filtered
  * distribution (1 for greedy). */
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob);
+/* The penalties' history: the prompt (repetition penalty), and each token generated (all
+ * three), in order. Neither allocates. */
+void    dsv4_sampler_prime(dsv4_sampler *s, const int32_t *prompt, int n);
+void    dsv4_sampler_accept(dsv4_sampler *s, int32_t token);
+/* Whether the sampler's distribution depends on the tokens generated so far (a penalty is
+ * on): then speculative drafts cannot be verified exactly and are not made. */
+bool    dsv4_sampler_has_history(const struct dsv4_sampler_params *p);
 /* Speculative decoding: the verdict on one draft token. target: the model's logits [vocab] at
  * the draft's position; draft_logits: the logits [vocab] the draft token was sampled from
  * (with this same sampler's filters, by dsv4_sampler_sample). Greedy (temperature 0): the

@@ -10,6 +10,10 @@
  * a heapsort, in place: sampling runs inside the scheduler's no-allocation region, and
  * glibc's qsort allocates a merge buffer for arrays over 1 KiB.
  *
+ * Logit bias and the repetition, frequency and presence penalties adjust the logits first
+ * (into a buffer of the sampler's own; the order is in include/dsv4.h); the penalties read
+ * the prompt (dsv4_sampler_prime) and the tokens the caller committed (dsv4_sampler_accept).
+ *
  * Speculative verification (dsv4_sampler_verify) is rejection sampling over the same
  * filtered distributions: accept the draft d with probability min(1, p(d)/q(d)), otherwise
  * draw from max(0, p - q) renormalised, so the token returned is distributed as a sample of
@@ -34,12 +38,23 @@ struct dsv4_sampler {
     struct cand               *c;    /* [vocab] */
     double                    *prob; /* [vocab] */
     double                    *q;    /* [vocab]: the draft's distribution, dense (verify) */
+    bool                       adjusts; /* a bias or a penalty is on */
+    float                     *adj;     /* [vocab]: the adjusted logits */
+    uint32_t                  *count;   /* [vocab]: times generated */
+    uint8_t                   *seen;    /* [vocab]: in the prompt or generated */
 };
 
 void dsv4_sampler_params_default(struct dsv4_sampler_params *p)
 {
     memset(p, 0, sizeof(*p));
-    p->top_p = 1.0f;
+    p->top_p              = 1.0f;
+    p->repetition_penalty = 1.0f;
+}
+
+bool dsv4_sampler_has_history(const struct dsv4_sampler_params *p)
+{
+    return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+           (p->repetition_penalty != 1 && p->repetition_penalty != 0);
 }
 
 int dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler_params *p, struct dsv4_err *err)
@@ -51,6 +66,16 @@ int dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler
     if (!(p->top_p > 0 && p->top_p <= 1)) return dsv4_err_set(err, DSV4_EINVAL, "top_p %g outside (0, 1]", (double)p->top_p);
     if (!(p->min_p >= 0 && p->min_p <= 1)) return dsv4_err_set(err, DSV4_EINVAL, "min_p %g outside [0, 1]", (double)p->min_p);
     if (p->top_k < 0) return dsv4_err_set(err, DSV4_EINVAL, "top_k %d is negative", p->top_k);
+    if (!(fabsf(p->presence_penalty) <= 100) || !(fabsf(p->frequency_penalty) <= 100) ||
+        !(p->repetition_penalty >= 0 && p->repetition_penalty <= 100))
+        return dsv4_err_set(err, DSV4_EINVAL, "penalties outside their ranges (presence and frequency |x| <= 100, "
+                            "repetition in [0, 100], 0 = off)");
+    if (p->n_bias < 0 || p->n_bias > DSV4_MAX_LOGIT_BIAS)
+        return dsv4_err_set(err, DSV4_EINVAL, "%d logit_bias entries (at most %d)", p->n_bias, DSV4_MAX_LOGIT_BIAS);
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= vocab || !isfinite(p->bias[i]))
+            return dsv4_err_set(err, DSV4_EINVAL, "logit_bias entry %d: token %d, bias %g", i, (int)p->bias_id[i],
+                                (double)p->bias[i]);
     dsv4_sampler *s = calloc(1, sizeof(*s));
     if (!s) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     s->p     = *p;
@@ -59,7 +84,13 @@ int dsv4_sampler_create(dsv4_sampler **out, int vocab, const struct dsv4_sampler
     s->c     = malloc(sizeof(*s->c) * (size_t)vocab);
     s->prob  = malloc(sizeof(*s->prob) * (size_t)vocab);
     s->q     = malloc(sizeof(*s->q) * (size_t)vocab);
-    if (!s->c || !s->prob || !s->q) {
+    s->adjusts = p->n_bias > 0 || dsv4_sampler_has_history(p);
+    if (s->adjusts) {
+        s->adj   = malloc(sizeof(*s->adj) * (size_t)vocab);
+        s->count = calloc((size_t)vocab, sizeof(*s->count));
+        s->seen  = calloc((size_t)vocab, 1);
+    }
+    if (!s->c || !s->prob || !s->q || (s->adjusts && (!s->adj || !s->count || !s->seen))) {
         dsv4_sampler_free(s);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
@@ -73,7 +104,42 @@ void dsv4_sampler_free(dsv4_sampler *s)
     free(s->c);
     free(s->prob);
     free(s->q);
+    free(s->adj);
+    free(s->count);
+    free(s->seen);
     free(s);
+}
+
+void dsv4_sampler_prime(dsv4_sampler *s, const int32_t *prompt, int n)
+{
+    if (!s->adjusts) return;
+    for (int i = 0; i < n; i++)
+        if (prompt[i] >= 0 && prompt[i] < s->vocab) s->seen[prompt[i]] = 1;
+}
+
+void dsv4_sampler_accept(dsv4_sampler *s, int32_t token)
+{
+    if (!s->adjusts || token < 0 || token >= s->vocab) return;
+    s->seen[token] = 1;
+    s->count[token]++;
+}
+
+/* The logits with the bias and the penalties applied (docs in include/dsv4.h), or logits
+ * itself when none is on. */
+static const float *adjust(dsv4_sampler *s, const float *logits)
+{
+    if (!s->adjusts) return logits;
+    memcpy(s->adj, logits, sizeof(float) * (size_t)s->vocab);
+    for (int i = 0; i < s->p.n_bias; i++) s->adj[s->p.bias_id[i]] += s->p.bias[i];
+    if (dsv4_sampler_has_history(&s->p))
+        for (int32_t i = 0; i < s->vocab; i++) {
+            if (!s->seen[i]) continue;
+            float l = s->adj[i], r = s->p.repetition_penalty;
+            if (r != 1 && r != 0) l = l > 0 ? l / r : l * r;
+            if (s->count[i]) l -= s->p.frequency_penalty * (float)s->count[i] + s->p.presence_penalty;
+            s->adj[i] = l;
+        }
+    return s->adj;
 }
 
 static uint64_t next_u64(uint64_t *x)
@@ -185,6 +251,7 @@ static size_t draw(uint64_t *rng, const double *w, size_t n, double tot)
 
 int32_t dsv4_sampler_sample(dsv4_sampler *s, const float *logits, float *prob)
 {
+    logits = adjust(s, logits);
     if (s->p.temperature <= 0) {
         if (prob) *prob = 1.0f;
         return argmax(logits, s->vocab);
@@ -235,14 +302,17 @@ static size_t draw_residual(dsv4_sampler *s, size_t n, double tot, double *p_pic
 int32_t dsv4_sampler_verify(dsv4_sampler *s, const float *target, const float *draft_logits, int32_t draft,
                             bool *accepted, float *prob)
 {
+    /* The bias does not depend on the history, so a draft sampled with it verifies exactly;
+     * with a penalty on, the scheduler makes no drafts. adjust() reuses one buffer: the
+     * draft's distribution is taken (fill_q) before the target is adjusted. */
     if (s->p.temperature <= 0) {
-        int32_t best = argmax(target, s->vocab);
+        int32_t best = argmax(adjust(s, target), s->vocab);
         *accepted    = draft == best;
         if (prob) *prob = 1.0f;
         return best;
     }
-    double qd = fill_q(s, draft_logits, draft), tot, pd = 0;
-    size_t n  = filter(s, target, &tot), at = n;
+    double qd = fill_q(s, adjust(s, draft_logits), draft), tot, pd = 0;
+    size_t n  = filter(s, adjust(s, target), &tot), at = n;
     for (size_t i = 0; i < n && at == n; i++)
         if (s->c[i].id == draft) at = i, pd = s->prob[i] / tot;
     /* Accept with probability min(1, p/q); q(d) = 0 means d did not come from this q. */

@@ -426,6 +426,7 @@ int dsv4_sched_submit(dsv4_sched *s, const struct dsv4_request *req, uint64_t *i
     long long cap = (long long)req->n_prompt + req->max_tokens;
     if (cap > (long long)p->max_ctx + 1) cap = (long long)p->max_ctx + 1;
     r->spec_k    = req->spec_draft == 0 ? p->spec_draft : req->spec_draft < 0 ? 0 : min_i(req->spec_draft, p->spec_draft);
+    if (dsv4_sampler_has_history(&req->sampling)) r->spec_k = 0; /* drafts verify exactly only without penalties */
     r->spec_rate = 1.0f;
     r->cap       = (int)cap + r->spec_k; /* the drafts sit after the tokens while verified */
     r->tok  = malloc(sizeof(int32_t) * (size_t)r->cap);
@@ -437,6 +438,7 @@ int dsv4_sched_submit(dsv4_sched *s, const struct dsv4_request *req, uint64_t *i
         return rc;
     }
     memcpy(r->tok, req->prompt, sizeof(int32_t) * (size_t)req->n_prompt);
+    dsv4_sampler_prime(r->sampler, req->prompt, req->n_prompt);
     if (req->n_stop) memcpy(r->stop, req->stop_ids, sizeof(int32_t) * (size_t)req->n_stop);
     r->n_prompt   = r->n_tok = req->n_prompt;
     r->n_stop     = req->n_stop;
@@ -844,6 +846,7 @@ static bool take_token(dsv4_sched *s, struct rq *r, const float *logits, double 
 {
     int32_t tok = r->sampled;
     r->n_gen++;
+    dsv4_sampler_accept(r->sampler, tok);
     if (r->t_first == 0) r->t_first = t;
     s->acc.generated_tokens++;
     if (is_stop(r, tok)) {

@@ -5,8 +5,7 @@
  *
  * Validation rules: a field that is absent or null takes its default; a field of the
  * wrong type or out of range is a 400 whose message names it (and "param" says which);
- * features dsv4 does not implement (n > 1, penalties, logit_bias,
- * echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
+ * features dsv4 does not implement (n > 1, echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
  * never gets output it did not ask for. For the same reason an unknown top-level field is a
  * 400 naming it, as OpenAI's API does (a "grammar" or "mirostat" that silently did nothing
  * would be a wrong answer); only a short allow-list of fields that SDKs send and that cannot
@@ -208,23 +207,45 @@ static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_erro
     return 0;
 }
 
+/* presence_penalty, frequency_penalty (OpenAI: [-2, 2]), repetition_penalty (vLLM: (0, 2]...
+ * taken up to 10) and logit_bias ({"token id": bias in [-100, 100]}, at most 300). */
+static int parse_penalties(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    double pp = 0, fp = 0, rp = 1;
+    if (srv_json_num(o, "presence_penalty", -2, 2, false, &pp, e) ||
+        srv_json_num(o, "frequency_penalty", -2, 2, false, &fp, e) ||
+        srv_json_num(o, "repetition_penalty", 0, 10, true, &rp, e))
+        return -1;
+    g->sp.presence_penalty   = (float)pp;
+    g->sp.frequency_penalty  = (float)fp;
+    g->sp.repetition_penalty = (float)rp;
+    json_t *lb = srv_json_field(o, "logit_bias");
+    if (!lb) return 0;
+    if (!json_is_object(lb)) return srv_api_fail(e, 400, "logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
+    if (json_object_size(lb) > DSV4_MAX_LOGIT_BIAS)
+        return srv_api_fail(e, 400, "logit_bias", "'logit_bias' has %zu entries; at most %d", json_object_size(lb),
+                            DSV4_MAX_LOGIT_BIAS);
+    const char *key;
+    json_t     *v;
+    json_object_foreach(lb, key, v) {
+        char     *end = NULL;
+        long long id  = strtoll(key, &end, 10);
+        if (!key[0] || *end || id < 0 || id >= c->vocab)
+            return srv_api_fail(e, 400, "logit_bias", "logit_bias key '%.40s' is not a token id (0 to %d)", key, c->vocab - 1);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return srv_api_fail(e, 400, "logit_bias", "logit_bias[%s] must be a number in [-100, 100]", key);
+        g->sp.bias_id[g->sp.n_bias] = (int32_t)id;
+        g->sp.bias[g->sp.n_bias++]  = (float)json_number_value(v);
+    }
+    return 0;
+}
+
 /* Fields dsv4 does not implement: accepted only at their neutral values. */
 static int refuse_unsupported(json_t *o, struct srv_api_error *e)
 {
     long long n = 1;
     if (srv_json_int(o, "n", 1, 1000000, &n, e)) return -1;
     if (n != 1) return srv_api_fail(e, 400, "n", "'n' is %lld: dsv4 returns one choice per request (n = 1)", n);
-    static const char *const penalties[] = { "presence_penalty", "frequency_penalty", "repetition_penalty" };
-    for (size_t i = 0; i < sizeof(penalties) / sizeof(penalties[0]); i++) {
-        double x = i == 2 ? 1.0 : 0.0;
-        if (srv_json_num(o, penalties[i], -2, 2, false, &x, e)) return -1;
-        if (x != (i == 2 ? 1.0 : 0.0))
-            return srv_api_fail(e, 400, penalties[i], "'%s' is not supported by dsv4 (only its neutral value)",
-                                penalties[i]);
-    }
-    json_t *lb = srv_json_field(o, "logit_bias");
-    if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
-        return srv_api_fail(e, 400, "logit_bias", "'logit_bias' is not supported by dsv4");
     long long best_of = 1;
     if (srv_json_int(o, "best_of", 1, 1000000, &best_of, e)) return -1;
     if (best_of != 1) return srv_api_fail(e, 400, "best_of", "'best_of' must be 1");
@@ -287,7 +308,7 @@ static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *
         e->code = "model_not_found";
         return -1;
     }
-    if (refuse_unsupported(o, e)) return -1;
+    if (refuse_unsupported(o, e) || parse_penalties(c, o, g, e)) return -1;
     double    temp = 1.0, top_p = 1.0, min_p = 0.0;
     long long top_k = 0, seed = 0;
     if (srv_json_num(o, "temperature", 0, 2, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||

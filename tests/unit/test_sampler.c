@@ -326,7 +326,77 @@ static void test_sample_unchanged(struct test_ctx *t)
     CHECKF(h == 0x0fa5fccb89e967b0ull, "sample's tokens and probabilities changed: hash %016llx", h);
 }
 
+/* The adjustments against an independent reading of include/dsv4.h's order (bias, then
+ * repetition over prompt and generated tokens, then frequency and presence over generated
+ * ones): greedy picks the adjusted argmax, and sampled tokens carry the probability the
+ * softmax of the adjusted logits gives them, over a random history. */
+static void test_penalties_and_bias(struct test_ctx *t)
+{
+    enum { V = 40 };
+    unsigned long long rng = 2024;
+    for (int round = 0; round < 30; round++) {
+        struct dsv4_sampler_params sp;
+        dsv4_sampler_params_default(&sp);
+        sp.presence_penalty   = round % 3 == 0 ? 0 : test_rand_f32(&rng) * 2;
+        sp.frequency_penalty  = round % 4 == 0 ? 0 : test_rand_f32(&rng) * 2;
+        sp.repetition_penalty = round % 5 == 0 ? 1 : 1 + (test_rand_f32(&rng) + 1) * 0.8f;
+        sp.n_bias             = round % 2 ? 3 : 0;
+        for (int b = 0; b < sp.n_bias; b++) {
+            sp.bias_id[b] = (int32_t)(test_rand_u64(&rng) % V);
+            sp.bias[b]    = test_rand_f32(&rng) * 5;
+        }
+        sp.temperature = round % 2 ? 0.8f : 0;
+        sp.seed        = (uint64_t)round;
+        dsv4_sampler *s = make(t, V, &sp);
+        if (!s) return;
+        float   logits[V], ref[V];
+        int     count[V] = { 0 }, seen[V] = { 0 };
+        int32_t prompt[6];
+        for (int i = 0; i < 6; i++) seen[prompt[i] = (int32_t)(test_rand_u64(&rng) % V)] = 1;
+        dsv4_sampler_prime(s, prompt, 6);
+        for (int step = 0; step < 25; step++) {
+            for (int i = 0; i < V; i++) logits[i] = test_rand_f32(&rng) * 3;
+            for (int i = 0; i < V; i++) ref[i] = logits[i];
+            for (int b = 0; b < sp.n_bias; b++) ref[sp.bias_id[b]] += sp.bias[b];
+            for (int i = 0; i < V; i++) {
+                if (seen[i] && sp.repetition_penalty != 1)
+                    ref[i] = ref[i] > 0 ? ref[i] / sp.repetition_penalty : ref[i] * sp.repetition_penalty;
+                if (count[i]) ref[i] -= sp.frequency_penalty * (float)count[i] + sp.presence_penalty;
+            }
+            float   prob = 0;
+            int32_t tok  = dsv4_sampler_sample(s, logits, &prob);
+            int     best = 0;
+            for (int i = 1; i < V; i++)
+                if (ref[i] > ref[best]) best = i;
+            if (sp.temperature == 0) {
+                CHECKF(tok == best, "round %d step %d: greedy %d, reference argmax %d", round, step, (int)tok, best);
+            } else {
+                double z = 0;
+                for (int i = 0; i < V; i++) z += exp(((double)ref[i] - ref[best]) / sp.temperature);
+                double want = exp(((double)ref[tok] - ref[best]) / sp.temperature) / z;
+                CHECKF(fabs(prob - want) < 1e-4 * (want + 1e-3), "round %d step %d: token %d prob %g, reference %g",
+                       round, step, (int)tok, (double)prob, want);
+            }
+            dsv4_sampler_accept(s, tok);
+            count[tok]++;
+            seen[tok] = 1;
+        }
+        dsv4_sampler_free(s);
+    }
+    /* out of range: refused */
+    struct dsv4_sampler_params bad;
+    dsv4_sampler_params_default(&bad);
+    bad.n_bias     = 1;
+    bad.bias_id[0] = V;
+    dsv4_sampler   *s = NULL;
+    CHECK(dsv4_sampler_create(&s, V, &bad, NULL) == DSV4_EINVAL && !s);
+    dsv4_sampler_params_default(&bad);
+    bad.repetition_penalty = -1;
+    CHECK(dsv4_sampler_create(&s, V, &bad, NULL) == DSV4_EINVAL && !s);
+}
+
 const struct test_case test_group_sampler[] = {
+    { "penalties_and_bias", test_penalties_and_bias },
     { "verify_greedy", test_verify_greedy },
     { "verify_distribution", test_verify_distribution },
     { "verify_edges", test_verify_edges },

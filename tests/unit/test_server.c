@@ -408,6 +408,32 @@ static void test_speculative(struct test_ctx *t)
     tsrv_stop(&s, 15, 10);
 }
 
+/* logit_bias and presence_penalty through /v1/completions, greedy: a bias of 100 on token
+ * 700 and 95 on 701 with a presence penalty of 10 gives 700, 701, then 700 for good (the
+ * model's own logits are far smaller than these margins). Also with speculation asked. */
+static void test_penalties(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    int32_t a[32], b[32];
+    double  la[32];
+    int     na = greedy_ids(s, ",\"logit_bias\":{\"700\":100}", a, la, 32);
+    CHECKF(na == 24, "%d tokens", na);
+    for (int i = 0; i < na; i++) CHECKF(a[i] == 700, "token %d is %d with a bias of 100 on 700", i, (int)a[i]);
+    int nb = greedy_ids(s, ",\"logit_bias\":{\"700\":100,\"701\":95},\"presence_penalty\":2,\"frequency_penalty\":0", b,
+                        la, 32);
+    CHECKF(nb == 24, "%d tokens", nb);
+    /* presence 2 is too small to flip 100 vs 95: all 700 */
+    for (int i = 0; i < nb; i++) CHECKF(b[i] == 700, "presence 2: token %d is %d", i, (int)b[i]);
+    nb = greedy_ids(s, ",\"logit_bias\":{\"700\":100,\"701\":95},\"frequency_penalty\":2,\"speculative\":{\"draft\":0}", b,
+                    la, 32);
+    /* frequency 2: 700 until its logit has lost 5 (3 times), then 701 once, and so on */
+    int n700 = 0, n701 = 0;
+    for (int i = 0; i < nb; i++) n700 += b[i] == 700, n701 += b[i] == 701;
+    CHECKF(nb == 24 && n700 + n701 == 24 && n701 >= 9 && b[0] == 700 && b[1] == 700 && b[2] == 700 && b[3] == 701,
+           "frequency 2: %d x 700, %d x 701, starting %d %d %d %d", n700, n701, (int)b[0], (int)b[1], (int)b[2], (int)b[3]);
+}
+
 static void test_bad_inputs(struct test_ctx *t)
 {
     struct tsrv *s = main_server(t);
@@ -452,8 +478,12 @@ static void test_bad_inputs(struct test_ctx *t)
           "stop" },
         { CC, B("{%s,\"top_logprobs\":3}", U), NULL, 400, "needs 'logprobs'", "top_logprobs" },
         { CC, B("{%s,\"logprobs\":true,\"top_logprobs\":21}", U), NULL, 400, "'top_logprobs'", "top_logprobs" },
-        { CC, B("{%s,\"presence_penalty\":0.5}", U), NULL, 400, "not supported", "presence_penalty" },
-        { CC, B("{%s,\"logit_bias\":{\"5\":1}}", U), NULL, 400, "not supported", "logit_bias" },
+        { CC, B("{%s,\"presence_penalty\":2.5}", U), NULL, 400, "presence_penalty", "presence_penalty" },
+        { CC, B("{%s,\"repetition_penalty\":0}", U), NULL, 400, "repetition_penalty", "repetition_penalty" },
+        { CC, B("{%s,\"logit_bias\":{\"x5\":1}}", U), NULL, 400, "not a token id", "logit_bias" },
+        { CC, B("{%s,\"logit_bias\":{\"999999\":1}}", U), NULL, 400, "not a token id", "logit_bias" },
+        { CC, B("{%s,\"logit_bias\":{\"5\":101}}", U), NULL, 400, "[-100, 100]", "logit_bias" },
+        { CC, B("{%s,\"logit_bias\":[1]}", U), NULL, 400, "must be an object", "logit_bias" },
         { CC, B("{%s,\"tools\":{}}", U), NULL, 400, "'tools' must be an array", "tools" },
         { CC, B("{%s,\"tools\":[{\"type\":\"function\"}]}", U), NULL, 400, "tools[0]", "tools" },
         { CC, B("{%s,\"tool_choice\":\"required\"}", U), NULL, 400, "no tools", "tool_choice" },
@@ -927,6 +957,7 @@ const struct test_case test_group_server[] = {
     { "cached_tokens", test_cached_tokens },
     { "completions", test_completions },
     { "speculative", test_speculative },
+    { "penalties_and_bias", test_penalties },
     { "bad_inputs", test_bad_inputs },
     { "concurrent_32", test_concurrent_32 },
     { "queue_full_and_keepalive", test_queue_full_and_keepalive },
