@@ -208,6 +208,9 @@ struct dsv4_sampler_params {
      * The generated tokens are those passed to dsv4_sampler_accept; the prompt's, those
      * passed to dsv4_sampler_prime. */
     float    presence_penalty, frequency_penalty, repetition_penalty;
+    /* 4. a JSON constraint (not owned; NULL = none): tokens that cannot continue the text
+     *    get -inf; it advances with dsv4_sampler_accept. */
+    struct dsv4_constraint *constraint;
     int      n_bias;
     int32_t  bias_id[DSV4_MAX_LOGIT_BIAS];
     float    bias[DSV4_MAX_LOGIT_BIAS];
@@ -660,6 +663,31 @@ int  dsv4_chat_stream_feed(dsv4_chat_stream *s, const char *text, size_t len, st
 int  dsv4_chat_stream_finish(dsv4_chat_stream *s, struct dsv4_chat_stream_end *end,
                              struct dsv4_err *err);
 void dsv4_chat_stream_free(dsv4_chat_stream *s);
+
+/*
+ * Constrained decoding to JSON (src/tok/json_constraint.c). A dsv4_json_vocab is a byte trie
+ * of a tokenizer's vocabulary, built once and shared by any number of threads. A
+ * dsv4_constraint is one request's automaton: schema NULL accepts any JSON object, otherwise
+ * the JSON texts of a JSON Schema subset (type object/array/string/number/integer/boolean/
+ * null or [T, "null"], properties all required and in the schema's order, items, enum,
+ * const). think_end >= 0: the output is free until that token (the reasoning of a thinking
+ * turn). Given to the sampler (dsv4_sampler_params.constraint), it masks every token that
+ * cannot continue a valid text, allows the EOS only once the text is complete, and
+ * advances with each accepted token. Not thread-safe; mask and accept allocate nothing.
+ */
+typedef struct dsv4_json_vocab dsv4_json_vocab;
+typedef struct dsv4_constraint dsv4_constraint;
+int  dsv4_json_vocab_new(dsv4_json_vocab **out, const dsv4_tokenizer *tok, struct dsv4_err *err);
+void dsv4_json_vocab_free(dsv4_json_vocab *v);
+/* DSV4_EUNSUPPORTED names a schema keyword or form outside the subset; DSV4_EINVAL a bad one. */
+int  dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                              const char *schema, size_t len, int32_t think_end, struct dsv4_err *err);
+void dsv4_constraint_free(dsv4_constraint *c);
+/* Sets the logits of tokens that cannot come next to -inf. */
+void dsv4_constraint_mask(dsv4_constraint *c, float *logits);
+void dsv4_constraint_accept(dsv4_constraint *c, int32_t token);
+/* The text so far is a complete value. */
+bool dsv4_constraint_done(const dsv4_constraint *c);
 
 /* ==================================================================================== */
 /* End of tokenizer and chat format                                                     */

@@ -53,7 +53,7 @@ void dsv4_sampler_params_default(struct dsv4_sampler_params *p)
 
 bool dsv4_sampler_has_history(const struct dsv4_sampler_params *p)
 {
-    return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+    return p->constraint || p->presence_penalty != 0 || p->frequency_penalty != 0 ||
            (p->repetition_penalty != 1 && p->repetition_penalty != 0);
 }
 
@@ -119,6 +119,7 @@ void dsv4_sampler_prime(dsv4_sampler *s, const int32_t *prompt, int n)
 
 void dsv4_sampler_accept(dsv4_sampler *s, int32_t token)
 {
+    if (s->p.constraint) dsv4_constraint_accept(s->p.constraint, token);
     if (!s->adjusts || token < 0 || token >= s->vocab) return;
     s->seen[token] = 1;
     s->count[token]++;
@@ -131,7 +132,9 @@ static const float *adjust(dsv4_sampler *s, const float *logits)
     if (!s->adjusts) return logits;
     memcpy(s->adj, logits, sizeof(float) * (size_t)s->vocab);
     for (int i = 0; i < s->p.n_bias; i++) s->adj[s->p.bias_id[i]] += s->p.bias[i];
-    if (dsv4_sampler_has_history(&s->p))
+    if (s->p.constraint) dsv4_constraint_mask(s->p.constraint, s->adj);
+    if (s->p.presence_penalty != 0 || s->p.frequency_penalty != 0 ||
+        (s->p.repetition_penalty != 1 && s->p.repetition_penalty != 0))
         for (int32_t i = 0; i < s->vocab; i++) {
             if (!s->seen[i]) continue;
             float l = s->adj[i], r = s->p.repetition_penalty;

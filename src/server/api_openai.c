@@ -491,6 +491,35 @@ int srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const cha
     return 0;
 }
 
+int srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, const char *param, struct srv_gen *g,
+                      struct srv_api_error *e)
+{
+    const char *type   = json_string_value(json_object_get(fmt, "type"));
+    json_t     *schema = NULL;
+    if (!type || !strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_schema")) {
+        schema = responses ? json_object_get(fmt, "schema") : json_object_get(json_object_get(fmt, "json_schema"), "schema");
+        if (!json_is_object(schema))
+            return srv_api_fail(e, 400, param, "%s: a json_schema format needs %s as an object", param,
+                                responses ? "'schema'" : "'json_schema.schema'");
+    } else if (strcmp(type, "json_object")) {
+        return srv_api_fail(e, 400, param, "%s type \"%s\" is not supported (text, json_object or json_schema)", param,
+                            type);
+    }
+    if (!c->json_vocab) return srv_api_fail(e, 500, param, "constrained output is not available (no JSON vocabulary)");
+    char           *text  = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    struct dsv4_err err;
+    int32_t         think = -1;
+    if (g->mode == DSV4_CHAT_MODE_THINKING && dsv4_tokenizer_token_id(c->tok, "</think>", &think, NULL)) think = -1;
+    int rc = (schema && !text) ? DSV4_ENOMEM
+                               : dsv4_constraint_new_json(&g->constraint, c->json_vocab, c->tok, text,
+                                                          text ? strlen(text) : 0, think, &err);
+    free(text);
+    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s: %s", param,
+                                rc == DSV4_ENOMEM ? "out of memory" : err.msg);
+    return 0;
+}
+
 /* Whether the function tools offer name. */
 bool srv_api_has_tool(json_t *tools, const char *name)
 {
@@ -608,6 +637,9 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     if (doc && tools) json_object_set(doc, "tools", tools);
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
+    if (rf && force)
+        return srv_api_fail(e, 400, "response_format", "'response_format' and a forced tool call cannot be combined");
+    if (rf && srv_api_constrain(c, rf, false, "response_format", g, e)) return -1;
     return fit_context(c, o, g, 0, e);
 }
 
@@ -712,6 +744,8 @@ void srv_gen_free(struct srv_gen *g)
     g->prompt = NULL;
     free(g->forced);
     g->forced = NULL;
+    dsv4_constraint_free(g->constraint);
+    g->constraint = NULL;
     json_decref(g->conv);
     json_decref(g->echo);
     g->conv = g->echo = NULL;

@@ -299,12 +299,9 @@ static int parse_options(json_t *o, struct srv_gen *g, struct dsv4_chat_params *
         }
     }
     json_t *text = srv_json_field(o, "text");
-    if (text) {
-        const char *ft = json_string_value(json_object_get(json_object_get(text, "format"), "type"));
-        if (!json_is_object(text) || (json_object_get(text, "format") && (!ft || strcmp(ft, "text"))))
-            return srv_api_fail(e, 400, "text", "text.format %s%s%s is not supported by dsv4 (only \"text\")",
-                                ft ? "\"" : "", ft ? ft : "(not an object)", ft ? "\"" : "");
-    }
+    if (text && (!json_is_object(text) || (json_object_get(text, "format") &&
+                                           !json_is_string(json_object_get(json_object_get(text, "format"), "type")))))
+        return srv_api_fail(e, 400, "text", "'text' must be {\"format\": {\"type\": ...}}");
     json_t *tr = srv_json_field(o, "truncation");
     if (tr && (!json_is_string(tr) || strcmp(json_string_value(tr), "disabled")))
         return srv_api_fail(e, 400, "truncation", "'truncation' must be \"disabled\" (dsv4 never drops context)");
@@ -404,6 +401,9 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     g->conv = conv;
     if (srv_api_render(c, doc, &cp, "input", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
+    json_t *fmt = json_object_get(srv_json_field(o, "text"), "format");
+    if (fmt && force) return srv_api_fail(e, 400, "text", "text.format and a forced tool call cannot be combined");
+    if (fmt && srv_api_constrain(c, fmt, true, "text", g, e)) return -1;
     if (g->n_prompt >= c->ctx) {
         srv_api_fail(e, 400, "input", "This model's maximum context length is %d tokens; the input has %d tokens, "
                      "which leaves no room for a response", c->ctx, g->n_prompt);
@@ -414,6 +414,7 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     /* echoed in the response object */
     g->echo = json_pack("{s:O?, s:O?, s:b}", "instructions", instr, "previous_response_id", prev, "store", g->store);
     if (g->echo && max_out > 0) json_object_set_new(g->echo, "max_output_tokens", json_integer(max_out));
+    if (g->echo && srv_json_field(o, "text")) json_object_set(g->echo, "text", srv_json_field(o, "text"));
     return 0;
 }
 

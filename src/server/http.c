@@ -71,6 +71,8 @@ struct srv {
     struct srv_metrics *m;
     struct srv_resp_store *responses; /* /v1/responses' previous_response_id store */
     struct srv_turns      *turns;     /* recent chat turns' tokens (turns.c) */
+    dsv4_json_vocab       *json_vocab; /* constrained output's vocabulary trie, built on first use (mu) */
+    bool                   json_vocab_tried;
     long long           created;
     pthread_t           watchdog;
     bool                watchdog_started;
@@ -398,6 +400,21 @@ static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct
     return reply(s, c, r, status, "application/json", body.p, body.len, NULL);
 }
 
+/* The vocabulary trie of constrained output, built once (the first request that asks). */
+static const dsv4_json_vocab *json_vocab(struct srv *s, const dsv4_tokenizer *tok)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->json_vocab_tried && tok) {
+        s->json_vocab_tried = true;
+        struct dsv4_err err;
+        if (dsv4_json_vocab_new(&s->json_vocab, tok, &err))
+            srv_log(s->p.log, s->p.log_ud, DSV4_LOG_WARN, "constrained output is off: %s", err.msg);
+    }
+    const dsv4_json_vocab *v = s->json_vocab;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
 static void api_ctx(struct srv *s, struct srv_api_ctx *out)
 {
     struct srv_api_ctx ctx = {
@@ -412,8 +429,9 @@ static void api_ctx(struct srv *s, struct srv_api_ctx *out)
     };
     struct dsv4_model_info info;
     srv_worker_info(s->w, &info, &ctx.ctx);
-    ctx.vocab = info.vocab_size;
-    *out      = ctx;
+    ctx.vocab      = info.vocab_size;
+    ctx.json_vocab = json_vocab(s, ctx.tok);
+    *out           = ctx;
 }
 
 /* POST /v1/messages/count_tokens: the prompt's length, nothing generated. */
@@ -448,6 +466,9 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
         return fail(s, c, r, 500, NULL, "out of memory for the request");
     }
     job->sp           = g.sp;
+    job->constraint   = g.constraint; /* the job owns it from here */
+    job->sp.constraint = job->constraint;
+    g.constraint      = NULL;
     job->logprobs     = g.logprobs;
     job->top_logprobs = g.top_logprobs;
     job->ignore_eos   = g.ignore_eos;
@@ -898,6 +919,7 @@ fail_metrics:
     srv_metrics_free(s->m);
     srv_resp_store_free(s->responses);
     srv_turns_free(s->turns);
+    dsv4_json_vocab_free(s->json_vocab);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;

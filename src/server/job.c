@@ -67,6 +67,7 @@ void srv_job_unref(struct srv_job *j)
     pthread_cond_destroy(&j->cv);
     free(j->prompt);
     free(j->ring);
+    dsv4_constraint_free(j->constraint);
     free(j);
 }
 

@@ -142,7 +142,8 @@ struct srv_job {
     bool                       logprobs;    /* fill logprob (and n_top = top_logprobs) */
     int                        top_logprobs;
     bool                       ignore_eos;  /* EOS is an ordinary token (benchmarks) */
-    int                        spec_draft;  /* "speculative": {"draft": K}: 0 = the server's, -1 = off */        /* 0 short, 1 long */
+    int                        spec_draft;  /* "speculative": {"draft": K}: 0 = the server's, -1 = off */
+    dsv4_constraint           *constraint;  /* constrained output (owned; freed with the job), or NULL */        /* 0 short, 1 long */
     double                     t_submit;    /* srv_now() when submitted */
 
     /* Set by srv_worker_submit. */
@@ -331,6 +332,7 @@ struct srv_turns;
 struct srv_api_ctx {
     struct srv_resp_store *responses; /* /v1/responses' store (NULL: none) */
     struct srv_turns      *turns;     /* recent chat turns' tokens (turns.c; NULL: none) */
+    const dsv4_json_vocab *json_vocab; /* for constrained output (NULL: not available) */
     const char           *model_name;
     const dsv4_tokenizer *tok;       /* NULL: token ids only */
     int                   vocab;
@@ -362,6 +364,7 @@ struct srv_gen {
     json_t                    *conv;         /* responses: the conversation without instructions (owned) */
     json_t                    *echo;         /* responses: request fields echoed in the response (owned) */
     bool                       store;        /* responses: keep the conversation for previous_response_id */
+    dsv4_constraint           *constraint;   /* response_format / text.format: the output's automaton (owned) */
     char                      *forced;       /* malloc'd: the call opening a forced tool choice appended to
                                                 the prompt (srv_api_force_tool), or NULL */
     int                        n_stop;
@@ -395,6 +398,11 @@ int     srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const
                            struct srv_api_error *e);
 /* Whether function tools [{type, function: {name}}] offer name. */
 bool    srv_api_has_tool(json_t *tools, const char *name);
+/* Constrained output: fmt is response_format ({type: json_object} or {type: json_schema,
+ * json_schema: {schema}}) or the Responses API's text.format ({type, schema}); sets
+ * g->constraint. 400 naming param for an unsupported schema. */
+int     srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, const char *param, struct srv_gen *g,
+                          struct srv_api_error *e);
 /* Anthropic bodies (api_anthropic.c), called by srv_api_parse for SRV_API_MESSAGES/COUNT. */
 int     srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
 

@@ -1,0 +1,729 @@
+/*
+ * json_constraint.c - constrained decoding to JSON: an automaton over bytes that accepts
+ * exactly the JSON texts of a schema (or any JSON object), and the per-step token mask it
+ * gives over a byte-level vocabulary.
+ *
+ * The vocabulary (dsv4_json_vocab, built once per tokenizer and shared) is a byte trie of
+ * every non-added token's bytes. A step's mask walks the trie depth first with a copy of the
+ * automaton per depth, pruning at the first byte the automaton refuses, so the cost is the
+ * number of token prefixes still possible, not vocabulary x length. The walk allocates
+ * nothing (it runs inside the scheduler's no-allocation region): its state stack is sized
+ * when the constraint is made.
+ *
+ * The automaton is a stack of frames, one per JSON value being read:
+ *   VALUE   a value is expected here (what kinds, from the schema node)
+ *   OBJECT  a schema object: its properties in the schema's order, every one required,
+ *           nothing else (OpenAI's strict mode; the order is the schema's)
+ *   ANYOBJ  an object of any keys; ANYARR / ARRAY arrays of any / of the schema's items
+ *   STRING  inside a string (escapes, \u with four hex digits, no control bytes, UTF-8
+ *           sequences whole: a lead byte then its continuation bytes)
+ *   NUMBER  a number (integer when the schema says so), ended by the first byte that
+ *           cannot continue it, which the frame below then reads
+ *   LITERAL an exact text: a key with its quotes, true / false / null, an enum value
+ * Whitespace between tokens is bounded (one newline and some indentation), so a model cannot
+ * run on in spaces. After the top value nothing but the end of the turn may come.
+ *
+ * Schemas (a subset of JSON Schema; anything else is refused with a message naming it):
+ * "type" object (with "properties", optional "required", "additionalProperties": false),
+ * array ("items"), string, number, integer, boolean, null, or a list of one of them with
+ * "null"; "enum" of strings, numbers, booleans or null; "const". Other keywords that do not
+ * change the set of texts accepted here (description, title, default, examples, $schema,
+ * strict) are ignored.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "tok/tok.h"
+
+/* Whitespace between tokens: at most one newline and 2 * (depth + 1) spaces or tabs in a
+ * row, enough to pretty-print, too little to run on (no \r). DIGITS_MAX: digits in the
+ * integer and fraction parts of a number (past 17 a double cannot hold them);
+ * EXP_DIGITS_MAX: in the exponent (so no number overflows a double). */
+enum { DEPTH_MAX = 32, ENUM_MAX = 64, DIGITS_MAX = 17, EXP_DIGITS_MAX = 2 };
+
+/* ------------------------------------------------------------------ schema nodes */
+
+enum jkind { JK_ANY, JK_ANYOBJ, JK_OBJECT, JK_ARRAY, JK_STRING, JK_NUMBER, JK_INTEGER, JK_BOOLEAN, JK_NULL, JK_ENUM };
+
+struct jnode {
+    enum jkind     kind;
+    bool           nullable;
+    int            n;      /* properties (object) or enum values */
+    char         **lit;    /* object: "\"key\"" per property; enum: each value's JSON text */
+    struct jnode **props;  /* object: the property schemas */
+    struct jnode  *items;  /* array */
+    int            min, max; /* string: minLength/maxLength (code points); array: minItems/maxItems; -1 none */
+};
+
+static void jnode_free(struct jnode *n)
+{
+    if (!n) return;
+    for (int i = 0; i < n->n; i++) {
+        free(n->lit[i]);
+        if (n->props) jnode_free(n->props[i]);
+    }
+    free(n->lit);
+    free(n->props);
+    jnode_free(n->items);
+    free(n);
+}
+
+static int compile(json_t *s, int depth, struct jnode **out, struct dsv4_err *err);
+
+static int compile_enum(json_t *vals, struct jnode *n, struct dsv4_err *err)
+{
+    size_t k = json_array_size(vals);
+    if (!json_is_array(vals) || k == 0 || k > ENUM_MAX)
+        return dsv4_err_set(err, DSV4_EINVAL, "schema: enum must be an array of 1 to %d values", ENUM_MAX);
+    n->kind = JK_ENUM;
+    n->lit  = calloc(k, sizeof(char *));
+    if (!n->lit) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        json_t *v = json_array_get(vals, i);
+        if (json_is_object(v) || json_is_array(v))
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: enum values must be strings, numbers, booleans or null");
+        if (!(n->lit[i] = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT))) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        n->n++;
+    }
+    /* no value may be a prefix of another (1 and 10): the automaton ends a value when it is
+     * complete */
+    for (int i = 0; i < n->n; i++)
+        for (int j = 0; j < n->n; j++)
+            if (i != j && !strncmp(n->lit[i], n->lit[j], strlen(n->lit[i])))
+                return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: enum value %s is a prefix of %s", n->lit[i],
+                                    n->lit[j]);
+    return DSV4_OK;
+}
+
+static int compile_object(json_t *s, int depth, struct jnode *n, struct dsv4_err *err)
+{
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *addl  = json_object_get(s, "additionalProperties");
+    n->kind       = JK_OBJECT;
+    if (!props && (!addl || json_is_true(addl) || json_is_object(addl))) { /* any object */
+        n->kind = JK_ANYOBJ;
+        return DSV4_OK;
+    }
+    if (props && !json_is_object(props)) return dsv4_err_set(err, DSV4_EINVAL, "schema: properties must be an object");
+    size_t k = props ? json_object_size(props) : 0;
+    if (req && (!json_is_array(req) || json_array_size(req) != k))
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: every property must be required (strict mode)");
+    n->lit   = calloc(k ? k : 1, sizeof(char *));
+    n->props = calloc(k ? k : 1, sizeof(struct jnode *));
+    if (!n->lit || !n->props) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    const char *key;
+    json_t     *v;
+    json_object_foreach(props, key, v) {
+        json_t *ks = json_string(key);
+        n->lit[n->n] = ks ? json_dumps(ks, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        json_decref(ks);
+        if (!n->lit[n->n]) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        n->n++;
+        int rc = compile(v, depth + 1, &n->props[n->n - 1], err);
+        if (rc) return rc;
+    }
+    return DSV4_OK;
+}
+
+static int compile(json_t *s, int depth, struct jnode **out, struct dsv4_err *err)
+{
+    *out = NULL;
+    if (depth > DEPTH_MAX) return dsv4_err_set(err, DSV4_EINVAL, "schema: nested deeper than %d", DEPTH_MAX);
+    if (!json_is_object(s)) return dsv4_err_set(err, DSV4_EINVAL, "schema: a schema must be an object");
+    static const char *const known[] = { "type", "properties", "required", "additionalProperties", "items", "enum",
+                                         "const", "description", "title", "default", "examples", "$schema", "strict",
+                                         "minLength", "maxLength", "minItems", "maxItems", NULL };
+    const char *key;
+    json_t     *v;
+    json_object_foreach(s, key, v) {
+        bool ok = false;
+        for (const char *const *k = known; *k && !ok; k++) ok = !strcmp(*k, key);
+        if (!ok) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: the keyword '%s' is not supported", key);
+    }
+    struct jnode *n = calloc(1, sizeof(*n));
+    if (!n) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    *out   = n;
+    int rc = DSV4_OK;
+    n->min = n->max = -1;
+    static const char *const bounds[2][2] = { { "minLength", "maxLength" }, { "minItems", "maxItems" } };
+    for (int b = 0; b < 2; b++)
+        for (int m = 0; m < 2; m++) {
+            json_t *x = json_object_get(s, bounds[b][m]);
+            if (!x) continue;
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 60000)
+                return dsv4_err_set(err, DSV4_EINVAL, "schema: %s must be an integer in [0, 60000]", bounds[b][m]);
+            if (m == 0) n->min = (int)json_integer_value(x);
+            else n->max = (int)json_integer_value(x);
+        }
+    if (json_object_get(s, "const")) {
+        json_t *one = json_pack("[O]", json_object_get(s, "const"));
+        rc          = compile_enum(one, n, err);
+        json_decref(one);
+        return rc;
+    }
+    if (json_object_get(s, "enum")) return compile_enum(json_object_get(s, "enum"), n, err);
+    json_t     *type = json_object_get(s, "type");
+    const char *t    = json_string_value(type);
+    if (json_is_array(type)) { /* [T, "null"] */
+        size_t k = json_array_size(type);
+        for (size_t i = 0; i < k; i++) {
+            const char *x = json_string_value(json_array_get(type, i));
+            if (x && !strcmp(x, "null") && k == 2) n->nullable = true;
+            else if (x && !t) t = x;
+            else return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: a type list must be [T, \"null\"]");
+        }
+    }
+    if (!t) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: every schema needs a type, enum or const");
+    if (!strcmp(t, "object")) rc = compile_object(s, depth, n, err);
+    else if (!strcmp(t, "array")) {
+        n->kind = JK_ARRAY;
+        json_t *items = json_object_get(s, "items");
+        if (items) rc = compile(items, depth + 1, &n->items, err);
+        else if (!(n->items = calloc(1, sizeof(struct jnode)))) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    } else if (!strcmp(t, "string")) n->kind = JK_STRING;
+    else if (!strcmp(t, "number")) n->kind = JK_NUMBER;
+    else if (!strcmp(t, "integer")) n->kind = JK_INTEGER;
+    else if (!strcmp(t, "boolean")) n->kind = JK_BOOLEAN;
+    else if (!strcmp(t, "null")) n->kind = JK_NULL;
+    else rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "schema: type '%s' is not supported", t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the automaton */
+
+enum ftype { F_VALUE, F_OBJECT, F_ANYOBJ, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_ENUM };
+
+struct frame {
+    uint8_t             type;
+    uint8_t             phase; /* per type, below */
+    uint16_t            pos;   /* bytes of a literal matched, a property's index, hex digits left */
+    const struct jnode *n;
+    const char         *lit;   /* F_LITERAL */
+    uint64_t            cand;  /* F_ENUM: values still possible */
+    uint32_t            count; /* F_STRING: code points; F_ARRAY: items; F_NUMBER: digits in the part */
+};
+
+struct jstate {
+    int          sp;   /* frames in use */
+    int          ws, nl; /* spaces or tabs, and newlines, in a row */
+    bool         dead;
+    struct frame f[DEPTH_MAX + 2];
+};
+
+static const struct jnode ANY_NODE = { .kind = JK_ANY };
+
+static bool is_ws(int c)
+{
+    return c == ' ' || c == '\n' || c == '\t';
+}
+
+static bool push(struct jstate *s, struct frame f)
+{
+    if (s->sp >= DEPTH_MAX + 2) return false;
+    s->f[s->sp++] = f;
+    return true;
+}
+
+static bool push_value(struct jstate *s, const struct jnode *n)
+{
+    return push(s, (struct frame){ .type = F_VALUE, .n = n });
+}
+
+static bool push_lit(struct jstate *s, const char *lit)
+{
+    return push(s, (struct frame){ .type = F_LITERAL, .lit = lit });
+}
+
+static bool step(struct jstate *s, int c);
+
+/* A value's first byte c (not whitespace), for node n: replaces the VALUE frame at the top. */
+static bool start_value(struct jstate *s, const struct jnode *n, int c)
+{
+    s->sp--;
+    if (n->nullable && c == 'n') return push_lit(s, "null") && step(s, c);
+    switch (n->kind) {
+    case JK_OBJECT:
+        if (c != '{') return false;
+        return push(s, (struct frame){ .type = F_OBJECT, .n = n });
+    case JK_ARRAY:
+        if (c != '[') return false;
+        return push(s, (struct frame){ .type = F_ARRAY, .n = n });
+    case JK_STRING:
+        if (c != '"') return false;
+        return push(s, (struct frame){ .type = F_STRING, .n = n });
+    case JK_NUMBER:
+    case JK_INTEGER:
+        if (c != '-' && !(c >= '0' && c <= '9')) return false;
+        return push(s, (struct frame){ .type = F_NUMBER, .n = n }) && step(s, c);
+    case JK_BOOLEAN:
+        if (c == 't') return push_lit(s, "true") && step(s, c);
+        if (c == 'f') return push_lit(s, "false") && step(s, c);
+        return false;
+    case JK_NULL: return c == 'n' && push_lit(s, "null") && step(s, c);
+    case JK_ANYOBJ:
+        if (c != '{') return false;
+        return push(s, (struct frame){ .type = F_ANYOBJ });
+    case JK_ENUM: {
+        uint64_t cand = n->n >= 64 ? ~0ull : (1ull << n->n) - 1;
+        return push(s, (struct frame){ .type = F_ENUM, .n = n, .cand = cand }) && step(s, c);
+    }
+    case JK_ANY:
+    default:
+        if (c == '{') return push(s, (struct frame){ .type = F_ANYOBJ });
+        if (c == '[') return push(s, (struct frame){ .type = F_ARRAY, .n = NULL });
+        if (c == '"') return push(s, (struct frame){ .type = F_STRING });
+        if (c == '-' || (c >= '0' && c <= '9')) return push(s, (struct frame){ .type = F_NUMBER }) && step(s, c);
+        if (c == 't') return push_lit(s, "true") && step(s, c);
+        if (c == 'f') return push_lit(s, "false") && step(s, c);
+        if (c == 'n') return push_lit(s, "null") && step(s, c);
+        return false;
+    }
+}
+
+/* Number phases: 0 start, 1 after '-', 2 after a leading 0, 3 in integer digits, 4 after
+ * '.', 5 in fraction digits, 6 after e/E, 7 after its sign, 8 in exponent digits. */
+static bool number_step1(struct frame *f, int c, bool *ended, bool integer, bool digit)
+{
+    switch (f->phase) {
+    case 0:
+        if (c == '-') return f->phase = 1, true;
+        /* fall through */
+    case 1:
+        if (c == '0') return f->phase = 2, true;
+        if (digit) return f->phase = 3, true;
+        return false;
+    case 2:
+    case 3:
+        if (f->phase == 3 && digit) return true;
+        if (!integer && c == '.') return f->phase = 4, true;
+        if (!integer && (c == 'e' || c == 'E')) return f->phase = 6, true;
+        *ended = true;
+        return true;
+    case 4: return digit && (f->phase = 5, true);
+    case 5:
+        if (digit) return true;
+        if (c == 'e' || c == 'E') return f->phase = 6, true;
+        *ended = true;
+        return true;
+    case 6:
+        if (c == '+' || c == '-') return f->phase = 7, true;
+        /* fall through */
+    case 7: return digit && (f->phase = 8, true);
+    case 8:
+        if (digit) return true;
+        *ended = true;
+        return true;
+    }
+    return false;
+}
+
+static bool number_step(struct frame *f, int c, bool *ended)
+{
+    bool integer = f->n && f->n->kind == JK_INTEGER, digit = c >= '0' && c <= '9';
+    *ended       = false;
+    uint8_t before = f->phase;
+    if (digit && (before == 3 || before == 5 || before == 8) && f->count >= (before == 8 ? EXP_DIGITS_MAX : DIGITS_MAX))
+        return *ended = true, true;
+    bool ok = number_step1(f, c, ended, integer, digit);
+    if (ok && !*ended) f->count = f->phase == before && digit ? f->count + 1 : digit ? 1 : 0;
+    return ok;
+}
+
+
+/* Feeds one byte; false once the text cannot be accepted (the state is then dead). */
+static bool step(struct jstate *s, int c)
+{
+    if (s->dead) return false;
+    if (s->sp == 0) return false; /* the value is complete: nothing may follow */
+    struct frame *f = &s->f[s->sp - 1];
+    /* whitespace between tokens (not inside strings, literals or numbers), bounded */
+    if (is_ws(c) && (f->type == F_VALUE || f->type == F_OBJECT || f->type == F_ANYOBJ || f->type == F_ARRAY))
+        return c == '\n' ? ++s->nl <= 1 : ++s->ws <= 2 * s->sp + 2;
+    s->ws = s->nl = 0;
+    switch (f->type) {
+    case F_VALUE: return start_value(s, f->n, c);
+    case F_LITERAL:
+        if (f->lit[f->pos] != c) return false;
+        if (f->lit[++f->pos] == '\0') s->sp--;
+        return true;
+    case F_ENUM: {
+        uint64_t keep = 0;
+        bool     done = false;
+        for (int i = 0; i < f->n->n && i < 64; i++) {
+            if (!(f->cand >> i & 1)) continue;
+            const char *l = f->n->lit[i];
+            if (l[f->pos] == c) {
+                keep |= 1ull << i;
+                if (l[f->pos + 1] == '\0') done = true;
+            }
+        }
+        if (!keep) return false;
+        f->cand = keep;
+        f->pos++;
+        if (done) s->sp--; /* no value is a prefix of another (compile) */
+        return true;
+    }
+    case F_STRING:
+        if (f->phase == 1) { /* after a backslash */
+            if (c == 'u') return f->phase = 2, f->pos = 4, true;
+            if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
+            f->phase = 0;
+            return true;
+        }
+        if (f->phase == 2) { /* \u digits */
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
+            if (--f->pos == 0) f->phase = 0;
+            return true;
+        }
+        {
+            int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+            if (f->pos) { /* inside a UTF-8 sequence: continuation bytes only */
+                if ((c & 0xc0) != 0x80) return false;
+                f->pos--;
+                return true;
+            }
+            if (c == '"') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
+            if (c < 0x20 || (c & 0xc0) == 0x80 || c >= 0xf5 || c == 0xc0 || c == 0xc1) return false;
+            if (hi >= 0 && (int)f->count >= hi) return false;
+            f->count++;
+            f->pos = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+            if (c == '\\') f->phase = 1;
+            return true;
+        }
+    case F_NUMBER: {
+        bool ended;
+        if (!number_step(f, c, &ended)) return false;
+        if (!ended) return true;
+        s->sp--; /* the byte belongs to what follows the number */
+        return step(s, c);
+    }
+    case F_OBJECT: {
+        /* phases: 0 after '{' (a key or, with no properties, '}'), 1 after a value (',' or
+         * '}'), 2 the key literal is next (after ','), 3 ':' expected */
+        const struct jnode *n = f->n;
+        if (f->phase == 0 || f->phase == 2) {
+            if (f->phase == 0 && n->n == 0) return c == '}' && (s->sp--, true);
+            if (c != '"') return false;
+            f->phase = 3;
+            return push_lit(s, n->lit[f->pos]) && step(s, c);
+        }
+        if (f->phase == 3) {
+            if (c != ':') return false;
+            f->phase = 1;
+            return push_value(s, n->props[f->pos++]);
+        }
+        if (f->pos < n->n) return c == ',' && (f->phase = 2, true);
+        return c == '}' && (s->sp--, true);
+    }
+    case F_ANYOBJ:
+        /* phases: 0 after '{', 1 after a value, 2 after ',', 3 after a key */
+        if (f->phase == 0 && c == '}') return s->sp--, true;
+        if (f->phase == 0 || f->phase == 2) {
+            if (c != '"') return false;
+            f->phase = 3;
+            return push(s, (struct frame){ .type = F_STRING });
+        }
+        if (f->phase == 3) {
+            if (c != ':') return false;
+            f->phase = 1;
+            return push_value(s, &ANY_NODE);
+        }
+        if (c == ',') return f->phase = 2, true;
+        return c == '}' && (s->sp--, true);
+    case F_ARRAY: {
+        /* phases: 0 after '[', 1 after a value */
+        const struct jnode *item = f->n ? f->n->items : &ANY_NODE;
+        int                 lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+        if (c == ']') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
+        if (f->phase == 0) {
+            if (hi == 0) return false;
+            f->phase = 1;
+            f->count = 1;
+            return push_value(s, item) && step(s, c);
+        }
+        if (c != ',' || (hi >= 0 && (int)f->count >= hi)) return false;
+        f->count++;
+        return push_value(s, item);
+    }
+    }
+    return false;
+}
+
+/* dst = src, copying only the frames in use (the walk copies a state per trie edge). */
+static void copy_state(struct jstate *dst, const struct jstate *src)
+{
+    dst->sp   = src->sp;
+    dst->ws   = src->ws;
+    dst->nl   = src->nl;
+    dst->dead = src->dead;
+    memcpy(dst->f, src->f, sizeof(struct frame) * (size_t)src->sp);
+}
+
+static bool feed(struct jstate *s, const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!step(s, b[i])) return s->dead = true, false;
+    return true;
+}
+
+/* Complete: nothing open, or only a number that may end here. */
+static bool complete(const struct jstate *s)
+{
+    if (s->dead) return false;
+    if (s->sp == 0) return true;
+    if (s->sp == 1 && s->f[0].type == F_NUMBER) {
+        uint8_t p = s->f[0].phase;
+        return p == 2 || p == 3 || p == 5 || p == 8;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------ the vocabulary trie */
+
+struct tnode {
+    int32_t  token;       /* the token ending here, or -1 */
+    uint32_t first, n;    /* children: edges[first, first + n) */
+};
+
+struct tedge {
+    uint8_t  byte;
+    uint32_t child;
+};
+
+struct dsv4_json_vocab {
+    struct tnode *node;
+    struct tedge *edge;
+    uint32_t      n_node, n_edge;
+    int32_t       vocab, eos;
+    size_t        max_len;
+};
+
+/* Build: insert every token into a simple pointer trie, then flatten breadth-first. */
+struct btrie {
+    int32_t        token;
+    int            n, cap;
+    uint8_t       *bytes;
+    struct btrie **kids;
+};
+
+static struct btrie *bt_child(struct btrie *t, uint8_t b)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->bytes[i] == b) return t->kids[i];
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 2;
+        uint8_t       *nb = realloc(t->bytes, (size_t)cap);
+        if (!nb) return NULL;
+        t->bytes = nb;
+        struct btrie **nk = realloc(t->kids, sizeof(*nk) * (size_t)cap);
+        if (!nk) return NULL;
+        t->kids = nk;
+        t->cap  = cap;
+    }
+    struct btrie *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->token       = -1;
+    t->bytes[t->n] = b;
+    t->kids[t->n++] = c;
+    return c;
+}
+
+static void bt_free(struct btrie *t)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) bt_free(t->kids[i]);
+    free(t->bytes);
+    free(t->kids);
+    free(t);
+}
+
+static uint32_t bt_count(const struct btrie *t)
+{
+    uint32_t n = 1;
+    for (int i = 0; i < t->n; i++) n += bt_count(t->kids[i]);
+    return n;
+}
+
+/* Preorder numbering; a node's children get consecutive edges. */
+static void bt_flat(const struct btrie *t, struct dsv4_json_vocab *v, uint32_t *next_node, uint32_t *next_edge,
+                    uint32_t me)
+{
+    v->node[me] = (struct tnode){ .token = t->token, .first = *next_edge, .n = (uint32_t)t->n };
+    uint32_t e0 = *next_edge;
+    *next_edge += (uint32_t)t->n;
+    for (int i = 0; i < t->n; i++) {
+        uint32_t c      = (*next_node)++;
+        v->edge[e0 + i] = (struct tedge){ .byte = t->bytes[i], .child = c };
+        bt_flat(t->kids[i], v, next_node, next_edge, c);
+    }
+}
+
+int dsv4_json_vocab_new(dsv4_json_vocab **out, const dsv4_tokenizer *tok, struct dsv4_err *err)
+{
+    *out = NULL;
+    int32_t       V    = dsv4_tokenizer_n_vocab(tok);
+    size_t        max  = dsv4_tokenizer_max_token_bytes(tok);
+    char         *buf  = malloc(max + 8);
+    struct btrie *root = calloc(1, sizeof(*root));
+    bool          ok   = buf && root;
+    if (root) root->token = -1;
+    for (int32_t id = 0; id < V && ok; id++) {
+        size_t n = 0;
+        if (dsv4_tokenizer_is_added(tok, id) || dsv4_tokenizer_decode(tok, &id, 1, buf, max + 8, &n, NULL) || n == 0)
+            continue;
+        struct btrie *t = root;
+        for (size_t i = 0; i < n && t; i++) t = bt_child(t, (uint8_t)buf[i]);
+        if (!t) ok = false;
+        else if (t->token < 0) t->token = id;
+    }
+    free(buf);
+    struct dsv4_json_vocab *v = ok ? calloc(1, sizeof(*v)) : NULL;
+    if (v) {
+        v->n_node = bt_count(root);
+        v->n_edge = v->n_node - 1;
+        v->node   = malloc(sizeof(*v->node) * v->n_node);
+        v->edge   = malloc(sizeof(*v->edge) * (v->n_edge ? v->n_edge : 1));
+        v->vocab  = V;
+        v->eos    = dsv4_tokenizer_eos(tok);
+        v->max_len = max;
+        if (v->node && v->edge) {
+            uint32_t nn = 1, ne = 0;
+            bt_flat(root, v, &nn, &ne, 0);
+        } else {
+            dsv4_json_vocab_free(v);
+            v = NULL;
+        }
+    }
+    bt_free(root);
+    if (!v) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory building the JSON vocabulary trie");
+    *out = v;
+    return DSV4_OK;
+}
+
+void dsv4_json_vocab_free(dsv4_json_vocab *v)
+{
+    if (!v) return;
+    free(v->node);
+    free(v->edge);
+    free(v);
+}
+
+/* ------------------------------------------------------------------ constraints */
+
+struct dsv4_constraint {
+    const dsv4_json_vocab *v;
+    struct jnode          *root;
+    int32_t                think_end; /* -1, or the token before which the output is free */
+    bool                   free_text; /* before think_end */
+    struct jstate          st;
+    struct jstate         *stack;     /* [max_len + 1]: the mask walk's states by depth */
+    uint32_t              *edge_at;   /* [max_len + 1] */
+    uint8_t               *allowed;   /* [vocab] */
+    const dsv4_tokenizer  *tok;
+};
+
+int dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                             const char *schema, size_t len, int32_t think_end, struct dsv4_err *err)
+{
+    *out                 = NULL;
+    dsv4_constraint *c   = calloc(1, sizeof(*c));
+    if (!c) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    c->v         = v;
+    c->tok       = tok;
+    c->think_end = think_end;
+    c->free_text = think_end >= 0;
+    c->stack     = malloc(sizeof(*c->stack) * (v->max_len + 1));
+    c->edge_at   = malloc(sizeof(*c->edge_at) * (v->max_len + 1));
+    c->allowed   = malloc((size_t)v->vocab);
+    int rc       = c->stack && c->edge_at && c->allowed ? DSV4_OK : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (!rc && schema) {
+        json_error_t je;
+        json_t      *s = json_loadb(schema, len, 0, &je);
+        if (!s) rc = dsv4_err_set(err, DSV4_EINVAL, "schema: not valid JSON (%s)", je.text);
+        else rc = compile(s, 0, &c->root, err);
+        json_decref(s);
+    } else if (!rc) { /* json_object: any object */
+        if (!(c->root = calloc(1, sizeof(*c->root)))) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        else c->root->kind = JK_ANYOBJ, c->root->min = c->root->max = -1;
+    }
+    if (rc) {
+        dsv4_constraint_free(c);
+        return rc;
+    }
+    push_value(&c->st, c->root);
+    *out = c;
+    return DSV4_OK;
+}
+
+void dsv4_constraint_free(dsv4_constraint *c)
+{
+    if (!c) return;
+    jnode_free(c->root);
+    free(c->stack);
+    free(c->edge_at);
+    free(c->allowed);
+    free(c);
+}
+
+bool dsv4_constraint_done(const dsv4_constraint *c)
+{
+    return !c->free_text && complete(&c->st);
+}
+
+void dsv4_constraint_accept(dsv4_constraint *c, int32_t token)
+{
+    if (c->free_text) {
+        if (token == c->think_end) c->free_text = false;
+        return;
+    }
+    if (token == c->v->eos) return;
+    char   buf[512];
+    size_t n = 0;
+    if (dsv4_tokenizer_is_added(c->tok, token) ||
+        dsv4_tokenizer_decode(c->tok, &token, 1, buf, sizeof(buf), &n, NULL) != DSV4_OK)
+        c->st.dead = true;
+    else feed(&c->st, (const uint8_t *)buf, n);
+}
+
+/* Depth-first over the trie: a token is allowed when its bytes all step. */
+static void walk(dsv4_constraint *c)
+{
+    const dsv4_json_vocab *v = c->v;
+    int                    d = 0;
+    copy_state(&c->stack[0], &c->st);
+    c->edge_at[0]            = 0;
+    uint32_t node[1024];
+    node[0] = 0;
+    while (d >= 0) {
+        const struct tnode *t = &v->node[node[d]];
+        if (c->edge_at[d] >= t->n || d + 1 > (int)v->max_len || d + 1 >= 1024) {
+            d--;
+            continue;
+        }
+        const struct tedge *e = &v->edge[t->first + c->edge_at[d]++];
+        copy_state(&c->stack[d + 1], &c->stack[d]);
+        if (!step(&c->stack[d + 1], e->byte)) continue;
+        if (v->node[e->child].token >= 0) c->allowed[v->node[e->child].token] = 1;
+        node[d + 1]       = e->child;
+        c->edge_at[d + 1] = 0;
+        d++;
+    }
+}
+
+void dsv4_constraint_mask(dsv4_constraint *c, float *logits)
+{
+    const dsv4_json_vocab *v = c->v;
+    if (c->free_text) return; /* the reasoning is free; after it, the JSON */
+    memset(c->allowed, 0, (size_t)v->vocab);
+    if (!c->st.dead) walk(c);
+    bool done = complete(&c->st), any = false;
+    if (v->eos >= 0 && v->eos < v->vocab) c->allowed[v->eos] = done || c->st.dead;
+    for (int32_t i = 0; i < v->vocab; i++) {
+        if (!c->allowed[i]) logits[i] = -INFINITY;
+        else any = true;
+    }
+    if (!any && v->eos >= 0 && v->eos < v->vocab) logits[v->eos] = 0; /* nothing can continue: end */
+}
