@@ -38,8 +38,8 @@
 
 #include "tok/tok.h"
 
-/* Whitespace between tokens: at most one newline and 2 * (depth + 1) spaces or tabs in a
- * row, enough to pretty-print, too little to run on (no \r). DIGITS_MAX: digits in the
+/* Whitespace between tokens: one space or tab, or a newline and up to 2 * (depth + 1) spaces
+ * or tabs of indentation: compact or pretty-printed JSON, and no running on (no \r). DIGITS_MAX: digits in the
  * integer and fraction parts of a number (past 17 a double cannot hold them);
  * EXP_DIGITS_MAX: in the exponent (so no number overflows a double). */
 enum { DEPTH_MAX = 32, ENUM_MAX = 64, DIGITS_MAX = 17, EXP_DIGITS_MAX = 2 };
@@ -341,7 +341,7 @@ static bool step(struct jstate *s, int c)
     struct frame *f = &s->f[s->sp - 1];
     /* whitespace between tokens (not inside strings, literals or numbers), bounded */
     if (is_ws(c) && (f->type == F_VALUE || f->type == F_OBJECT || f->type == F_ANYOBJ || f->type == F_ARRAY))
-        return c == '\n' ? ++s->nl <= 1 : ++s->ws <= 2 * s->sp + 2;
+        return c == '\n' ? s->ws == 0 && ++s->nl <= 1 : ++s->ws <= (s->nl ? 2 * s->sp + 2 : 1);
     s->ws = s->nl = 0;
     switch (f->type) {
     case F_VALUE: return start_value(s, f->n, c);
@@ -380,8 +380,11 @@ static bool step(struct jstate *s, int c)
         }
         {
             int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
-            if (f->pos) { /* inside a UTF-8 sequence: continuation bytes only */
-                if ((c & 0xc0) != 0x80) return false;
+            if (f->pos) { /* inside a UTF-8 sequence: continuation bytes, the first in the range
+                           * its lead allows (no overlong forms, surrogates or > U+10FFFF) */
+                unsigned first_lo = (unsigned)(f->cand & 0xff), first_hi = (unsigned)(f->cand >> 8 & 0xff);
+                if ((c & 0xc0) != 0x80 || (f->cand && ((unsigned)c < first_lo || (unsigned)c > first_hi))) return false;
+                f->cand = 0;
                 f->pos--;
                 return true;
             }
@@ -389,7 +392,8 @@ static bool step(struct jstate *s, int c)
             if (c < 0x20 || (c & 0xc0) == 0x80 || c >= 0xf5 || c == 0xc0 || c == 0xc1) return false;
             if (hi >= 0 && (int)f->count >= hi) return false;
             f->count++;
-            f->pos = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+            f->pos  = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+            f->cand = c == 0xe0 ? 0xbfa0 : c == 0xed ? 0x9f80 : c == 0xf0 ? 0xbf90 : c == 0xf4 ? 0x8f80 : 0;
             if (c == '\\') f->phase = 1;
             return true;
         }

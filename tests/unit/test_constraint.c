@@ -81,6 +81,8 @@ static void test_texts(struct test_ctx *t)
         { false, true, "{}" },
         { false, true, "{\"a\": 1, \"b\": [true, null, \"x\\n\\u00e9\"], \"c\": {\"d\": -1.5e3}}" },
         { false, true, "{\n  \"a\": [\n    0.25\n  ]\n}" },
+        { false, false, "{  \"a\": 1}" },
+        { false, false, "{\n\n\"a\": 1}" },
         { false, false, "[1]" },
         { false, false, "\"x\"" },
         { false, false, "{\"a\" 1}" },

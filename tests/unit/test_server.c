@@ -928,6 +928,11 @@ static void test_responses_store(struct test_ctx *t)
     if (model_dir(t)) tresp_test_store_bound(t, g_dir);
 }
 
+static void test_constrained_client(struct test_ctx *t)
+{
+    run_node_client(t, "constrained_client.mjs", "/v1");
+}
+
 static void test_anthropic_client(struct test_ctx *t)
 {
     run_node_client(t, "anthropic_client.mjs", "");
@@ -971,6 +976,7 @@ const struct test_case test_group_server[] = {
     { "responses_store_bound", test_responses_store },
     { "turn_cache", test_turn_cache },
     { "anthropic_client", test_anthropic_client, TEST_NEEDS_NPM_SERVER },
+    { "constrained_client", test_constrained_client, TEST_NEEDS_NPM_SERVER },
     { "clean_exit", test_clean_exit },
     { NULL, NULL },
 };

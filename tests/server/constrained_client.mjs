@@ -1,0 +1,65 @@
+// constrained_client.mjs - constrained output against `dsv4 serve`, checked by a JSON Schema
+// validator that is not dsv4's (ajv): node tests/server/constrained_client.mjs BASE_URL MODEL.
+//
+// 30 sampled chat completions with response_format json_schema (strict), 5 with
+// json_object, and 5 Responses API answers with text.format json_schema, through the
+// official OpenAI client: every answer must finish (finish_reason "stop" / status
+// "completed"), parse, and validate.
+import assert from 'node:assert/strict';
+import Ajv from 'ajv';
+import OpenAI from 'openai';
+
+const [baseURL, model] = process.argv.slice(2);
+if (!baseURL || !model) {
+    console.error('usage: node constrained_client.mjs BASE_URL MODEL');
+    process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+const schema = {
+    type: 'object',
+    properties: {
+        kind: { enum: ['river', 'sea', 'hill'] },
+        count: { type: 'integer' },
+        ok: { type: 'boolean' },
+        name: { type: 'string', maxLength: 8 },
+        tags: { type: 'array', items: { enum: ['a', 'b', null] }, maxItems: 3 },
+        depth: { type: ['number', 'null'] },
+    },
+    required: ['kind', 'count', 'ok', 'name', 'tags', 'depth'],
+    additionalProperties: false,
+};
+const validate = new Ajv({ strict: false }).compile(schema);
+const messages = [{ role: 'user', content: 'describe a place as JSON' }];
+
+for (let i = 0; i < 30; i++) {
+    const r = await client.chat.completions.create({
+        model, messages, max_tokens: 1200, temperature: 1, seed: i,
+        response_format: { type: 'json_schema', json_schema: { name: 'place', strict: true, schema } },
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'stop', `completion ${i} did not finish: ${c.message.content}`);
+    const v = JSON.parse(c.message.content);
+    assert.ok(validate(v), `completion ${i}: ${c.message.content}: ${JSON.stringify(validate.errors)}`);
+}
+for (let i = 0; i < 5; i++) {
+    const r = await client.chat.completions.create({
+        model, messages, max_tokens: 1200, temperature: 1, seed: 100 + i, response_format: { type: 'json_object' },
+    });
+    const text = r.choices[0].message.content;
+    if (r.choices[0].finish_reason === 'stop') {
+        const v = JSON.parse(text);
+        assert.ok(v && typeof v === 'object' && !Array.isArray(v), `json_object ${i}: ${text}`);
+    } else {
+        assert.equal(r.choices[0].finish_reason, 'length'); // an object may be longer than max_tokens
+    }
+}
+for (let i = 0; i < 5; i++) {
+    const r = await client.responses.create({
+        model, input: 'describe a place as JSON', max_output_tokens: 1200, temperature: 1,
+        text: { format: { type: 'json_schema', name: 'place', strict: true, schema } },
+    });
+    assert.equal(r.status, 'completed', `response ${i}: ${r.status}: ${r.output_text}`);
+    const v = JSON.parse(r.output_text);
+    assert.ok(validate(v), `response ${i}: ${r.output_text}: ${JSON.stringify(validate.errors)}`);
+}
+console.log('constrained client: ok');
