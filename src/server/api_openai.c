@@ -5,7 +5,7 @@
  *
  * Validation rules: a field that is absent or null takes its default; a field of the
  * wrong type or out of range is a 400 whose message names it (and "param" says which);
- * features dsv4 does not implement (n > 1, echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
+ * features dsv4 does not implement (echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
  * never gets output it did not ask for. For the same reason an unknown top-level field is a
  * 400 naming it, as OpenAI's API does (a "grammar" or "mirostat" that silently did nothing
  * would be a wrong answer); only a short allow-list of fields that SDKs send and that cannot
@@ -243,9 +243,6 @@ static int parse_penalties(const struct srv_api_ctx *c, json_t *o, struct srv_ge
 /* Fields dsv4 does not implement: accepted only at their neutral values. */
 static int refuse_unsupported(json_t *o, struct srv_api_error *e)
 {
-    long long n = 1;
-    if (srv_json_int(o, "n", 1, 1000000, &n, e)) return -1;
-    if (n != 1) return srv_api_fail(e, 400, "n", "'n' is %lld: dsv4 returns one choice per request (n = 1)", n);
     long long best_of = 1;
     if (srv_json_int(o, "best_of", 1, 1000000, &best_of, e)) return -1;
     if (best_of != 1) return srv_api_fail(e, 400, "best_of", "'best_of' must be 1");
@@ -308,7 +305,9 @@ static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *
         e->code = "model_not_found";
         return -1;
     }
-    if (refuse_unsupported(o, e) || parse_penalties(c, o, g, e)) return -1;
+    long long n = 1;
+    if (refuse_unsupported(o, e) || parse_penalties(c, o, g, e) || srv_json_int(o, "n", 1, SRV_MAX_N, &n, e)) return -1;
+    g->n = (int)n;
     double    temp = 1.0, top_p = 1.0, min_p = 0.0;
     long long top_k = 0, seed = 0;
     if (srv_json_num(o, "temperature", 0, 2, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||

@@ -68,6 +68,7 @@ struct srv_out {
     int32_t                     *prompt_ids; /* chats: the prompt, then the tokens generated */
     int32_t                     *gen_ids;
     int                          n_gen, gen_cap;
+    int                          choice, n_choices; /* index of n (srv_out_set_choice) */
     int                          n_tok;   /* tokens consumed */
     dsv4_chat_stream            *cs;
     bool                         cs_failed;
@@ -454,6 +455,12 @@ static struct srv_anth_out anth_out(const struct srv_out *o, const char *stop_re
                                   .n_cached = n_cached, .n_out = o->n_tok };
 }
 
+void srv_out_set_choice(struct srv_out *o, int index, int n)
+{
+    o->choice    = index;
+    o->n_choices = n;
+}
+
 static void flush_chunk(struct srv_out *o, struct srv_buf *sse, const char *finish)
 {
     if (o->kind == SRV_API_MESSAGES) { /* content blocks; the end comes from srv_out_end */
@@ -469,7 +476,7 @@ static void flush_chunk(struct srv_out *o, struct srv_buf *sse, const char *fini
         return;
     }
     if (!finish && delta_empty(o)) return;
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", o->choice);
     if (o->kind == SRV_API_CHAT) {
         json_t *delta = json_object();
         if (o->reasoning.len) json_object_set_new(delta, "reasoning_content", jbuf(&o->reasoning));
@@ -509,7 +516,7 @@ void srv_out_begin(struct srv_out *o, struct srv_buf *sse)
     if (o->kind != SRV_API_CHAT) return;
     json_t *c = chunk_head(o);
     json_object_set_new(c, "choices",
-                        json_pack("[{s:i, s:{s:s, s:s}, s:n, s:n}]", "index", 0, "delta", "role", "assistant", "content",
+                        json_pack("[{s:i, s:{s:s, s:s}, s:n, s:n}]", "index", o->choice, "delta", "role", "assistant", "content",
                                   "", "logprobs", "finish_reason"));
     if (o->include_usage) json_object_set_new(c, "usage", json_null());
     sse_data(sse, c);
@@ -560,7 +567,7 @@ static json_t *usage_json(const struct srv_out *o, int n_cached)
 
 static json_t *final_body(struct srv_out *o, const char *finish, int n_cached)
 {
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", o->choice);
     if (o->kind == SRV_API_CHAT) {
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         bool    calls = json_array_size(o->calls) > 0;
@@ -707,14 +714,14 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
             free(ej);
         } else {
             flush_chunk(o, sse, finish);
-            if (o->include_usage) {
+            if (o->include_usage && o->n_choices <= 1) {
                 json_t *c = chunk_head(o);
                 json_object_set_new(c, "choices", json_array());
                 json_object_set_new(c, "usage", usage_json(o, n_cached));
                 sse_data(sse, c);
             }
         }
-        srv_buf_puts(sse, "data: [DONE]\n\n");
+        if (o->n_choices <= 1) srv_buf_puts(sse, "data: [DONE]\n\n"); /* several: srv_out_end_all ends */
         return 200;
     }
     char  *s;
@@ -735,4 +742,81 @@ int srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char *
     if (s) srv_buf_put(body, s, n);
     free(s);
     return failed ? e.status : 200;
+}
+
+/* ------------------------------------------------------------------ several choices */
+
+int srv_out_end_all(struct srv_out **outs, struct srv_job **jobs, const enum srv_finish *fin, bool *ended, int n,
+                    int n_cached, struct srv_buf *sse, struct srv_buf *body, enum srv_counter *counted)
+{
+    if (n == 1 && !ended[0] && fin[0] != SRV_FINISH_NONE) { /* the common case, as it always was */
+        ended[0] = true;
+        return srv_out_end(outs[0], fin[0], n_cached, jobs[0]->msg, sse, body, &counted[0]);
+    }
+    if (n == 1) {
+        counted[0] = SRV_C_COUNT;
+        return 200;
+    }
+    int            status = 200, failed = -1;
+    struct srv_buf parts[SRV_MAX_N];
+    memset(parts, 0, sizeof(parts));
+    int n_ended = 0, completion = 0;
+    for (int i = 0; i < n; i++) {
+        counted[i] = SRV_C_COUNT;
+        if (!ended[i] && fin[i] != SRV_FINISH_NONE) {
+            int st = srv_out_end(outs[i], fin[i], n_cached, jobs[i]->msg, sse, sse ? NULL : &parts[i], &counted[i]);
+            if (st != 200 && status == 200) status = st, failed = i;
+            ended[i] = true;
+        }
+        if (ended[i]) n_ended++;
+        completion += srv_out_n_tokens(outs[i]);
+    }
+    if (n_ended < n) return 200; /* streaming: the others end later */
+    const struct srv_out *o0 = outs[0];
+    if (sse) {
+        if (o0->include_usage) {
+            json_t *c = chunk_head(o0);
+            json_object_set_new(c, "choices", json_array());
+            json_object_set_new(c, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", o0->n_prompt,
+                                                      "completion_tokens", completion, "total_tokens",
+                                                      o0->n_prompt + completion, "prompt_tokens_details",
+                                                      "cached_tokens", n_cached));
+            sse_data(sse, c);
+        }
+        srv_buf_puts(sse, "data: [DONE]\n\n");
+        return 200;
+    }
+    /* one body: the first's, with every choice; an error body if any choice failed */
+    json_t *merged = NULL;
+    for (int i = 0; i < n && status == 200; i++) {
+        json_t *b = json_loadb(parts[i].p ? parts[i].p : "", parts[i].len, 0, NULL);
+        if (!b) status = 500, failed = -1;
+        else if (!merged) merged = b;
+        else {
+            json_array_extend(json_object_get(merged, "choices"), json_object_get(b, "choices"));
+            json_decref(b);
+        }
+    }
+    if (status == 200 && merged) {
+        json_t *u = json_object_get(merged, "usage");
+        json_object_set_new(u, "completion_tokens", json_integer(completion));
+        json_object_set_new(u, "total_tokens", json_integer(o0->n_prompt + completion));
+        char *text = json_dumps(merged, JSON_COMPACT);
+        if (text) srv_buf_puts(body, text);
+        else status = 500;
+        free(text);
+    } else {
+        if (failed >= 0) srv_buf_put(body, parts[failed].p ? parts[failed].p : "", parts[failed].len); /* its error */
+        if (!body->len) {
+            struct srv_api_error e;
+            size_t               k;
+            srv_api_fail(&e, 500, NULL, "building the response failed");
+            char *ej = srv_api_error_json(&e, &k);
+            if (ej) srv_buf_put(body, ej, k);
+            free(ej);
+        }
+    }
+    json_decref(merged);
+    for (int i = 0; i < n; i++) srv_buf_free(&parts[i]);
+    return status;
 }

@@ -94,15 +94,21 @@ struct req {
     struct srv_buf    body;
     bool              too_large;
     bool              in_flight; /* counted in s->in_flight */
-    struct srv_job   *job;       /* our reference, while a generation runs */
+    struct srv_job   *jobs[SRV_MAX_N]; /* our references, while a generation runs (one per choice) */
+    int               n_jobs;
     bool              replied;
 };
 
 /* State of one SSE response, owned by the response object. */
 struct stream {
     struct srv     *s;
-    struct srv_job *job;
-    struct srv_out *out;
+    int             n;                    /* choices (n > 1: one job each) */
+    struct srv_job *jobs[SRV_MAX_N];
+    struct srv_out *outs[SRV_MAX_N];
+    bool            done[SRV_MAX_N];      /* the job finished */
+    enum srv_finish fin[SRV_MAX_N];       /* how */
+    bool            ended_out[SRV_MAX_N]; /* its output was ended */
+    int             n_done, n_cached;
     struct srv_buf  sse;
     size_t          sent;
     int             fd;
@@ -287,6 +293,41 @@ static void count_finish(struct srv *s, enum srv_counter c)
     if (c != SRV_C_FINISH_SLOW) srv_metrics_add(s->m, c, 1);
 }
 
+/* Takes what the jobs have (waiting up to wait for the first that has nothing yet) into their
+ * outputs; a stop string cancels its job; a finished job's output ends. Returns whether
+ * anything happened. */
+static bool pump(struct srv *s, struct srv_job **jobs, struct srv_out **outs, bool *done, enum srv_finish *fin, int n,
+                 int *n_done, int *n_cached, double wait, struct srv_buf *sse)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        struct srv_token ev[32];
+        enum srv_finish  f;
+        int              cached;
+        int              k = srv_job_take(jobs[i], ev, 32, any ? 0 : wait, &f, &cached);
+        if (k > 0 && srv_out_tokens(outs[i], ev, k, sse)) srv_worker_cancel(s->w, jobs[i]);
+        if (k > 0) any = true;
+        if (f != SRV_FINISH_NONE) {
+            if (i == 0) *n_cached = cached;
+            fin[i]  = f;
+            done[i] = true;
+            (*n_done)++;
+            any = true;
+        }
+    }
+    return any;
+}
+
+static void cancel_all(struct srv *s, struct srv_job **jobs, const bool *done, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!done[i]) {
+            srv_worker_cancel(s->w, jobs[i]);
+            count_finish(s, SRV_C_FINISH_CANCELLED);
+        }
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -302,26 +343,23 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return (ssize_t)n;
         }
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        struct srv_token ev[32];
-        enum srv_finish  f;
-        int              n_cached;
-        double           wait = st->s->p.keepalive_s - (srv_now() - st->last_write);
+        double wait = st->s->p.keepalive_s - (srv_now() - st->last_write);
         if (wait > 0.1) wait = 0.1;
         if (wait < 0.001) wait = 0.001;
-        int n = srv_job_take(st->job, ev, 32, wait, &f, &n_cached);
-        if (n > 0 && srv_out_tokens(st->out, ev, n, &st->sse)) srv_worker_cancel(st->s->w, st->job);
-        if (f != SRV_FINISH_NONE) {
-            enum srv_counter counted;
-            srv_out_end(st->out, f, n_cached, st->job->msg, &st->sse, NULL, &counted);
-            count_finish(st->s, counted);
-            st->ended = true;
+        int before = st->n_done;
+        pump(st->s, st->jobs, st->outs, st->done, st->fin, st->n, &st->n_done, &st->n_cached, wait, &st->sse);
+        if (st->n_done > before) {
+            enum srv_counter counted[SRV_MAX_N];
+            srv_out_end_all(st->outs, st->jobs, st->fin, st->ended_out, st->n, st->n_cached, &st->sse, NULL, counted);
+            for (int i = 0; i < st->n; i++)
+                if (counted[i] != SRV_C_COUNT) count_finish(st->s, counted[i]);
+            st->ended = st->n_done == st->n;
             continue;
         }
         if (st->sse.len) continue;
         if (client_gone(st->fd)) {
             st->cut = true;
-            srv_worker_cancel(st->s->w, st->job);
-            count_finish(st->s, SRV_C_FINISH_CANCELLED);
+            cancel_all(st->s, st->jobs, st->done, st->n);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (srv_now() - st->last_write >= st->s->p.keepalive_s) srv_buf_puts(&st->sse, ": keep-alive\n\n");
@@ -332,30 +370,32 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     struct stream *st = cls;
-    if (!st->ended && !st->cut) { /* closed by libmicrohttpd (timeout, write error) */
-        srv_worker_cancel(st->s->w, st->job);
-        count_finish(st->s, SRV_C_FINISH_CANCELLED);
+    if (!st->ended && !st->cut) cancel_all(st->s, st->jobs, st->done, st->n); /* closed by libmicrohttpd */
+    for (int i = 0; i < st->n; i++) {
+        srv_job_unref(st->jobs[i]);
+        srv_out_free(st->outs[i]);
     }
-    srv_job_unref(st->job);
-    srv_out_free(st->out);
     srv_buf_free(&st->sse);
     free(st);
 }
 
-static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out *out)
+static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out **outs)
 {
     struct stream *st = calloc(1, sizeof(*st));
     if (!st) {
-        srv_out_free(out);
+        for (int i = 0; i < r->n_jobs; i++) srv_out_free(outs[i]);
         return MHD_NO;
     }
-    st->s   = s;
-    st->job = r->job;
-    srv_job_ref(r->job);
-    st->out        = out;
+    st->s = s;
+    st->n = r->n_jobs;
+    for (int i = 0; i < st->n; i++) {
+        st->jobs[i] = r->jobs[i];
+        srv_job_ref(r->jobs[i]);
+        st->outs[i] = outs[i];
+        srv_out_begin(outs[i], &st->sse);
+    }
     st->fd         = conn_fd(c);
     st->last_write = srv_now();
-    srv_out_begin(out, &st->sse);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
     if (!resp) {
         stream_free(st);
@@ -368,31 +408,30 @@ static enum MHD_Result start_stream(struct srv *s, struct MHD_Connection *c, str
     return queue(s, c, r, 200, resp);
 }
 
-/* A whole-body answer: wait for the job here, watching the client. */
-static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out *out)
+/* A whole-body answer: wait for the jobs here, watching the client. */
+static enum MHD_Result run_whole(struct srv *s, struct MHD_Connection *c, struct req *r, struct srv_out **outs)
 {
-    int              fd = conn_fd(c);
-    struct srv_token ev[64];
-    enum srv_finish  f = SRV_FINISH_NONE;
-    int              n_cached = 0;
-    double           checked  = srv_now();
-    while (f == SRV_FINISH_NONE) {
-        int n = srv_job_take(r->job, ev, 64, 0.1, &f, &n_cached);
-        if (n > 0 && srv_out_tokens(out, ev, n, NULL)) srv_worker_cancel(s->w, r->job);
-        if (f != SRV_FINISH_NONE || srv_now() - checked < 0.1) continue;
+    int    fd = conn_fd(c), n = r->n_jobs, n_done = 0, n_cached = 0;
+    bool            done[SRV_MAX_N] = { 0 }, ended[SRV_MAX_N] = { 0 };
+    enum srv_finish fin[SRV_MAX_N]  = { 0 };
+    double          checked         = srv_now();
+    while (n_done < n) {
+        pump(s, r->jobs, outs, done, fin, n, &n_done, &n_cached, 0.1, NULL);
+        if (n_done == n || srv_now() - checked < 0.1) continue;
         checked = srv_now();
         if (client_gone(fd)) {
-            srv_worker_cancel(s->w, r->job);
-            count_finish(s, SRV_C_FINISH_CANCELLED);
-            srv_out_free(out);
+            cancel_all(s, r->jobs, done, n);
+            for (int i = 0; i < n; i++) srv_out_free(outs[i]);
             return MHD_NO; /* nobody to answer: close */
         }
     }
     struct srv_buf   body = { 0 };
-    enum srv_counter counted;
-    int              status = srv_out_end(out, f, n_cached, r->job->msg, NULL, &body, &counted);
-    count_finish(s, counted);
-    srv_out_free(out);
+    enum srv_counter counted[SRV_MAX_N];
+    int              status = srv_out_end_all(outs, r->jobs, fin, ended, n, n_cached, NULL, &body, counted);
+    for (int i = 0; i < n; i++) {
+        if (counted[i] != SRV_C_COUNT) count_finish(s, counted[i]);
+        srv_out_free(outs[i]);
+    }
     if (body.oom) {
         srv_buf_free(&body);
         return MHD_NO;
@@ -458,47 +497,67 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     if (srv_api_parse(&ctx, kind, r->body.p ? r->body.p : "", r->body.len, &g, &e)) return reply_error(s, c, r, &e);
     /* a chat continuing an earlier turn runs on that turn's tokens (turns.c) */
     if (g.parse_chat) srv_turns_splice(s->turns, ctx.tok, &g.prompt, &g.n_prompt, ctx.ctx - g.max_tokens);
-    struct srv_job *job = srv_job_new(g.prompt, g.n_prompt, g.max_tokens, s->p.stream_buffer);
-    struct srv_out *out = job ? srv_out_new(&g, &ctx) : NULL;
-    if (!out) {
-        srv_job_unref(job);
-        srv_gen_free(&g);
+    /* one job per choice; choice i samples with seed + i and its own constraint */
+    int             n = g.n > 1 ? g.n : 1;
+    struct srv_job *jobs[SRV_MAX_N] = { 0 };
+    struct srv_out *outs[SRV_MAX_N] = { 0 };
+    bool            ok              = true;
+    for (int i = 0; i < n && ok; i++) {
+        jobs[i] = srv_job_new(g.prompt, g.n_prompt, g.max_tokens, s->p.stream_buffer);
+        outs[i] = jobs[i] ? srv_out_new(&g, &ctx) : NULL;
+        ok      = outs[i] != NULL;
+        if (!ok) break;
+        struct srv_job *job = jobs[i];
+        srv_out_set_choice(outs[i], i, n);
+        job->sp       = g.sp;
+        job->sp.seed  = g.sp.seed + (uint64_t)i;
+        if (g.constraint && i + 1 < n) ok = dsv4_constraint_clone(g.constraint, &job->constraint, NULL) == DSV4_OK;
+        else job->constraint = g.constraint, g.constraint = NULL; /* the last job owns the original */
+        job->sp.constraint = job->constraint;
+        job->logprobs     = g.logprobs;
+        job->top_logprobs = g.top_logprobs;
+        job->ignore_eos   = g.ignore_eos;
+        job->spec_draft   = g.spec_draft;
+        job->t_submit     = srv_now();
+    }
+    bool stream = g.stream;
+    srv_gen_free(&g);
+    if (!ok) {
+        for (int i = 0; i < n; i++) {
+            srv_job_unref(jobs[i]);
+            srv_out_free(outs[i]);
+        }
         return fail(s, c, r, 500, NULL, "out of memory for the request");
     }
-    job->sp           = g.sp;
-    job->constraint   = g.constraint; /* the job owns it from here */
-    job->sp.constraint = job->constraint;
-    g.constraint      = NULL;
-    job->logprobs     = g.logprobs;
-    job->top_logprobs = g.top_logprobs;
-    job->ignore_eos   = g.ignore_eos;
-    job->spec_draft   = g.spec_draft;
-    job->t_submit     = srv_now();
-    bool stream       = g.stream;
-    srv_gen_free(&g);
 
     pthread_mutex_lock(&s->mu);
     bool draining = s->draining;
     if (!draining) s->in_flight++;
     pthread_mutex_unlock(&s->mu);
     struct dsv4_err err;
-    int             rc = draining ? DSV4_ECANCELED : srv_worker_submit(s->w, job, &err);
+    int             rc = draining ? DSV4_ECANCELED : DSV4_OK, submitted = 0;
+    for (; rc == DSV4_OK && submitted < n; submitted++)
+        if ((rc = srv_worker_submit(s->w, jobs[submitted], &err))) break;
     if (rc) {
+        for (int i = 0; i < submitted; i++) srv_worker_cancel(s->w, jobs[i]);
         if (!draining) {
             pthread_mutex_lock(&s->mu);
             s->in_flight--;
             pthread_mutex_unlock(&s->mu);
         }
-        srv_job_unref(job);
-        srv_out_free(out);
+        for (int i = 0; i < n; i++) {
+            srv_job_unref(jobs[i]);
+            srv_out_free(outs[i]);
+        }
         if (rc == DSV4_EFULL)
             return fail(s, c, r, 429, NULL, "the server is busy (%s); retry later", err.msg);
         if (rc == DSV4_ERANGE || rc == DSV4_EINVAL) return fail(s, c, r, 400, NULL, "%s", err.msg);
         return fail(s, c, r, 503, NULL, "%s", draining ? "the server is draining; retry on another instance" : err.msg);
     }
-    r->job       = job;
+    for (int i = 0; i < n; i++) r->jobs[i] = jobs[i];
+    r->n_jobs    = n;
     r->in_flight = true;
-    return stream ? start_stream(s, c, r, out) : run_whole(s, c, r, out);
+    return stream ? start_stream(s, c, r, outs) : run_whole(s, c, r, outs);
 }
 
 /* ------------------------------------------------------------------ routing */
@@ -653,9 +712,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     struct srv *s = cls;
     struct req *r = *con_cls;
     if (!r) return;
-    if (r->job) {
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_worker_cancel(s->w, r->job);
-        srv_job_unref(r->job);
+    for (int i = 0; i < r->n_jobs; i++) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_worker_cancel(s->w, r->jobs[i]);
+        srv_job_unref(r->jobs[i]);
     }
     pthread_mutex_lock(&s->mu);
     if (r->in_flight) s->in_flight--;

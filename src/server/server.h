@@ -41,6 +41,7 @@ enum {
     SRV_MAX_STOP         = 8,   /* stop strings per request */
     SRV_MAX_STOP_LEN     = 256, /* bytes per stop string */
     SRV_N_TIERS          = 3,   /* prompt length tiers: short, medium, long (as the scheduler) */
+    SRV_MAX_N            = 16,  /* choices per request ("n") */
 };
 
 struct srv_params {
@@ -348,6 +349,7 @@ struct srv_gen {
     int32_t                   *prompt;      /* [n_prompt], malloc'd */
     int                        n_prompt;
     int                        max_tokens;
+    int                        n;            /* choices (chat and completions; 1 elsewhere) */
     struct dsv4_sampler_params sp;
     bool                       stream;
     bool                       include_usage;
@@ -447,6 +449,15 @@ int  srv_out_end(struct srv_out *o, enum srv_finish f, int n_cached, const char 
                  struct srv_buf *body, enum srv_counter *counted);
 /* Tokens consumed (the completion's usage), and whether a stop string ended it. */
 int  srv_out_n_tokens(const struct srv_out *o);
+/* Choice index of n (n > 1: several outputs make one response; chat and completions). */
+void srv_out_set_choice(struct srv_out *o, int index, int n);
+/* Ends the outputs whose jobs finished (fin[i] != NONE) and that are not ended yet
+ * (ended[i] is then set; counted[i] gets the finish counter, SRV_C_COUNT for the others).
+ * Streaming (sse): each one's last chunks, then, once every one ended, the usage chunk and
+ * [DONE] once. Whole (body, all finished): one body with every choice, usage summed.
+ * Returns the HTTP status of the whole body (200 when streaming). */
+int  srv_out_end_all(struct srv_out **outs, struct srv_job **jobs, const enum srv_finish *fin, bool *ended, int n,
+                     int n_cached, struct srv_buf *sse, struct srv_buf *body, enum srv_counter *counted);
 
 /* Anthropic shapes of the output (api_anthropic.c), fed by api_output.c's pipeline: what
  * one flush (streaming) or the whole answer holds. */

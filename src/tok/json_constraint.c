@@ -619,6 +619,8 @@ void dsv4_json_vocab_free(dsv4_json_vocab *v)
 
 struct dsv4_constraint {
     const dsv4_json_vocab *v;
+    char                  *schema;    /* the schema's text (NULL: any object), for clones */
+    size_t                 schema_len;
     struct jnode          *root;
     int32_t                think_end; /* -1, or the token before which the output is free */
     bool                   free_text; /* before think_end */
@@ -643,7 +645,11 @@ int dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, co
     c->edge_at   = malloc(sizeof(*c->edge_at) * (v->max_len + 1));
     c->allowed   = malloc((size_t)v->vocab);
     int rc       = c->stack && c->edge_at && c->allowed ? DSV4_OK : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (!rc && schema && !(c->schema = malloc(len + 1))) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     if (!rc && schema) {
+        memcpy(c->schema, schema, len);
+        c->schema[len] = '\0';
+        c->schema_len  = len;
         json_error_t je;
         json_t      *s = json_loadb(schema, len, 0, &je);
         if (!s) rc = dsv4_err_set(err, DSV4_EINVAL, "schema: not valid JSON (%s)", je.text);
@@ -662,9 +668,15 @@ int dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, co
     return DSV4_OK;
 }
 
+int dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err)
+{
+    return dsv4_constraint_new_json(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err);
+}
+
 void dsv4_constraint_free(dsv4_constraint *c)
 {
     if (!c) return;
+    free(c->schema);
     jnode_free(c->root);
     free(c->stack);
     free(c->edge_at);

@@ -65,9 +65,12 @@ assert.equal(comp.object, 'text_completion');
 assert.equal(typeof comp.choices[0].text, 'string');
 
 // errors arrive as typed exceptions with the status
+const two = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 6, seed: 3 });
+assert.equal(two.choices.length, 2);
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
 await assert.rejects(
-    client.chat.completions.create({ model, messages, n: 2 }),
-    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /one choice/.test(e.message));
+    client.chat.completions.create({ model, messages, n: 17 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /'n'/.test(e.message));
 await assert.rejects(
     client.chat.completions.create({ model: 'no-such-model', messages }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400);

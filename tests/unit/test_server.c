@@ -434,6 +434,51 @@ static void test_penalties(struct test_ctx *t)
            "frequency 2: %d x 700, %d x 701, starting %d %d %d %d", n700, n701, (int)b[0], (int)b[1], (int)b[2], (int)b[3]);
 }
 
+/* n = 3: three choices, each the request alone with seed + i, whole and streamed. */
+static void test_n_choices(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    json_t *r = NULL;
+    CHECK(tsrv_post(s, "/v1/completions", "{\"prompt\":[15,300,301],\"max_tokens\":12,\"temperature\":1,\"seed\":40,"
+                                        "\"n\":3,\"ignore_eos\":true,\"return_token_ids\":true}", NULL, &r) == 200);
+    json_t *ch = json_object_get(r, "choices");
+    CHECKF(json_array_size(ch) == 3, "%zu choices", json_array_size(ch));
+    for (int i = 0; i < 3 && i < (int)json_array_size(ch); i++) {
+        json_t *c = json_array_get(ch, (size_t)i);
+        CHECK(json_integer_value(json_object_get(c, "index")) == i);
+        char    body[256];
+        json_t *one = NULL;
+        snprintf(body, sizeof(body), "{\"prompt\":[15,300,301],\"max_tokens\":12,\"temperature\":1,\"seed\":%d,"
+                 "\"ignore_eos\":true,\"return_token_ids\":true}", 40 + i);
+        CHECK(tsrv_post(s, "/v1/completions", body, NULL, &one) == 200);
+        json_t *ids1 = json_object_get(json_array_get(json_object_get(one, "choices"), 0), "token_ids");
+        CHECKF(json_equal(json_object_get(c, "token_ids"), ids1), "choice %d differs from seed %d alone", i, 40 + i);
+        json_decref(one);
+    }
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "completion_tokens")) == 36);
+    json_decref(r);
+    /* streamed chat: each choice's deltas carry its index, one [DONE], usage summed */
+    struct tsrv_stream st;
+    CHECK(tsrv_stream(s, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":6,"
+                      "\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL, &st) == 200);
+    int     seen[2] = { 0 }, finishes = 0;
+    size_t  i;
+    json_t *c;
+    json_array_foreach(st.chunks, i, c) {
+        json_t *c0 = json_array_get(json_object_get(c, "choices"), 0);
+        if (!c0) continue;
+        int idx = (int)json_integer_value(json_object_get(c0, "index"));
+        CHECK(idx == 0 || idx == 1);
+        if (idx == 0 || idx == 1) seen[idx]++;
+        if (json_is_string(json_object_get(c0, "finish_reason"))) finishes++;
+    }
+    CHECKF(seen[0] > 1 && seen[1] > 1 && finishes == 2 && st.done, "chunks %d %d, finishes %d, done %d", seen[0], seen[1],
+           finishes, st.done);
+    CHECK(st.usage && json_integer_value(json_object_get(st.usage, "completion_tokens")) > 2);
+    tsrv_stream_free(&st);
+}
+
 static void test_bad_inputs(struct test_ctx *t)
 {
     struct tsrv *s = main_server(t);
@@ -465,7 +510,8 @@ static void test_bad_inputs(struct test_ctx *t)
           "messages" },
         { CC, B("{%s,\"model\":\"gpt-4\"}", U), NULL, 400, "gpt-4", "model" },
         { CC, B("{%s,\"model\":7}", U), NULL, 400, "'model' must be a string", "model" },
-        { CC, B("{%s,\"n\":2}", U), NULL, 400, "one choice", "n" },
+        { CC, B("{%s,\"n\":17}", U), NULL, 400, "'n'", "n" },
+        { CC, B("{%s,\"n\":0}", U), NULL, 400, "'n'", "n" },
         { CC, B("{%s,\"temperature\":\"hot\"}", U), NULL, 400, "'temperature' must be a number", "temperature" },
         { CC, B("{%s,\"temperature\":3}", U), NULL, 400, "'temperature' is 3", "temperature" },
         { CC, B("{%s,\"top_p\":0}", U), NULL, 400, "'top_p'", "top_p" },
@@ -963,6 +1009,7 @@ const struct test_case test_group_server[] = {
     { "completions", test_completions },
     { "speculative", test_speculative },
     { "penalties_and_bias", test_penalties },
+    { "n_choices", test_n_choices },
     { "bad_inputs", test_bad_inputs },
     { "concurrent_32", test_concurrent_32 },
     { "queue_full_and_keepalive", test_queue_full_and_keepalive },
