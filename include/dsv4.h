@@ -683,6 +683,11 @@ void dsv4_json_vocab_free(dsv4_json_vocab *v);
 int  dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
                               const char *schema, size_t len, int32_t think_end, struct dsv4_err *err);
 void dsv4_constraint_free(dsv4_constraint *c);
+/* A thinking budget alone (no JSON): after budget reasoning tokens only think_end may come;
+ * after think_end nothing is constrained. Or the budget set on any constraint. */
+int  dsv4_constraint_new_think(dsv4_constraint **out, const dsv4_tokenizer *tok, int32_t think_end, int budget,
+                               struct dsv4_err *err);
+void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget);
 /* A fresh constraint of the same schema (at its start), for another sequence. */
 int  dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err);
 /* Sets the logits of tokens that cannot come next to -inf. */

@@ -15,7 +15,9 @@
  *   assistant thinking / text / tool_use -> reasoning_content / content / tool_calls (the
  *                                          input object as the call's JSON arguments)
  *   tools [{name, description, input_schema}] -> [{type: function, function: {...}}]
- *   thinking {type: enabled|adaptive}   -> thinking mode; disabled or absent -> chat mode
+ *   thinking {type: enabled|adaptive}   -> thinking mode (budget_tokens: at most that many tokens
+ *                                          of reasoning, then </think> is forced); disabled or
+ *                                          absent -> chat mode
  *   tool_choice any / tool              -> a forced call (srv_api_force_tool; not with thinking)
  * Not supported, refused with a 400 that says so: images and documents, server tools, a
  * trailing assistant message (prefill).
@@ -295,7 +297,7 @@ static int parse_sampling(json_t *o, struct srv_gen *g, struct srv_api_error *e)
     return srv_api_speculative(o, g, e); /* as on the OpenAI paths */
 }
 
-static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, struct srv_api_error *e)
+static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, long long *budget, struct srv_api_error *e)
 {
     json_t *th = srv_json_field(o, "thinking");
     if (!th) return 0;
@@ -305,9 +307,9 @@ static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, struct srv_api
     if (!strcmp(type, "disabled")) return 0;
     if (strcmp(type, "enabled") && strcmp(type, "adaptive"))
         return srv_api_fail(e, 400, "thinking", "thinking.type is \"%s\"; use enabled, adaptive or disabled", type);
-    long long budget = 1024;
-    if (srv_json_int(th, "budget_tokens", 1, INT32_MAX, &budget, e)) return -1;
-    cp->mode = DSV4_CHAT_MODE_THINKING; /* the budget is not enforced (docs/SERVER.md) */
+    *budget = -1;
+    if (srv_json_int(th, "budget_tokens", 1, INT32_MAX, budget, e)) return -1;
+    cp->mode = DSV4_CHAT_MODE_THINKING;
     return 0;
 }
 
@@ -391,8 +393,9 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (parse_sampling(o, g, e)) return -1;
     struct dsv4_chat_params cp;
     dsv4_chat_params_default(&cp);
-    cp.mode = DSV4_CHAT_MODE_CHAT;
-    if (parse_thinking(o, &cp, e)) return -1;
+    cp.mode          = DSV4_CHAT_MODE_CHAT;
+    long long budget = -1; /* thinking.budget_tokens: reasoning tokens at most */
+    if (parse_thinking(o, &cp, &budget, e)) return -1;
 
     json_t     *tools  = NULL;
     bool        force  = false;
@@ -417,6 +420,13 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     if (g->kind == SRV_API_COUNT) return 0;
+    int32_t think_end;
+    if (budget > 0 && dsv4_tokenizer_token_id(c->tok, "</think>", &think_end, NULL) == DSV4_OK) {
+        /* past the budget only </think> may come (the constraint machinery, without JSON) */
+        struct dsv4_err err;
+        if (dsv4_constraint_new_think(&g->constraint, c->tok, think_end, (int)budget, &err))
+            return srv_api_fail(e, 500, NULL, "%s", err.msg);
+    }
     if (g->n_prompt >= c->ctx)
         return srv_api_fail(e, 400, "messages", "prompt is too long: %d tokens > %d maximum (the server's context "
                             "leaves no room for an answer)", g->n_prompt, c->ctx - 1);

@@ -23,6 +23,9 @@
  * Whitespace between tokens is bounded (one newline and some indentation), so a model cannot
  * run on in spaces. After the top value nothing but the end of the turn may come.
  *
+ * The same object can bound a thinking turn's reasoning: past think_budget tokens only
+ * </think> may come (dsv4_constraint_new_think without JSON, or set on a JSON one).
+ *
  * Schemas (a subset of JSON Schema; anything else is refused with a message naming it):
  * "type" object (with "properties", optional "required", "additionalProperties": false),
  * array ("items"), string, number, integer, boolean, null, or a list of one of them with
@@ -624,6 +627,8 @@ struct dsv4_constraint {
     struct jnode          *root;
     int32_t                think_end; /* -1, or the token before which the output is free */
     bool                   free_text; /* before think_end */
+    bool                   json;      /* a JSON text follows (else only the thinking budget) */
+    int                    think_budget, n_think; /* tokens of reasoning at most (-1: no bound), so far */
     struct jstate          st;
     struct jstate         *stack;     /* [max_len + 1]: the mask walk's states by depth */
     uint32_t              *edge_at;   /* [max_len + 1] */
@@ -641,6 +646,8 @@ int dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, co
     c->tok       = tok;
     c->think_end = think_end;
     c->free_text = think_end >= 0;
+    c->json      = true;
+    c->think_budget = -1;
     c->stack     = malloc(sizeof(*c->stack) * (v->max_len + 1));
     c->edge_at   = malloc(sizeof(*c->edge_at) * (v->max_len + 1));
     c->allowed   = malloc((size_t)v->vocab);
@@ -668,9 +675,31 @@ int dsv4_constraint_new_json(dsv4_constraint **out, const dsv4_json_vocab *v, co
     return DSV4_OK;
 }
 
+int dsv4_constraint_new_think(dsv4_constraint **out, const dsv4_tokenizer *tok, int32_t think_end, int budget,
+                              struct dsv4_err *err)
+{
+    *out               = NULL;
+    dsv4_constraint *c = calloc(1, sizeof(*c));
+    if (!c) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    c->tok          = tok;
+    c->think_end    = think_end;
+    c->free_text    = think_end >= 0;
+    c->think_budget = budget;
+    *out            = c;
+    return DSV4_OK;
+}
+
+void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget)
+{
+    c->think_budget = budget;
+}
+
 int dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err)
 {
-    return dsv4_constraint_new_json(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err);
+    int rc = c->json ? dsv4_constraint_new_json(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err)
+                     : dsv4_constraint_new_think(out, c->tok, c->think_end, c->think_budget, err);
+    if (rc == DSV4_OK) (*out)->think_budget = c->think_budget;
+    return rc;
 }
 
 void dsv4_constraint_free(dsv4_constraint *c)
@@ -686,15 +715,17 @@ void dsv4_constraint_free(dsv4_constraint *c)
 
 bool dsv4_constraint_done(const dsv4_constraint *c)
 {
-    return !c->free_text && complete(&c->st);
+    return !c->free_text && (!c->json || complete(&c->st));
 }
 
 void dsv4_constraint_accept(dsv4_constraint *c, int32_t token)
 {
     if (c->free_text) {
         if (token == c->think_end) c->free_text = false;
+        else c->n_think++;
         return;
     }
+    if (!c->json) return;
     if (token == c->v->eos) return;
     char   buf[512];
     size_t n = 0;
@@ -731,8 +762,16 @@ static void walk(dsv4_constraint *c)
 
 void dsv4_constraint_mask(dsv4_constraint *c, float *logits)
 {
+    if (c->free_text) { /* the reasoning is free, up to the budget; after it, the JSON */
+        if (c->think_budget >= 0 && c->n_think >= c->think_budget) {
+            int32_t V = dsv4_tokenizer_n_vocab(c->tok);
+            for (int32_t i = 0; i < V; i++)
+                if (i != c->think_end) logits[i] = -INFINITY;
+        }
+        return;
+    }
+    if (!c->json) return;
     const dsv4_json_vocab *v = c->v;
-    if (c->free_text) return; /* the reasoning is free; after it, the JSON */
     memset(c->allowed, 0, (size_t)v->vocab);
     if (!c->st.dead) walk(c);
     bool done = complete(&c->st), any = false;

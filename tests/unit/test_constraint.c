@@ -180,6 +180,40 @@ static void test_random_walks(struct test_ctx *t)
     free(logits);
 }
 
+/* A thinking budget: past 3 reasoning tokens only </think>; after it, nothing masked (alone)
+ * or the JSON (on a JSON constraint). */
+static void test_think_budget(struct test_ctx *t)
+{
+    if (!setup(t)) return;
+    int32_t V = dsv4_tokenizer_n_vocab(g_tok), think_end;
+    CHECK(dsv4_tokenizer_token_id(g_tok, "</think>", &think_end, NULL) == DSV4_OK);
+    float *l = malloc(sizeof(float) * (size_t)V);
+    for (int json = 0; json < 2; json++) {
+        dsv4_constraint *c = NULL;
+        if (json) {
+            CHECK(dsv4_constraint_new_json(&c, g_vocab, g_tok, NULL, 0, think_end, NULL) == DSV4_OK);
+            if (c) dsv4_constraint_set_think_budget(c, 3);
+        } else {
+            CHECK(dsv4_constraint_new_think(&c, g_tok, think_end, 3, NULL) == DSV4_OK);
+        }
+        if (!c) break;
+        for (int step = 0; step < 5; step++) {
+            for (int32_t i = 0; i < V; i++) l[i] = 0;
+            dsv4_constraint_mask(c, l);
+            int finite = 0;
+            for (int32_t i = 0; i < V; i++) finite += isfinite(l[i]);
+            if (step < 3) CHECKF(finite == V, "json %d step %d: %d tokens allowed while thinking", json, step, finite);
+            else if (step == 3) CHECKF(finite == 1 && isfinite(l[think_end]), "json %d: past the budget %d allowed", json,
+                                       finite);
+            else CHECKF(json ? finite < V && !isfinite(l[think_end]) : finite == V, "json %d after </think>: %d allowed",
+                        json, finite);
+            dsv4_constraint_accept(c, step == 3 ? think_end : 100 + step);
+        }
+        dsv4_constraint_free(c);
+    }
+    free(l);
+}
+
 static void test_refused(struct test_ctx *t)
 {
     if (!setup(t)) return;
@@ -213,6 +247,7 @@ static void test_refused(struct test_ctx *t)
 const struct test_case test_group_constraint[] = {
     { "texts", test_texts },
     { "random_walks", test_random_walks },
+    { "think_budget", test_think_budget },
     { "refused_schemas", test_refused },
     { NULL, NULL },
 };

@@ -430,8 +430,24 @@ static void forced_live(struct test_ctx *t, struct tsrv *s)
     json_decref(r);
 }
 
+/* thinking.budget_tokens: past it </think> is forced, so a text block follows a short
+ * thinking block (the random model alone would think on to max_tokens). */
+static void think_budget(struct test_ctx *t, struct tsrv *s)
+{
+    json_t *r = NULL;
+    CHECK(tsrv_post(s, "/v1/messages", "{\"model\":\"srv-tiny\",\"max_tokens\":30,\"temperature\":0,\"thinking\":{"
+                                     "\"type\":\"enabled\",\"budget_tokens\":3},\"messages\":[{\"role\":\"user\","
+                                     "\"content\":\"hi\"}]}", NULL, &r) == 200);
+    json_t     *c  = json_object_get(r, "content");
+    const char *t0 = json_string_value(json_object_get(json_array_get(c, 0), "type"));
+    const char *t1 = json_string_value(json_object_get(json_array_get(c, 1), "type"));
+    CHECKF(t0 && t1 && !strcmp(t0, "thinking") && !strcmp(t1, "text"), "blocks %s, %s", t0 ? t0 : "-", t1 ? t1 : "-");
+    json_decref(r);
+}
+
 void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
 {
+    think_budget(t, s);
     same_as_chat(t, s);
     count_matches(t, s);
     forced_live(t, s);
