@@ -540,6 +540,12 @@ static void test_bad_inputs(struct test_ctx *t)
         { CC, B("{%s,\"reasoning_effort\":\"extreme\"}", U), NULL, 400, "reasoning_effort", "reasoning_effort" },
         { CC, B("{%s,\"chat_template_kwargs\":{\"thinking\":1}}", U), NULL, 400, "thinking", "chat_template_kwargs" },
         { CC, B("{%s,\"response_format\":{\"type\":\"grammar\"}}", U), NULL, 400, "grammar", "response_format" },
+        { CC, B("{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\","
+                "\"pattern\":\"a+\"}}}}", U), NULL, 400, "pattern", "response_format" },
+        { CC, B("{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}", U), NULL, 400,
+          "json_schema.schema", "response_format" },
+        { CC, B("{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                "\"response_format\":{\"type\":\"json_object\"}}", U), NULL, 400, "cannot be combined", "response_format" },
         { CC, deep, NULL, 400, "nests", NULL },
         { CC, B("{%s,\"a\":1,\"a\":2}", U), NULL, 400, "duplicate", NULL },
         { CO, "{}", NULL, 400, "'prompt' is required", "prompt" },
