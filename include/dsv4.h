@@ -688,6 +688,13 @@ void dsv4_constraint_free(dsv4_constraint *c);
 int  dsv4_constraint_new_think(dsv4_constraint **out, const dsv4_tokenizer *tok, int32_t think_end, int budget,
                                struct dsv4_err *err);
 void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget);
+/* A forced DSML tool call under strict schemas, from just after the forced opening's
+ * `name="` (name NULL: any of the tools) or after `name="NAME">\n` (name given): tools is a
+ * JSON array of {"name", "parameters"} (strict object schemas); the call is one invoke with
+ * every parameter in the schema's order (plain strings as raw text, other values as JSON),
+ * then the end of the block. */
+int  dsv4_constraint_new_call(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                              const char *tools, size_t len, const char *name, struct dsv4_err *err);
 /* A fresh constraint of the same schema (at its start), for another sequence. */
 int  dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err);
 /* Sets the logits of tokens that cannot come next to -inf. */

@@ -257,6 +257,7 @@ static int tools_of(json_t *tools, json_t **out, struct srv_api_error *e)
         json_t *fn = json_pack("{s:s}", "name", name);
         if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
         if (fn) json_object_set(fn, "parameters", sch);
+        if (fn && json_is_true(json_object_get(t, "strict"))) json_object_set_new(fn, "strict", json_true());
         json_t *tool = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
         if (!tool || json_array_append_new(fn_tools, tool)) {
             json_decref(fn_tools);
@@ -420,6 +421,14 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     if (g->kind == SRV_API_COUNT) return 0;
+    if (force && c->json_vocab) { /* strict tools: the forced call's arguments are constrained */
+        json_t              *fn_tools = NULL;
+        struct srv_api_error ignored; /* the tools were checked above */
+        tools_of(srv_json_field(o, "tools"), &fn_tools, &ignored);
+        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, forced, g, e) : 0;
+        json_decref(fn_tools);
+        if (rc2) return -1;
+    }
     int32_t think_end;
     if (budget > 0 && dsv4_tokenizer_token_id(c->tok, "</think>", &think_end, NULL) == DSV4_OK) {
         /* past the budget only </think> may come (the constraint machinery, without JSON) */

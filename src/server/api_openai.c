@@ -519,6 +519,39 @@ int srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, 
     return 0;
 }
 
+int srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, const char *name, struct srv_gen *g,
+                        struct srv_api_error *e)
+{
+    json_t *list = json_array();
+    size_t  i;
+    json_t *t;
+    bool    all_strict = true;
+    json_array_foreach(tools, i, t) {
+        json_t     *fn = json_object_get(t, "function");
+        const char *nm = json_string_value(json_object_get(fn, "name"));
+        if (name && (!nm || strcmp(nm, name))) continue;
+        if (!json_is_true(json_object_get(fn, "strict"))) all_strict = false;
+        json_array_append_new(list, json_pack("{s:s, s:O?}", "name", nm ? nm : "", "parameters",
+                                              json_object_get(fn, "parameters")));
+    }
+    int rc = 0;
+    if (all_strict && json_array_size(list)) {
+        if (!c->json_vocab) {
+            json_decref(list);
+            return srv_api_fail(e, 500, "tools", "strict tool calls are not available (no JSON vocabulary)");
+        }
+        char           *text = json_dumps(list, JSON_COMPACT);
+        struct dsv4_err err;
+        rc = text ? dsv4_constraint_new_call(&g->constraint, c->json_vocab, c->tok, text, strlen(text), name, &err)
+                  : DSV4_ENOMEM;
+        free(text);
+        if (rc) srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "tools", "strict tools: %s",
+                             rc == DSV4_ENOMEM ? "out of memory" : err.msg);
+    }
+    json_decref(list);
+    return rc ? -1 : 0;
+}
+
 /* Whether the function tools offer name. */
 bool srv_api_has_tool(json_t *tools, const char *name)
 {
@@ -635,7 +668,8 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     doc = json_pack("{s:o}", "messages", list);
     if (doc && tools) json_object_set(doc, "tools", tools);
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
-    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
+    if (force && (srv_api_force_tool(c, g, forced, "tool_choice", e) || srv_api_strict_call(c, tools, forced, g, e)))
+        return -1;
     if (rf && force)
         return srv_api_fail(e, 400, "response_format", "'response_format' and a forced tool call cannot be combined");
     if (rf && srv_api_constrain(c, rf, false, "response_format", g, e)) return -1;

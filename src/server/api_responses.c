@@ -263,6 +263,7 @@ static int function_tools(json_t *tools, json_t **out, struct srv_api_error *e)
         json_t *fn = json_pack("{s:s}", "name", name);
         if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
         if (fn && json_is_object(par)) json_object_set(fn, "parameters", par);
+        if (fn && json_is_true(json_object_get(t, "strict"))) json_object_set_new(fn, "strict", json_true());
         json_t *tool = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
         if (!tool || json_array_append_new(fn_tools, tool)) {
             json_decref(fn_tools);
@@ -401,6 +402,14 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     g->conv = conv;
     if (srv_api_render(c, doc, &cp, "input", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
+    if (force) { /* strict tools: the forced call's arguments are constrained */
+        json_t              *fn_tools = NULL;
+        struct srv_api_error ignored; /* the tools were checked above */
+        function_tools(srv_json_field(o, "tools"), &fn_tools, &ignored);
+        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, forced, g, e) : 0;
+        json_decref(fn_tools);
+        if (rc2) return -1;
+    }
     json_t *fmt = json_object_get(srv_json_field(o, "text"), "format");
     if (fmt && force) return srv_api_fail(e, 400, "text", "text.format and a forced tool call cannot be combined");
     if (fmt && srv_api_constrain(c, fmt, true, "text", g, e)) return -1;

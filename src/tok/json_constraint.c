@@ -197,7 +197,25 @@ static int compile(json_t *s, int depth, struct jnode **out, struct dsv4_err *er
 
 /* ------------------------------------------------------------------ the automaton */
 
-enum ftype { F_VALUE, F_OBJECT, F_ANYOBJ, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_ENUM };
+enum ftype { F_VALUE, F_OBJECT, F_ANYOBJ, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_ENUM, F_RAW, F_CALL };
+
+/* The ｜DSML｜ control token stands for these bytes in the trie and the literals: 0xFF never
+ * appears in a text token's bytes. */
+#define DSML_MARK     0xff
+#define DSML          "\xff" "D"
+#define DSML_MARK_LEN 2
+
+/* A forced DSML tool call under strict schemas: the tools' names (each followed by "\">\n",
+ * what comes after the forced opening's `name="`), their parameter objects, and per
+ * parameter the opening tag of its DSML parameter (string="true" for plain strings, whose
+ * value is raw text; string="false" and a JSON value otherwise). */
+struct jcall {
+    struct jnode   names; /* JK_ENUM of NAME">\n */
+    int            n_tools;
+    struct jnode **params;
+    char        ***open;  /* [tool][param] */
+    bool         **raw;   /* [tool][param] */
+};
 
 struct frame {
     uint8_t             type;
@@ -336,6 +354,62 @@ static bool number_step(struct frame *f, int c, bool *ended)
 }
 
 
+static const char CALL_PARAM_END_RAW[] = DSML "parameter>";
+static const char CALL_PARAM_END[]     = "</" DSML "parameter>";
+static const char CALL_END[]           = "\n</" DSML "invoke>\n</" DSML "tool_calls>";
+
+/* F_CALL: phases 0 the tool's name (an enum of the names) unless forced by name, 1 before
+ * parameter `count` (its opening tag, then its value), 2 after a value (the closing tag), 3
+ * the end of the call; pos = the tool, n = its parameter object, lit = (const struct jcall *). */
+static bool call_step(struct jstate *s, struct frame *f, int c)
+{
+    const struct jcall *call = (const struct jcall *)(const void *)f->lit;
+    if (f->phase == 0) {
+        f->phase = 1;
+        uint64_t cand = call->n_tools >= 64 ? ~0ull : (1ull << call->n_tools) - 1;
+        return push(s, (struct frame){ .type = F_ENUM, .phase = 1, .n = &call->names, .cand = cand }) && step(s, c);
+    }
+    const struct jnode *obj = call->params[f->pos];
+    if (f->phase == 1) {
+        if ((int)f->count == obj->n) {
+            f->phase = 3;
+            return push_lit(s, CALL_END) && step(s, c);
+        }
+        f->phase = 2;
+        bool raw = call->raw[f->pos][f->count];
+        /* the value after the opening tag: raw text or a JSON value */
+        if (!push(s, (struct frame){ .type = raw ? F_RAW : F_VALUE, .n = obj->props[f->count] }))
+            return false;
+        return push_lit(s, call->open[f->pos][f->count]) && step(s, c);
+    }
+    if (f->phase == 2) {
+        bool raw = call->raw[f->pos][f->count];
+        f->phase = 1;
+        f->count++;
+        return push_lit(s, raw ? CALL_PARAM_END_RAW : CALL_PARAM_END) && step(s, c);
+    }
+    return false; /* phase 3: the closing literal popped; the call is complete */
+}
+
+/* UTF-8 inside a string or raw text: f->pos continuation bytes still due, the first in the
+ * range its lead allows (f->cand: lo | hi << 8), so no overlong form, surrogate or code point
+ * past U+10FFFF passes; raw text also takes newlines and tabs. */
+static bool utf8_step(struct frame *f, int c, bool raw)
+{
+    if (f->pos) {
+        unsigned lo = (unsigned)(f->cand & 0xff), hi = (unsigned)(f->cand >> 8 & 0xff);
+        if ((c & 0xc0) != 0x80 || (f->cand && ((unsigned)c < lo || (unsigned)c > hi))) return false;
+        f->cand = 0;
+        f->pos--;
+        return true;
+    }
+    if ((c < 0x20 && !(raw && (c == '\n' || c == '\t'))) || (c & 0xc0) == 0x80 || c >= 0xf5 || c == 0xc0 || c == 0xc1)
+        return false;
+    f->pos  = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+    f->cand = c == 0xe0 ? 0xbfa0 : c == 0xed ? 0x9f80 : c == 0xf0 ? 0xbf90 : c == 0xf4 ? 0x8f80 : 0;
+    return true;
+}
+
 /* Feeds one byte; false once the text cannot be accepted (the state is then dead). */
 static bool step(struct jstate *s, int c)
 {
@@ -349,8 +423,11 @@ static bool step(struct jstate *s, int c)
     switch (f->type) {
     case F_VALUE: return start_value(s, f->n, c);
     case F_LITERAL:
-        if (f->lit[f->pos] != c) return false;
-        if (f->lit[++f->pos] == '\0') s->sp--;
+        if ((unsigned char)f->lit[f->pos] != c) return false;
+        if (f->lit[++f->pos] == '\0') {
+            s->sp--;
+            if (s->sp && s->f[s->sp - 1].type == F_CALL && s->f[s->sp - 1].phase == 3) s->sp--; /* the call's end */
+        }
         return true;
     case F_ENUM: {
         uint64_t keep = 0;
@@ -358,7 +435,7 @@ static bool step(struct jstate *s, int c)
         for (int i = 0; i < f->n->n && i < 64; i++) {
             if (!(f->cand >> i & 1)) continue;
             const char *l = f->n->lit[i];
-            if (l[f->pos] == c) {
+            if ((unsigned char)l[f->pos] == c) {
                 keep |= 1ull << i;
                 if (l[f->pos + 1] == '\0') done = true;
             }
@@ -366,9 +443,37 @@ static bool step(struct jstate *s, int c)
         if (!keep) return false;
         f->cand = keep;
         f->pos++;
-        if (done) s->sp--; /* no value is a prefix of another (compile) */
+        if (done) { /* no value is a prefix of another (compile) */
+            bool name = f->phase == 1; /* a tool's name (call_step): the call needs to know which */
+            s->sp--;
+            if (name) s->f[s->sp - 1].pos = (uint16_t)__builtin_ctzll(keep);
+        }
         return true;
     }
+    case F_RAW: {
+        /* a DSML string parameter's raw text, ended by "</" + ｜DSML｜ (the parent reads the rest
+         * of the closing tag); phases: 0 text, 1 after '<', 2 after "</". Code points are
+         * counted for min/maxLength once they are known to be text (a '<' or "</" that does
+         * not start the closing tag counts when the next byte shows it) */
+        int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+        if (c == DSML_MARK) {
+            if (f->phase != 2 || (lo >= 0 && (int)f->count < lo)) return false;
+            s->sp--;
+            return step(s, c);
+        }
+        if (f->phase == 1 && c == '/') return f->phase = 2, true;
+        uint32_t held = f->phase; /* '<' or "</" turned out to be text */
+        if (c == '<' && !f->pos) {
+            f->count += held;
+            f->phase = 1;
+            return hi < 0 || (int)f->count < hi || (int)f->count == hi; /* may still close */
+        }
+        f->phase = 0;
+        if (!f->pos) f->count += held + 1;
+        if (hi >= 0 && (int)f->count > hi) return false;
+        return utf8_step(f, c, true);
+    }
+    case F_CALL: return call_step(s, f, c);
     case F_STRING:
         if (f->phase == 1) { /* after a backslash */
             if (c == 'u') return f->phase = 2, f->pos = 4, true;
@@ -383,22 +488,13 @@ static bool step(struct jstate *s, int c)
         }
         {
             int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
-            if (f->pos) { /* inside a UTF-8 sequence: continuation bytes, the first in the range
-                           * its lead allows (no overlong forms, surrogates or > U+10FFFF) */
-                unsigned first_lo = (unsigned)(f->cand & 0xff), first_hi = (unsigned)(f->cand >> 8 & 0xff);
-                if ((c & 0xc0) != 0x80 || (f->cand && ((unsigned)c < first_lo || (unsigned)c > first_hi))) return false;
-                f->cand = 0;
-                f->pos--;
-                return true;
-            }
+            if (f->pos) return utf8_step(f, c, false);
             if (c == '"') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
-            if (c < 0x20 || (c & 0xc0) == 0x80 || c >= 0xf5 || c == 0xc0 || c == 0xc1) return false;
+            if (c < 0x20) return false;
             if (hi >= 0 && (int)f->count >= hi) return false;
             f->count++;
-            f->pos  = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
-            f->cand = c == 0xe0 ? 0xbfa0 : c == 0xed ? 0x9f80 : c == 0xf0 ? 0xbf90 : c == 0xf4 ? 0x8f80 : 0;
-            if (c == '\\') f->phase = 1;
-            return true;
+            if (c == '\\') return f->phase = 1, true;
+            return utf8_step(f, c, false);
         }
     case F_NUMBER: {
         bool ended;
@@ -504,7 +600,7 @@ struct dsv4_json_vocab {
     struct tnode *node;
     struct tedge *edge;
     uint32_t      n_node, n_edge;
-    int32_t       vocab, eos;
+    int32_t       vocab, eos, dsml; /* dsml: the ｜DSML｜ token (in the trie as DSML), or -1 */
     size_t        max_len;
 };
 
@@ -579,12 +675,22 @@ int dsv4_json_vocab_new(dsv4_json_vocab **out, const dsv4_tokenizer *tok, struct
     if (root) root->token = -1;
     for (int32_t id = 0; id < V && ok; id++) {
         size_t n = 0;
-        if (dsv4_tokenizer_is_added(tok, id) || dsv4_tokenizer_decode(tok, &id, 1, buf, max + 8, &n, NULL) || n == 0)
+        if (dsv4_tokenizer_is_added(tok, id) || dsv4_tokenizer_decode(tok, &id, 1, buf, max + 8, &n, NULL) || n == 0 ||
+            memchr(buf, DSML_MARK, n)) /* 0xFF is never in UTF-8, and it marks ｜DSML｜ */
             continue;
         struct btrie *t = root;
         for (size_t i = 0; i < n && t; i++) t = bt_child(t, (uint8_t)buf[i]);
         if (!t) ok = false;
         else if (t->token < 0) t->token = id;
+    }
+    int32_t dsml = -1;
+    if (ok && dsv4_tokenizer_token_id(tok, "｜DSML｜", &dsml, NULL) == DSV4_OK) {
+        struct btrie *t = root;
+        for (size_t i = 0; i < DSML_MARK_LEN && t; i++) t = bt_child(t, (uint8_t)DSML[i]);
+        if (!t) ok = false;
+        else t->token = dsml;
+    } else {
+        dsml = -1;
     }
     free(buf);
     struct dsv4_json_vocab *v = ok ? calloc(1, sizeof(*v)) : NULL;
@@ -595,6 +701,7 @@ int dsv4_json_vocab_new(dsv4_json_vocab **out, const dsv4_tokenizer *tok, struct
         v->edge   = malloc(sizeof(*v->edge) * (v->n_edge ? v->n_edge : 1));
         v->vocab  = V;
         v->eos    = dsv4_tokenizer_eos(tok);
+        v->dsml   = dsml;
         v->max_len = max;
         if (v->node && v->edge) {
             uint32_t nn = 1, ne = 0;
@@ -625,6 +732,8 @@ struct dsv4_constraint {
     char                  *schema;    /* the schema's text (NULL: any object), for clones */
     size_t                 schema_len;
     struct jnode          *root;
+    struct jcall          *call;      /* a strict forced tool call (dsv4_constraint_new_call), or NULL */
+    char                  *call_name; /* the forced tool, or NULL: any */
     int32_t                think_end; /* -1, or the token before which the output is free */
     bool                   free_text; /* before think_end */
     bool                   json;      /* a JSON text follows (else only the thinking budget) */
@@ -696,15 +805,132 @@ void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget)
 
 int dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err)
 {
+    if (c->call) return dsv4_constraint_new_call(out, c->v, c->tok, c->schema, c->schema_len, c->call_name, err);
     int rc = c->json ? dsv4_constraint_new_json(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err)
                      : dsv4_constraint_new_think(out, c->tok, c->think_end, c->think_budget, err);
     if (rc == DSV4_OK) (*out)->think_budget = c->think_budget;
     return rc;
 }
 
+static void jcall_free(struct jcall *k)
+{
+    if (!k) return;
+    for (int i = 0; i < k->n_tools; i++) {
+        int np = k->params && k->params[i] ? k->params[i]->n : 0;
+        for (int j = 0; j < np && k->open[i]; j++) free(k->open[i][j]);
+        if (k->open) free(k->open[i]);
+        if (k->raw) free(k->raw[i]);
+        if (k->params) jnode_free(k->params[i]);
+    }
+    for (int i = 0; i < k->names.n; i++) free(k->names.lit[i]);
+    free(k->names.lit);
+    free(k->params);
+    free(k->open);
+    free(k->raw);
+    free(k);
+}
+
+/* tools: [{"name", "parameters"}]; each parameters a strict object schema (or absent). */
+static int compile_call(json_t *tools, struct jcall **out, struct dsv4_err *err)
+{
+    size_t        n = json_array_size(tools);
+    struct jcall *k = calloc(1, sizeof(*k));
+    *out            = k;
+    if (!k) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (!json_is_array(tools) || n == 0 || n > ENUM_MAX)
+        return dsv4_err_set(err, DSV4_EINVAL, "strict tool call: 1 to %d tools", ENUM_MAX);
+    k->names.kind = JK_ENUM;
+    k->names.lit  = calloc(n, sizeof(char *));
+    k->params     = calloc(n, sizeof(*k->params));
+    k->open       = calloc(n, sizeof(*k->open));
+    k->raw        = calloc(n, sizeof(*k->raw));
+    if (!k->names.lit || !k->params || !k->open || !k->raw) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t     *t    = json_array_get(tools, i);
+        const char *name = json_string_value(json_object_get(t, "name"));
+        json_t     *par  = json_object_get(t, "parameters");
+        if (!name) return dsv4_err_set(err, DSV4_EINVAL, "strict tool call: tool %zu has no name", i);
+        size_t nl = strlen(name);
+        if (!(k->names.lit[i] = malloc(nl + 4))) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        memcpy(k->names.lit[i], name, nl);
+        memcpy(k->names.lit[i] + nl, "\">\n", 4);
+        k->names.n++;
+        k->n_tools++;
+        json_t *empty = NULL;
+        if (!par || json_is_null(par)) par = empty = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties",
+                                                              "additionalProperties", 0);
+        int rc = compile(par, 1, &k->params[i], err);
+        json_decref(empty);
+        if (rc) return rc;
+        struct jnode *o = k->params[i];
+        if (o->kind != JK_OBJECT)
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "strict tool %s: parameters must be an object schema with "
+                                "properties", name);
+        k->open[i] = calloc((size_t)(o->n ? o->n : 1), sizeof(char *));
+        k->raw[i]  = calloc((size_t)(o->n ? o->n : 1), sizeof(bool));
+        if (!k->open[i] || !k->raw[i]) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        const char *key;
+        json_t     *v;
+        int         j = 0;
+        json_object_foreach(json_object_get(par, "properties"), key, v) {
+            k->raw[i][j] = o->props[j]->kind == JK_STRING && !o->props[j]->nullable;
+            size_t need  = strlen(key) + 64;
+            if (!(k->open[i][j] = malloc(need))) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+            snprintf(k->open[i][j], need, "%s<" DSML "parameter name=\"%s\" string=\"%s\">", j ? "\n" : "", key,
+                     k->raw[i][j] ? "true" : "false");
+            j++;
+        }
+    }
+    for (int i = 0; i < k->names.n; i++) /* no name may be a prefix of another with its suffix: never */
+        for (int j = 0; j < k->names.n; j++)
+            if (i != j && !strcmp(k->names.lit[i], k->names.lit[j]))
+                return dsv4_err_set(err, DSV4_EINVAL, "strict tool call: two tools named %s", k->names.lit[i]);
+    return DSV4_OK;
+}
+
+int dsv4_constraint_new_call(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                             const char *tools, size_t len, const char *name, struct dsv4_err *err)
+{
+    *out = NULL;
+    if (v->dsml < 0) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "the tokenizer has no ｜DSML｜ token");
+    dsv4_constraint *c = NULL;
+    int              rc = dsv4_constraint_new_json(&c, v, tok, NULL, 0, -1, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t      *t = json_loadb(tools, len, 0, &je);
+    if (!t) rc = dsv4_err_set(err, DSV4_EINVAL, "tools: not valid JSON (%s)", je.text);
+    else rc = compile_call(t, &c->call, err);
+    json_decref(t);
+    if (!rc && !(c->schema = malloc(len + 1))) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (!rc) {
+        memcpy(c->schema, tools, len);
+        c->schema[len] = '\0';
+        c->schema_len  = len;
+    }
+    int idx = -1;
+    if (!rc && name) {
+        for (int i = 0; i < c->call->n_tools && idx < 0; i++)
+            if (!strncmp(c->call->names.lit[i], name, strlen(name)) && !strcmp(c->call->names.lit[i] + strlen(name), "\">\n"))
+                idx = i;
+        if (idx < 0) rc = dsv4_err_set(err, DSV4_EINVAL, "strict tool call: no tool named %s", name);
+        else if (!(c->call_name = strdup(name))) rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    }
+    if (rc) {
+        dsv4_constraint_free(c);
+        return rc;
+    }
+    c->st.sp = 0;
+    push(&c->st, (struct frame){ .type = F_CALL, .phase = (uint8_t)(name ? 1 : 0), .pos = (uint16_t)(idx < 0 ? 0 : idx),
+                                 .lit = (const char *)(const void *)c->call });
+    *out = c;
+    return DSV4_OK;
+}
+
 void dsv4_constraint_free(dsv4_constraint *c)
 {
     if (!c) return;
+    jcall_free(c->call);
+    free(c->call_name);
     free(c->schema);
     jnode_free(c->root);
     free(c->stack);
@@ -729,6 +955,10 @@ void dsv4_constraint_accept(dsv4_constraint *c, int32_t token)
     if (token == c->v->eos) return;
     char   buf[512];
     size_t n = 0;
+    if (token == c->v->dsml) {
+        feed(&c->st, (const uint8_t *)DSML, DSML_MARK_LEN);
+        return;
+    }
     if (dsv4_tokenizer_is_added(c->tok, token) ||
         dsv4_tokenizer_decode(c->tok, &token, 1, buf, sizeof(buf), &n, NULL) != DSV4_OK)
         c->st.dead = true;

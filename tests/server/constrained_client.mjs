@@ -4,7 +4,8 @@
 // 30 sampled chat completions with response_format json_schema (strict), 5 with
 // json_object, and 5 Responses API answers with text.format json_schema, through the
 // official OpenAI client: every answer must finish (finish_reason "stop" / status
-// "completed"), parse, and validate.
+// "completed"), parse, and validate. Then 10 forced calls of a strict tool: the arguments
+// must validate against its parameters.
 import assert from 'node:assert/strict';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
@@ -61,5 +62,24 @@ for (let i = 0; i < 5; i++) {
     assert.equal(r.status, 'completed', `response ${i}: ${r.status}: ${r.output_text}`);
     const v = JSON.parse(r.output_text);
     assert.ok(validate(v), `response ${i}: ${r.output_text}: ${JSON.stringify(validate.errors)}`);
+}
+// strict tools under a forced call: the arguments fit the tool's schema
+const params = {
+    type: 'object',
+    properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer' }, units: { enum: ['c', 'f'] } },
+    required: ['city', 'days', 'units'],
+    additionalProperties: false,
+};
+const validArgs = new Ajv({ strict: false }).compile(params);
+const tools = [{ type: 'function', function: { name: 'get_weather', strict: true, parameters: params } }];
+for (let i = 0; i < 10; i++) {
+    const r = await client.chat.completions.create({
+        model, messages, tools, tool_choice: 'required', max_tokens: 600, temperature: 1, seed: 200 + i,
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', `strict call ${i}: ${JSON.stringify(c.message)}`);
+    assert.equal(c.message.tool_calls.length, 1);
+    const args = JSON.parse(c.message.tool_calls[0].function.arguments);
+    assert.ok(validArgs(args), `strict call ${i}: ${c.message.tool_calls[0].function.arguments}`);
 }
 console.log('constrained client: ok');

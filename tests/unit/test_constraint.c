@@ -214,6 +214,92 @@ static void test_think_budget(struct test_ctx *t)
     free(l);
 }
 
+static int code_points(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+/* A forced strict tool call: 60 random walks (any tool, or one named) end in a DSML block
+ * that dsv4_chat_parse reads as one call whose arguments fit the tool's schema. */
+static void test_strict_call(struct test_ctx *t)
+{
+    if (!setup(t)) return;
+    static const char tools[] =
+        "[{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+        "\"maxLength\":10},\"days\":{\"type\":\"integer\"},\"units\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\","
+        "\"days\",\"units\"],\"additionalProperties\":false}},{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"tz\":{\"type\":\"string\",\"maxLength\":5}},\"required\":[\"tz\"],\"additionalProperties\":false}}]";
+    int32_t            V = dsv4_tokenizer_n_vocab(g_tok);
+    float             *l = malloc(sizeof(float) * (size_t)V);
+    unsigned long long rng = 7;
+    int                parsed = 0;
+    for (int w = 0; w < 60; w++) {
+        const char      *name = w % 3 == 0 ? "get_time" : NULL;
+        dsv4_constraint *c    = NULL;
+        struct dsv4_err  err;
+        CHECKF(dsv4_constraint_new_call(&c, g_vocab, g_tok, tools, strlen(tools), name, &err) == DSV4_OK, "%s", err.msg);
+        struct dsv4_sampler_params sp;
+        dsv4_sampler_params_default(&sp);
+        sp.temperature   = 1;
+        sp.seed          = (uint64_t)w;
+        sp.constraint    = c;
+        dsv4_sampler *s  = NULL;
+        CHECK(c && dsv4_sampler_create(&s, V, &sp, NULL) == DSV4_OK);
+        if (!s) {
+            dsv4_constraint_free(c);
+            break;
+        }
+        char   text[8192];
+        size_t len = (size_t)snprintf(text, sizeof(text), "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"%s%s",
+                                      name ? name : "", name ? "\">\n" : "");
+        for (int k = 0; k < 400 && len < sizeof(text) - 256; k++) {
+            for (int32_t i = 0; i < V; i++) l[i] = test_rand_f32(&rng) * 4;
+            int32_t tok = dsv4_sampler_sample(s, l, NULL);
+            if (tok == dsv4_tokenizer_eos(g_tok)) break;
+            size_t n = 0;
+            if (dsv4_tokenizer_is_added(g_tok, tok)) {
+                const char *str = dsv4_tokenizer_token_str(g_tok, tok);
+                memcpy(text + len, str, n = strlen(str));
+            } else {
+                dsv4_tokenizer_decode(g_tok, &tok, 1, text + len, sizeof(text) - len - 64, &n, NULL);
+            }
+            len += n;
+            dsv4_sampler_accept(s, tok);
+        }
+        CHECKF(dsv4_constraint_done(c), "walk %d did not end the call", w);
+        text[len] = '\0';
+        strcat(text, "<｜end▁of▁sentence｜>");
+        struct dsv4_chat_parsed out;
+        int                     rc = dsv4_chat_parse(text, strlen(text), DSV4_CHAT_MODE_CHAT, &out, &err);
+        CHECKF(rc == DSV4_OK && out.n_calls == 1, "walk %d: rc %d (%s), %zu calls: %s", w, rc, rc ? err.msg : "",
+               rc ? (size_t)0 : out.n_calls, text);
+        if (rc == DSV4_OK && out.n_calls == 1) {
+            json_t     *a  = json_loads(out.calls[0].arguments, 0, NULL);
+            const char *nm = out.calls[0].name;
+            bool        ok = a && (!name || !strcmp(nm, name));
+            if (ok && !strcmp(nm, "get_time")) {
+                json_t *tz = json_object_get(a, "tz");
+                ok = json_object_size(a) == 1 && json_is_string(tz) && code_points(json_string_value(tz)) <= 5;
+            } else if (ok) {
+                json_t     *u = json_object_get(a, "units"), *city = json_object_get(a, "city");
+                const char *us = json_string_value(u);
+                ok = json_object_size(a) == 3 && json_is_string(city) && code_points(json_string_value(city)) <= 10 &&
+                     json_is_integer(json_object_get(a, "days")) && us && (!strcmp(us, "c") || !strcmp(us, "f"));
+            }
+            CHECKF(ok, "walk %d: %s(%s) does not fit its schema", w, nm, out.calls[0].arguments);
+            parsed += ok;
+            json_decref(a);
+            dsv4_chat_parsed_free(&out);
+        }
+        dsv4_sampler_free(s);
+        dsv4_constraint_free(c);
+    }
+    CHECK(parsed == 60);
+    free(l);
+}
+
 static void test_refused(struct test_ctx *t)
 {
     if (!setup(t)) return;
@@ -248,6 +334,7 @@ const struct test_case test_group_constraint[] = {
     { "texts", test_texts },
     { "random_walks", test_random_walks },
     { "think_budget", test_think_budget },
+    { "strict_call", test_strict_call },
     { "refused_schemas", test_refused },
     { NULL, NULL },
 };
