@@ -695,6 +695,10 @@ void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget);
  * then the end of the block. */
 int  dsv4_constraint_new_call(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
                               const char *tools, size_t len, const char *name, struct dsv4_err *err);
+/* Strict tools, unforced: the turn is free until the model opens a DSML tool-call block; from
+ * there the block is constrained as above (several calls allowed). think_end as for JSON. */
+int  dsv4_constraint_new_tools(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                               const char *tools, size_t len, int32_t think_end, struct dsv4_err *err);
 /* A fresh constraint of the same schema (at its start), for another sequence. */
 int  dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err);
 /* Sets the logits of tokens that cannot come next to -inf. */

@@ -421,19 +421,21 @@ int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     if (g->kind == SRV_API_COUNT) return 0;
-    if (force && c->json_vocab) { /* strict tools: the forced call's arguments are constrained */
+    if (c->json_vocab && g->tools) { /* strict tools: the arguments of the calls are constrained */
         json_t              *fn_tools = NULL;
         struct srv_api_error ignored; /* the tools were checked above */
         tools_of(srv_json_field(o, "tools"), &fn_tools, &ignored);
-        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, forced, g, e) : 0;
+        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, force, forced, g, e) : 0;
         json_decref(fn_tools);
         if (rc2) return -1;
     }
     int32_t think_end;
     if (budget > 0 && dsv4_tokenizer_token_id(c->tok, "</think>", &think_end, NULL) == DSV4_OK) {
-        /* past the budget only </think> may come (the constraint machinery, without JSON) */
+        /* past the budget only </think> may come (the constraint machinery, alone or on the
+         * strict tools' one) */
         struct dsv4_err err;
-        if (dsv4_constraint_new_think(&g->constraint, c->tok, think_end, (int)budget, &err))
+        if (g->constraint) dsv4_constraint_set_think_budget(g->constraint, (int)budget);
+        else if (dsv4_constraint_new_think(&g->constraint, c->tok, think_end, (int)budget, &err))
             return srv_api_fail(e, 500, NULL, "%s", err.msg);
     }
     if (g->n_prompt >= c->ctx)

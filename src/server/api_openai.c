@@ -519,9 +519,10 @@ int srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, 
     return 0;
 }
 
-int srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, const char *name, struct srv_gen *g,
+int srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, bool forced, const char *name, struct srv_gen *g,
                         struct srv_api_error *e)
 {
+    if (g->constraint) return 0; /* a response format (or a thinking budget) is constrained already */
     json_t *list = json_array();
     size_t  i;
     json_t *t;
@@ -542,8 +543,11 @@ int srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, const char *
         }
         char           *text = json_dumps(list, JSON_COMPACT);
         struct dsv4_err err;
-        rc = text ? dsv4_constraint_new_call(&g->constraint, c->json_vocab, c->tok, text, strlen(text), name, &err)
-                  : DSV4_ENOMEM;
+        int32_t         think = -1;
+        if (g->mode == DSV4_CHAT_MODE_THINKING && dsv4_tokenizer_token_id(c->tok, "</think>", &think, NULL)) think = -1;
+        rc = !text   ? DSV4_ENOMEM
+             : forced ? dsv4_constraint_new_call(&g->constraint, c->json_vocab, c->tok, text, strlen(text), name, &err)
+                      : dsv4_constraint_new_tools(&g->constraint, c->json_vocab, c->tok, text, strlen(text), think, &err);
         free(text);
         if (rc) srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "tools", "strict tools: %s",
                              rc == DSV4_ENOMEM ? "out of memory" : err.msg);
@@ -668,11 +672,11 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
     doc = json_pack("{s:o}", "messages", list);
     if (doc && tools) json_object_set(doc, "tools", tools);
     if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
-    if (force && (srv_api_force_tool(c, g, forced, "tool_choice", e) || srv_api_strict_call(c, tools, forced, g, e)))
-        return -1;
+    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
     if (rf && force)
         return srv_api_fail(e, 400, "response_format", "'response_format' and a forced tool call cannot be combined");
     if (rf && srv_api_constrain(c, rf, false, "response_format", g, e)) return -1;
+    if (tools && c->json_vocab && srv_api_strict_call(c, tools, force, forced, g, e)) return -1;
     return fit_context(c, o, g, 0, e);
 }
 

@@ -394,6 +394,7 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (list) json_array_extend(list, conv);
     json_t *doc = list ? json_pack("{s:o}", "messages", list) : NULL;
     if (doc && tools) json_object_set(doc, "tools", tools);
+    bool offered = tools != NULL; /* tool_choice none takes them away */
     json_decref(tools);
     if (rc) {
         json_decref(conv);
@@ -402,17 +403,17 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     g->conv = conv;
     if (srv_api_render(c, doc, &cp, "input", g, e)) return -1;
     if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
-    if (force) { /* strict tools: the forced call's arguments are constrained */
-        json_t              *fn_tools = NULL;
-        struct srv_api_error ignored; /* the tools were checked above */
-        function_tools(srv_json_field(o, "tools"), &fn_tools, &ignored);
-        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, forced, g, e) : 0;
-        json_decref(fn_tools);
-        if (rc2) return -1;
-    }
     json_t *fmt = json_object_get(srv_json_field(o, "text"), "format");
     if (fmt && force) return srv_api_fail(e, 400, "text", "text.format and a forced tool call cannot be combined");
     if (fmt && srv_api_constrain(c, fmt, true, "text", g, e)) return -1;
+    if (c->json_vocab && offered) { /* strict tools: the arguments of the calls are constrained */
+        json_t              *fn_tools = NULL;
+        struct srv_api_error ignored; /* the tools were checked above */
+        function_tools(srv_json_field(o, "tools"), &fn_tools, &ignored);
+        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, force, forced, g, e) : 0;
+        json_decref(fn_tools);
+        if (rc2) return -1;
+    }
     if (g->n_prompt >= c->ctx) {
         srv_api_fail(e, 400, "input", "This model's maximum context length is %d tokens; the input has %d tokens, "
                      "which leaves no room for a response", c->ctx, g->n_prompt);

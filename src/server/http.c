@@ -1013,6 +1013,7 @@ void srv_stop(struct srv *s)
     srv_metrics_free(s->m);
     srv_resp_store_free(s->responses);
     srv_turns_free(s->turns);
+    dsv4_json_vocab_free(s->json_vocab);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -398,9 +398,10 @@ int     srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct ds
  * g's prompt and keeps it in g->forced for srv_out's parser. 400 in thinking mode. */
 int     srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const char *name, const char *param,
                            struct srv_api_error *e);
-/* A forced call whose tool (name) or tools (name NULL: any) are all strict
- * (function.strict: true) gets a constraint for its arguments (g->constraint). */
-int     srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, const char *name, struct srv_gen *g,
+/* Strict tools (function.strict: true): a forced call of such a tool (name, or any when name
+ * is NULL and every tool is strict) has its arguments constrained; unforced, with every tool
+ * strict, a block the model opens is. Sets g->constraint unless one is set already. */
+int     srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, bool forced, const char *name, struct srv_gen *g,
                             struct srv_api_error *e);
 /* Whether function tools [{type, function: {name}}] offer name. */
 bool    srv_api_has_tool(json_t *tools, const char *name);

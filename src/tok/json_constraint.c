@@ -356,24 +356,35 @@ static bool number_step(struct frame *f, int c, bool *ended)
 
 static const char CALL_PARAM_END_RAW[] = DSML "parameter>";
 static const char CALL_PARAM_END[]     = "</" DSML "parameter>";
-static const char CALL_END[]           = "\n</" DSML "invoke>\n</" DSML "tool_calls>";
+static const char CALL_INVOKE_END[]    = "\n</" DSML "invoke>";
+/* after an invoke: the end of the block, or another call */
+static char        CALL_NEXT_END[]     = "\n</" DSML "tool_calls>";
+static char        CALL_NEXT_CALL[]    = "\n<" DSML "invoke name=\"";
+static char       *CALL_NEXT_LIT[]     = { CALL_NEXT_END, CALL_NEXT_CALL };
+static const struct jnode CALL_NEXT    = { .kind = JK_ENUM, .n = 2, .lit = CALL_NEXT_LIT };
+/* what turns an unforced turn into a call: the DSML block's opening (dsml.c's marker) */
+static const char CALL_TRIGGER[]       = "\n\n<" DSML "tool_calls";
+static const char CALL_OPEN_REST[]     = ">\n<" DSML "invoke name=\"";
 
 /* F_CALL: phases 0 the tool's name (an enum of the names) unless forced by name, 1 before
  * parameter `count` (its opening tag, then its value), 2 after a value (the closing tag), 3
- * the end of the call; pos = the tool, n = its parameter object, lit = (const struct jcall *). */
+ * the invoke's end tag, then (phase 4) the block's end or another call (an enum: its
+ * completion sets the phase, call_next); pos = the tool, lit = (const struct jcall *), cand =
+ * the tools later calls may name (0: all). */
 static bool call_step(struct jstate *s, struct frame *f, int c)
 {
     const struct jcall *call = (const struct jcall *)(const void *)f->lit;
     if (f->phase == 0) {
         f->phase = 1;
-        uint64_t cand = call->n_tools >= 64 ? ~0ull : (1ull << call->n_tools) - 1;
+        /* f->cand: the tools a call may name (0: all; a forced name: that one) */
+        uint64_t cand = f->cand ? f->cand : call->n_tools >= 64 ? ~0ull : (1ull << call->n_tools) - 1;
         return push(s, (struct frame){ .type = F_ENUM, .phase = 1, .n = &call->names, .cand = cand }) && step(s, c);
     }
     const struct jnode *obj = call->params[f->pos];
     if (f->phase == 1) {
         if ((int)f->count == obj->n) {
             f->phase = 3;
-            return push_lit(s, CALL_END) && step(s, c);
+            return push_lit(s, CALL_INVOKE_END) && step(s, c);
         }
         f->phase = 2;
         bool raw = call->raw[f->pos][f->count];
@@ -388,7 +399,25 @@ static bool call_step(struct jstate *s, struct frame *f, int c)
         f->count++;
         return push_lit(s, raw ? CALL_PARAM_END_RAW : CALL_PARAM_END) && step(s, c);
     }
-    return false; /* phase 3: the closing literal popped; the call is complete */
+    if (f->phase == 3) {
+        f->phase = 4;
+        return push(s, (struct frame){ .type = F_ENUM, .phase = 2, .n = &CALL_NEXT, .cand = 3 }) && step(s, c);
+    }
+    return false;
+}
+
+/* The enum after an invoke ended (k: 0 the block's end, 1 another call): the call frame
+ * ends, or starts over at the name. */
+static void call_next(struct jstate *s, int k)
+{
+    struct frame *f = &s->f[s->sp - 1];
+    if (k == 0) {
+        s->sp--;
+        return;
+    }
+    f->phase = 0;
+    f->count = 0;
+    f->pos   = 0;
 }
 
 /* UTF-8 inside a string or raw text: f->pos continuation bytes still due, the first in the
@@ -424,10 +453,7 @@ static bool step(struct jstate *s, int c)
     case F_VALUE: return start_value(s, f->n, c);
     case F_LITERAL:
         if ((unsigned char)f->lit[f->pos] != c) return false;
-        if (f->lit[++f->pos] == '\0') {
-            s->sp--;
-            if (s->sp && s->f[s->sp - 1].type == F_CALL && s->f[s->sp - 1].phase == 3) s->sp--; /* the call's end */
-        }
+        if (f->lit[++f->pos] == '\0') s->sp--;
         return true;
     case F_ENUM: {
         uint64_t keep = 0;
@@ -444,9 +470,10 @@ static bool step(struct jstate *s, int c)
         f->cand = keep;
         f->pos++;
         if (done) { /* no value is a prefix of another (compile) */
-            bool name = f->phase == 1; /* a tool's name (call_step): the call needs to know which */
+            int kind = f->phase; /* 1: a tool's name, 2: after an invoke (call_step) */
             s->sp--;
-            if (name) s->f[s->sp - 1].pos = (uint16_t)__builtin_ctzll(keep);
+            if (kind == 1) s->f[s->sp - 1].pos = (uint16_t)__builtin_ctzll(keep);
+            if (kind == 2) call_next(s, __builtin_ctzll(keep));
         }
         return true;
     }
@@ -734,6 +761,9 @@ struct dsv4_constraint {
     struct jnode          *root;
     struct jcall          *call;      /* a strict forced tool call (dsv4_constraint_new_call), or NULL */
     char                  *call_name; /* the forced tool, or NULL: any */
+    bool                   watch;     /* unforced: free until CALL_TRIGGER, then the call */
+    int                    trig;      /* bytes of CALL_TRIGGER matched so far */
+    bool                   call_auto; /* made by dsv4_constraint_new_tools (for clones) */
     int32_t                think_end; /* -1, or the token before which the output is free */
     bool                   free_text; /* before think_end */
     bool                   json;      /* a JSON text follows (else only the thinking budget) */
@@ -805,6 +835,7 @@ void dsv4_constraint_set_think_budget(dsv4_constraint *c, int budget)
 
 int dsv4_constraint_clone(const dsv4_constraint *c, dsv4_constraint **out, struct dsv4_err *err)
 {
+    if (c->call_auto) return dsv4_constraint_new_tools(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err);
     if (c->call) return dsv4_constraint_new_call(out, c->v, c->tok, c->schema, c->schema_len, c->call_name, err);
     int rc = c->json ? dsv4_constraint_new_json(out, c->v, c->tok, c->schema, c->schema_len, c->think_end, err)
                      : dsv4_constraint_new_think(out, c->tok, c->think_end, c->think_budget, err);
@@ -888,6 +919,20 @@ static int compile_call(json_t *tools, struct jcall **out, struct dsv4_err *err)
     return DSV4_OK;
 }
 
+int dsv4_constraint_new_tools(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
+                              const char *tools, size_t len, int32_t think_end, struct dsv4_err *err)
+{
+    int rc = dsv4_constraint_new_call(out, v, tok, tools, len, NULL, err);
+    if (rc) return rc;
+    dsv4_constraint *c = *out;
+    c->st.sp           = 0; /* nothing until the model opens a block */
+    c->watch           = true;
+    c->call_auto       = true;
+    c->think_end       = think_end;
+    c->free_text       = think_end >= 0;
+    return DSV4_OK;
+}
+
 int dsv4_constraint_new_call(dsv4_constraint **out, const dsv4_json_vocab *v, const dsv4_tokenizer *tok,
                              const char *tools, size_t len, const char *name, struct dsv4_err *err)
 {
@@ -921,7 +966,7 @@ int dsv4_constraint_new_call(dsv4_constraint **out, const dsv4_json_vocab *v, co
     }
     c->st.sp = 0;
     push(&c->st, (struct frame){ .type = F_CALL, .phase = (uint8_t)(name ? 1 : 0), .pos = (uint16_t)(idx < 0 ? 0 : idx),
-                                 .lit = (const char *)(const void *)c->call });
+                                 .lit = (const char *)(const void *)c->call, .cand = idx < 0 ? 0 : 1ull << idx });
     *out = c;
     return DSV4_OK;
 }
@@ -939,8 +984,34 @@ void dsv4_constraint_free(dsv4_constraint *c)
     free(c);
 }
 
+/* Unforced strict tools: follows the free text for the block's opening; once it is there, the
+ * rest of the opening and the call are constrained. */
+static void watch_byte(dsv4_constraint *c, uint8_t b)
+{
+    size_t tn = sizeof(CALL_TRIGGER) - 1;
+    if ((uint8_t)CALL_TRIGGER[c->trig] == b) {
+        if ((size_t)++c->trig < tn) return;
+        c->watch = false;
+        c->st.sp = 0;
+        push(&c->st, (struct frame){ .type = F_CALL, .lit = (const char *)(const void *)c->call });
+        push_lit(&c->st, CALL_OPEN_REST);
+        return;
+    }
+    /* the longest prefix of the trigger that ends here (the trigger is short: try them all) */
+    int k = c->trig;
+    c->trig = 0;
+    for (int len = k; len > 0; len--) {
+        if ((uint8_t)CALL_TRIGGER[len - 1] != b) continue;
+        if (len == 1 || !memcmp(CALL_TRIGGER, CALL_TRIGGER + (k - len + 1), (size_t)len - 1)) {
+            c->trig = len;
+            break;
+        }
+    }
+}
+
 bool dsv4_constraint_done(const dsv4_constraint *c)
 {
+    if (c->watch) return !c->free_text;
     return !c->free_text && (!c->json || complete(&c->st));
 }
 
@@ -956,13 +1027,15 @@ void dsv4_constraint_accept(dsv4_constraint *c, int32_t token)
     char   buf[512];
     size_t n = 0;
     if (token == c->v->dsml) {
-        feed(&c->st, (const uint8_t *)DSML, DSML_MARK_LEN);
+        memcpy(buf, DSML, n = DSML_MARK_LEN);
+    } else if (dsv4_tokenizer_is_added(c->tok, token) ||
+               dsv4_tokenizer_decode(c->tok, &token, 1, buf, sizeof(buf), &n, NULL) != DSV4_OK) {
+        if (!c->watch) c->st.dead = true; /* free text may hold other control tokens */
         return;
     }
-    if (dsv4_tokenizer_is_added(c->tok, token) ||
-        dsv4_tokenizer_decode(c->tok, &token, 1, buf, sizeof(buf), &n, NULL) != DSV4_OK)
-        c->st.dead = true;
-    else feed(&c->st, (const uint8_t *)buf, n);
+    size_t i = 0;
+    while (c->watch && i < n) watch_byte(c, (uint8_t)buf[i++]);
+    if (!c->watch) feed(&c->st, (const uint8_t *)buf + i, n - i);
 }
 
 /* Depth-first over the trie: a token is allowed when its bytes all step. */
@@ -1000,7 +1073,7 @@ void dsv4_constraint_mask(dsv4_constraint *c, float *logits)
         }
         return;
     }
-    if (!c->json) return;
+    if (!c->json || c->watch) return;
     const dsv4_json_vocab *v = c->v;
     memset(c->allowed, 0, (size_t)v->vocab);
     if (!c->st.dead) walk(c);

@@ -4,8 +4,9 @@
 // 30 sampled chat completions with response_format json_schema (strict), 5 with
 // json_object, and 5 Responses API answers with text.format json_schema, through the
 // official OpenAI client: every answer must finish (finish_reason "stop" / status
-// "completed"), parse, and validate. Then 10 forced calls of a strict tool: the arguments
-// must validate against its parameters.
+// "completed"), parse, and validate. Then 10 forced calls of a strict tool and 5 unforced
+// turns (the model may call or answer): every call's arguments must validate against the
+// tool's parameters.
 import assert from 'node:assert/strict';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
@@ -78,8 +79,15 @@ for (let i = 0; i < 10; i++) {
     });
     const c = r.choices[0];
     assert.equal(c.finish_reason, 'tool_calls', `strict call ${i}: ${JSON.stringify(c.message)}`);
-    assert.equal(c.message.tool_calls.length, 1);
-    const args = JSON.parse(c.message.tool_calls[0].function.arguments);
-    assert.ok(validArgs(args), `strict call ${i}: ${c.message.tool_calls[0].function.arguments}`);
+    assert.ok(c.message.tool_calls.length >= 1);
+    for (const call of c.message.tool_calls) {
+        assert.equal(call.function.name, 'get_weather');
+        assert.ok(validArgs(JSON.parse(call.function.arguments)), `strict call ${i}: ${call.function.arguments}`);
+    }
+}
+for (let i = 0; i < 5; i++) {
+    const r = await client.chat.completions.create({ model, messages, tools, max_tokens: 300, temperature: 1, seed: 300 + i });
+    for (const call of r.choices[0].message.tool_calls ?? [])
+        assert.ok(validArgs(JSON.parse(call.function.arguments)), `unforced call ${i}: ${call.function.arguments}`);
 }
 console.log('constrained client: ok');

@@ -221,8 +221,9 @@ static int code_points(const char *s)
     return n;
 }
 
-/* A forced strict tool call: 60 random walks (any tool, or one named) end in a DSML block
- * that dsv4_chat_parse reads as one call whose arguments fit the tool's schema. */
+/* Strict tool calls: 60 random walks (forced by name, forced, or unforced after free text
+ * that opens a block) end in a DSML block that dsv4_chat_parse reads as calls whose
+ * arguments fit their tools' schemas. */
 static void test_strict_call(struct test_ctx *t)
 {
     if (!setup(t)) return;
@@ -236,10 +237,13 @@ static void test_strict_call(struct test_ctx *t)
     unsigned long long rng = 7;
     int                parsed = 0;
     for (int w = 0; w < 60; w++) {
+        /* w % 3: 0 forced by name, 1 forced (any tool), 2 unforced: free text, then the model opens a block */
         const char      *name = w % 3 == 0 ? "get_time" : NULL;
         dsv4_constraint *c    = NULL;
         struct dsv4_err  err;
-        CHECKF(dsv4_constraint_new_call(&c, g_vocab, g_tok, tools, strlen(tools), name, &err) == DSV4_OK, "%s", err.msg);
+        int rc0 = w % 3 == 2 ? dsv4_constraint_new_tools(&c, g_vocab, g_tok, tools, strlen(tools), -1, &err)
+                             : dsv4_constraint_new_call(&c, g_vocab, g_tok, tools, strlen(tools), name, &err);
+        CHECKF(rc0 == DSV4_OK, "%s", err.msg);
         struct dsv4_sampler_params sp;
         dsv4_sampler_params_default(&sp);
         sp.temperature   = 1;
@@ -251,10 +255,16 @@ static void test_strict_call(struct test_ctx *t)
             dsv4_constraint_free(c);
             break;
         }
-        char   text[8192];
-        size_t len = (size_t)snprintf(text, sizeof(text), "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"%s%s",
-                                      name ? name : "", name ? "\">\n" : "");
-        for (int k = 0; k < 400 && len < sizeof(text) - 256; k++) {
+        static char text[65536];
+        size_t      len = (size_t)snprintf(text, sizeof(text), "%s\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"%s%s",
+                                      w % 3 == 2 ? "Let me look." : "", name ? name : "", name ? "\">\n" : "");
+        if (w % 3 == 2) { /* the free text and the opening, as the model wrote them, through accept */
+            int32_t ids[256];
+            size_t  n_ids = 0;
+            dsv4_tokenizer_encode(g_tok, text, len, 0, ids, 256, &n_ids, NULL);
+            for (size_t i = 0; i < n_ids; i++) dsv4_sampler_accept(s, ids[i]);
+        }
+        for (int k = 0; k < 3000 && len < sizeof(text) - 256; k++) {
             for (int32_t i = 0; i < V; i++) l[i] = test_rand_f32(&rng) * 4;
             int32_t tok = dsv4_sampler_sample(s, l, NULL);
             if (tok == dsv4_tokenizer_eos(g_tok)) break;
@@ -273,11 +283,12 @@ static void test_strict_call(struct test_ctx *t)
         strcat(text, "<｜end▁of▁sentence｜>");
         struct dsv4_chat_parsed out;
         int                     rc = dsv4_chat_parse(text, strlen(text), DSV4_CHAT_MODE_CHAT, &out, &err);
-        CHECKF(rc == DSV4_OK && out.n_calls == 1, "walk %d: rc %d (%s), %zu calls: %s", w, rc, rc ? err.msg : "",
+        CHECKF(rc == DSV4_OK && out.n_calls >= 1, "walk %d: rc %d (%s), %zu calls: %s", w, rc, rc ? err.msg : "",
                rc ? (size_t)0 : out.n_calls, text);
-        if (rc == DSV4_OK && out.n_calls == 1) {
-            json_t     *a  = json_loads(out.calls[0].arguments, 0, NULL);
-            const char *nm = out.calls[0].name;
+        bool all = rc == DSV4_OK && out.n_calls >= 1;
+        for (size_t ci = 0; rc == DSV4_OK && ci < out.n_calls; ci++) {
+            json_t     *a  = json_loads(out.calls[ci].arguments, 0, NULL);
+            const char *nm = out.calls[ci].name;
             bool        ok = a && (!name || !strcmp(nm, name));
             if (ok && !strcmp(nm, "get_time")) {
                 json_t *tz = json_object_get(a, "tz");
@@ -288,11 +299,12 @@ static void test_strict_call(struct test_ctx *t)
                 ok = json_object_size(a) == 3 && json_is_string(city) && code_points(json_string_value(city)) <= 10 &&
                      json_is_integer(json_object_get(a, "days")) && us && (!strcmp(us, "c") || !strcmp(us, "f"));
             }
-            CHECKF(ok, "walk %d: %s(%s) does not fit its schema", w, nm, out.calls[0].arguments);
-            parsed += ok;
+            CHECKF(ok, "walk %d: %s(%s) does not fit its schema", w, nm, out.calls[ci].arguments);
+            all = all && ok;
             json_decref(a);
-            dsv4_chat_parsed_free(&out);
         }
+        if (rc == DSV4_OK) dsv4_chat_parsed_free(&out);
+        parsed += all;
         dsv4_sampler_free(s);
         dsv4_constraint_free(c);
     }
