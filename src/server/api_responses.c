@@ -35,8 +35,9 @@
 
 struct resp_entry {
     char    id[40];
-    json_t *conv;  /* the chat messages (no instructions), the answer included */
-    size_t  bytes; /* its JSON size, for the byte bound */
+    json_t *conv;     /* the chat messages (no instructions), the answer included */
+    char   *response; /* the response object as answered (GET /v1/responses/{id}) */
+    size_t  bytes;    /* their JSON sizes, for the byte bound */
 };
 
 struct srv_resp_store {
@@ -65,6 +66,7 @@ static void drop_oldest(struct srv_resp_store *s)
 {
     struct resp_entry *x = &s->e[s->head];
     json_decref(x->conv);
+    free(x->response);
     s->bytes -= x->bytes;
     memset(x, 0, sizeof(*x));
     s->head = (s->head + 1) % s->cap;
@@ -80,23 +82,26 @@ void srv_resp_store_free(struct srv_resp_store *s)
     free(s);
 }
 
-/* Stores conv (consumed) under id, dropping the oldest entries past the bounds; a
- * conversation larger than the whole byte bound is not kept. */
-static void store_put(struct srv_resp_store *s, const char *id, json_t *conv)
+/* Stores conv (consumed) and the response under id, dropping the oldest entries past the
+ * bounds; a conversation larger than the whole byte bound is not kept. */
+static void store_put(struct srv_resp_store *s, const char *id, json_t *conv, json_t *response)
 {
     char  *text  = json_dumps(conv, JSON_COMPACT);
-    size_t bytes = text ? strlen(text) : 0;
+    char  *resp  = response ? json_dumps(response, JSON_COMPACT) : NULL;
+    size_t bytes = (text ? strlen(text) : 0) + (resp ? strlen(resp) : 0);
     free(text);
-    if (!text || bytes > s->max_bytes) {
+    if (!text || !resp || bytes > s->max_bytes) {
         json_decref(conv);
+        free(resp);
         return;
     }
     pthread_mutex_lock(&s->mu);
     while (s->n && (s->n == s->cap || s->bytes + bytes > s->max_bytes)) drop_oldest(s);
     struct resp_entry *x = &s->e[(s->head + s->n) % s->cap];
     snprintf(x->id, sizeof(x->id), "%s", id);
-    x->conv  = conv;
-    x->bytes = bytes;
+    x->conv     = conv;
+    x->response = resp;
+    x->bytes    = bytes;
     s->bytes += bytes;
     s->n++;
     pthread_mutex_unlock(&s->mu);
@@ -113,6 +118,38 @@ static json_t *store_get(struct srv_resp_store *s, const char *id)
     }
     pthread_mutex_unlock(&s->mu);
     return out;
+}
+
+char *srv_resp_store_response(struct srv_resp_store *s, const char *id)
+{
+    char *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n && !out; i++) {
+        struct resp_entry *x = &s->e[(s->head + i) % s->cap];
+        if (!strcmp(x->id, id)) out = strdup(x->response ? x->response : "{}");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
+bool srv_resp_store_delete(struct srv_resp_store *s, const char *id)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n && !found; i++) {
+        struct resp_entry *x = &s->e[(s->head + i) % s->cap];
+        if (strcmp(x->id, id)) continue;
+        found = true;
+        /* the entry goes; the ones after it move up so the ring stays in order */
+        json_decref(x->conv);
+        free(x->response);
+        s->bytes -= x->bytes;
+        for (int j = i; j + 1 < s->n; j++) s->e[(s->head + j) % s->cap] = s->e[(s->head + j + 1) % s->cap];
+        memset(&s->e[(s->head + s->n - 1) % s->cap], 0, sizeof(struct resp_entry));
+        s->n--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return found;
 }
 
 /* ------------------------------------------------------------------ requests */
@@ -596,7 +633,7 @@ json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, b
     json_t     *r      = response_obj(st, a, status);
     if (a->store && a->conv && a->responses) {
         json_t *conv = json_deep_copy(a->conv);
-        if (conv && json_array_append_new(conv, items_message(st->items)) == 0) store_put(a->responses, a->id, conv);
+        if (conv && json_array_append_new(conv, items_message(st->items)) == 0) store_put(a->responses, a->id, conv, r);
         else json_decref(conv);
     }
     if (sse) {

@@ -156,8 +156,8 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
     case SRV_EP_CHAT:
     case SRV_EP_COMPLETIONS:
     case SRV_EP_MESSAGES:
-    case SRV_EP_COUNT_TOKENS:
-    case SRV_EP_RESPONSES: return cors ? "POST, OPTIONS" : "POST";
+    case SRV_EP_COUNT_TOKENS: return cors ? "POST, OPTIONS" : "POST";
+    case SRV_EP_RESPONSES: return cors ? "GET, POST, DELETE, OPTIONS" : "GET, POST, DELETE";
     case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     case SRV_EP_HEALTH:
     case SRV_EP_METRICS: return "GET, HEAD";
@@ -560,6 +560,24 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
     return stream ? start_stream(s, c, r, outs) : run_whole(s, c, r, outs);
 }
 
+/* GET and DELETE /v1/responses/{id}: a stored response (docs/SERVER.md, Responses API). */
+static enum MHD_Result stored_response(struct srv *s, struct MHD_Connection *c, struct req *r, const char *method)
+{
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (!get && strcmp(method, "DELETE")) return fail(s, c, r, 405, NULL, "use GET or DELETE /v1/responses/{id}");
+    if (get) {
+        char *body = srv_resp_store_response(s->responses, r->model_id);
+        if (body) return reply(s, c, r, 200, "application/json", body, strlen(body), NULL);
+    } else if (srv_resp_store_delete(s->responses, r->model_id)) {
+        char body[160];
+        int  n = snprintf(body, sizeof(body), "{\"id\":\"%.60s\",\"object\":\"response\",\"deleted\":true}", r->model_id);
+        return reply(s, c, r, 200, "application/json", strndup(body, (size_t)n), (size_t)n, NULL);
+    }
+    struct srv_api_error e;
+    srv_api_fail(&e, 404, NULL, "No response with id '%.60s' is stored here", r->model_id);
+    return reply_error(s, c, r, &e);
+}
+
 /* ------------------------------------------------------------------ routing */
 
 static enum srv_endpoint route(const char *url, struct req *r)
@@ -569,6 +587,11 @@ static enum srv_endpoint route(const char *url, struct req *r)
     if (!strcmp(url, "/v1/messages")) return SRV_EP_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return SRV_EP_COUNT_TOKENS;
     if (!strcmp(url, "/v1/responses")) return SRV_EP_RESPONSES;
+    static const char resp[] = "/v1/responses/";
+    if (!strncmp(url, resp, sizeof(resp) - 1) && url[sizeof(resp) - 1]) {
+        snprintf(r->model_id, sizeof(r->model_id), "%s", url + sizeof(resp) - 1); /* the response id */
+        return SRV_EP_RESPONSES;
+    }
     if (!strcmp(url, "/v1/models")) return SRV_EP_MODELS;
     static const char one[] = "/v1/models/";
     if (!strncmp(url, one, sizeof(one) - 1) && url[sizeof(one) - 1]) {
@@ -656,6 +679,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     if (!authorized(s, c))
         return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (r->ep == SRV_EP_MODELS) return get ? models(s, c, r) : fail(s, c, r, 405, NULL, "use GET /v1/models");
+    if (r->ep == SRV_EP_RESPONSES && r->model_id[0]) return stored_response(s, c, r, method);
     if (!post) return fail(s, c, r, 405, NULL, "use POST");
     if (r->too_large) {
         return fail(s, c, r, 413, NULL, "the request body is larger than the limit of %zu bytes", s->p.max_body);

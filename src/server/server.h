@@ -490,6 +490,10 @@ void    srv_anth_stream_error(struct srv_anth_stream *st, const struct srv_api_e
 struct srv_resp_store *srv_resp_store_new(int cap, size_t max_bytes);
 void                   srv_resp_store_free(struct srv_resp_store *s);
 int                    srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
+/* GET /v1/responses/{id}: the stored response object (malloc'd JSON), or NULL; DELETE:
+ * whether there was one. */
+char                  *srv_resp_store_response(struct srv_resp_store *s, const char *id);
+bool                   srv_resp_store_delete(struct srv_resp_store *s, const char *id);
 struct srv_resp_out {
     const char            *id, *model;
     long long              created;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_client.h"
 #include "server/server.h"
 #include "test_server_util.h"
 #include "test_server_responses.h"
@@ -255,8 +256,37 @@ static void items_and_store(struct test_ctx *t, struct tsrv *s)
     json_decref(e);
 }
 
+/* GET and DELETE /v1/responses/{id}. */
+static void get_and_delete(struct test_ctx *t, struct tsrv *s)
+{
+    json_t *r = NULL, *g = NULL;
+    CHECK(tsrv_post(s, "/v1/responses", "{\"input\":\"hello\",\"max_output_tokens\":3}", NULL, &r) == 200);
+    const char *id = json_string_value(json_object_get(r, "id"));
+    char        path[128], err[256], *body = NULL;
+    snprintf(path, sizeof(path), "/v1/responses/%s", id ? id : "x");
+    CHECK(tsrv_get_h(s, path, NULL, &g) == 200);
+    CHECKF(g && json_equal(json_object_get(g, "output"), json_object_get(r, "output")) &&
+               !strcmp(json_string_value(json_object_get(g, "id")) ?: "", id ? id : "-"),
+           "GET %s: not the response answered", path);
+    int st = http_request("127.0.0.1", s->port, "DELETE", path, NULL, NULL, &body, NULL, 30, err, sizeof(err));
+    CHECKF(st == 200 && body && strstr(body, "\"deleted\":true"), "DELETE %s: %d %s", path, st, body ? body : err);
+    free(body);
+    body = NULL;
+    CHECK(tsrv_get_h(s, path, NULL, NULL) == 404);
+    st = http_request("127.0.0.1", s->port, "DELETE", path, NULL, NULL, &body, NULL, 30, err, sizeof(err));
+    CHECK(st == 404);
+    free(body);
+    char prev[256];
+    snprintf(prev, sizeof(prev), "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", id ? id : "x");
+    CHECK(tsrv_post(s, "/v1/responses", prev, NULL, NULL) == 400);
+    CHECK(tsrv_get_h(s, "/v1/responses/resp_nope", NULL, NULL) == 404);
+    json_decref(r);
+    json_decref(g);
+}
+
 void tresp_test_responses_api(struct test_ctx *t, struct tsrv *s)
 {
+    get_and_delete(t, s);
     turns_match_chat(t, s);
     items_and_store(t, s);
     static const struct {
