@@ -57,6 +57,14 @@ void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, 
         if (!(cond)) test_fail(t, __FILE__, __LINE__, __VA_ARGS__);                         \
     } while (0)
 
+/* True in sanitizer builds (10-50x slower): the longest tests run fewer rounds of the same
+ * checks there (the plain build runs them all). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#else
+#define TEST_SANITIZED 0
+#endif
+
 /* Deterministic PRNG for tests (splitmix64). */
 static inline unsigned long long test_rand_u64(unsigned long long *s)
 {

@@ -138,7 +138,8 @@ static void test_random_walks(struct test_ctx *t)
     float             *logits = malloc(sizeof(float) * (size_t)V);
     unsigned long long rng    = 99;
     int                complete = 0;
-    for (int walk = 0; walk < 150; walk++) {
+    int walks = TEST_SANITIZED ? 40 : 150;
+    for (int walk = 0; walk < walks; walk++) {
         bool             schema = walk % 2 == 0;
         dsv4_constraint *c      = NULL;
         struct dsv4_sampler_params sp;
@@ -176,7 +177,7 @@ static void test_random_walks(struct test_ctx *t)
         dsv4_sampler_free(s);
         dsv4_constraint_free(c);
     }
-    CHECKF(complete > 50, "only %d of 150 walks completed within 300 tokens", complete);
+    CHECKF(complete > walks / 3, "only %d of %d walks completed within 300 tokens", complete, walks);
     free(logits);
 }
 
