@@ -561,7 +561,7 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
      * tails, bf16 ties, NaN and infinities, sums whose exponents lie far apart (an f32 sum
      * would round twice) */
     {
-        static const int dd[] = { 1, 5, 8, 13, 67 };
+        static const int dd[] = { 1, 5, 8, 13, 16, 35, 67 };
         for (size_t di = 0; di < sizeof(dd) / sizeof(dd[0]); di++) {
             int       d = dd[di], n = 7, hc = 3, bad = 0;
             size_t    N = (size_t)n * (size_t)hc * (size_t)d;

@@ -177,6 +177,11 @@ void   dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block);
 void   dsv4_avx512_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
 void   dsv4_avx512_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
 void   dsv4_avx512_hadamard_rows(float *x, int n, int d);
+void   dsv4_avx512_quant_f32(const float *x, int n, float *out);
+void   dsv4_avx512_bf16_to_f32(const uint16_t *h, size_t n, float *x);
+void   dsv4_avx512_scale_rows(float *x, size_t n, double s);
+void   dsv4_avx512_add_rows(float *x, const float *e, size_t n);
+void   dsv4_avx512_combine_row(int k, int d, const int *p, const float *ye, const float *sh, float *f);
 /* The same row ops on AVX2 + FMA (x86_avx2_ops.c), and the activation quantiser and data-op
  * arithmetic of the avx2 table. */
 void   dsv4_avx2_fp4_sim_rows(float *x, int n, int d, int ld);

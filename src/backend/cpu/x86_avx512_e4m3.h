@@ -38,4 +38,16 @@ static inline float e4m3_block_scale(float amax)
     return dsv4_pow2_ceil_normal(amax * (1.0f / 448.0f));
 }
 
+/* The activation quantiser's block scale of x[b, e): amax over the whole vectors [b, full)
+ * with plain loads and the tail (the lanes of the mask, from full) with a masked load; a NaN
+ * |x| leaves the maximum, as fmaxf does. */
+static inline float e4m3_block_scale_of(const float *x, int b, int full, __mmask16 tail)
+{
+    __m512 m = _mm512_setzero_ps();
+    int    k = b;
+    for (; k < full; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+    if (tail) m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(tail, x + k)), m);
+    return e4m3_block_scale(_mm512_reduce_max_ps(m));
+}
+
 #endif

@@ -269,3 +269,94 @@ void dsv4_avx512_hadamard_rows(float *x, int n, int d)
         for (int k = 0; k < nv; k++) store_bf16_pd(xr + 8 * k, _mm512_mul_pd(v[k], sc));
     }
 }
+
+/* ------------------------------------------------------------------ activation quantiser */
+
+/* The f32 levels' activation quantiser (ops_fast.c quantise_row lane by lane, as
+ * dsv4_avx2_quant_f32): amax ignoring NaN, s = dsv4_act_scale(amax, 448, 1e-4),
+ * q = e4m3(x * (1 / s)) * s. Whole vectors use plain loads, the short last block a mask
+ * (per-iteration masks made this loop 4x slower on Zen 4: x86_avx512bf16.c quant_bf16). */
+void dsv4_avx512_quant_f32(const float *x, int n, float *out)
+{
+    for (int b = 0; b < n; b += 128) {
+        int       e = b + 128 < n ? b + 128 : n, full = b + (e - b) / 16 * 16, k;
+        __mmask16 tail = (__mmask16)((1u << (e - full)) - 1);
+        float     s    = e4m3_block_scale_of(x, b, full, tail);
+        __m512 iv = _mm512_set1_ps(1.0f / s), sv = _mm512_set1_ps(s);
+        for (k = b; k < full; k += 16)
+            _mm512_storeu_ps(out + k, _mm512_mul_ps(e4m3_round(_mm512_mul_ps(_mm512_loadu_ps(x + k), iv)), sv));
+        if (tail)
+            _mm512_mask_storeu_ps(out + k, tail,
+                                  _mm512_mul_ps(e4m3_round(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + k), iv)), sv));
+    }
+}
+
+/* ------------------------------------------------------------------ data ops (ops_data.c) */
+
+static inline __m512d lo_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+
+static inline __m512d hi_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* Two vectors of 8 doubles -> f32 (each rounded once) -> bf16, as 16 floats in lane order. */
+static inline __m512 bf16_of_pd(__m512d lo, __m512d hi)
+{
+    return round_bf16(_mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1));
+}
+
+void dsv4_avx512_bf16_to_f32(const uint16_t *h, size_t n, float *x)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i))), 16)));
+    for (; i < n; i++) x[i] = dsv4_f32_from_bf16(h[i]);
+}
+
+void dsv4_avx512_scale_rows(float *x, size_t n, double s)
+{
+    __m512d sv = _mm512_set1_pd(s);
+    size_t  i  = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(x + i, bf16_of_pd(_mm512_mul_pd(lo_pd(v), sv), _mm512_mul_pd(hi_pd(v), sv)));
+    }
+    for (; i < n; i++) x[i] = dsv4_round_bf16((float)(x[i] * s));
+}
+
+void dsv4_avx512_add_rows(float *x, const float *e, size_t n)
+{
+    /* in double, then f32, as the plain C (see dsv4_avx2_add_rows) */
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i), w = _mm512_loadu_ps(e + i);
+        _mm512_storeu_ps(x + i, bf16_of_pd(_mm512_add_pd(lo_pd(v), lo_pd(w)), _mm512_add_pd(hi_pd(v), hi_pd(w))));
+    }
+    for (; i < n; i++) x[i] = dsv4_round_bf16((float)((double)x[i] + e[i]));
+}
+
+void dsv4_avx512_combine_row(int k, int d, const int *p, const float *ye, const float *sh, float *f)
+{
+    /* each lane sums its column from 0 in the pairs' order, as the plain C loop */
+    int i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+        for (int s = 0; s < k; s++) {
+            __m512 y = _mm512_loadu_ps(ye + (size_t)p[s] * (size_t)d + (size_t)i);
+            a0       = _mm512_add_pd(a0, lo_pd(y));
+            a1       = _mm512_add_pd(a1, hi_pd(y));
+        }
+        __m512 h = _mm512_loadu_ps(sh + i);
+        _mm512_storeu_ps(f + i, bf16_of_pd(_mm512_add_pd(a0, lo_pd(h)), _mm512_add_pd(a1, hi_pd(h))));
+    }
+    for (; i < d; i++) {
+        double acc = 0;
+        for (int s = 0; s < k; s++) acc += ye[(size_t)p[s] * (size_t)d + (size_t)i];
+        f[i] = dsv4_round_bf16((float)(acc + sh[i]));
+    }
+}

@@ -563,11 +563,7 @@ static void quant_bf16(const float *x, int n, uint16_t *out)
     for (int b = 0; b < n; b += 128) {
         int    e = b + 128 < n ? b + 128 : n, full = b + (e - b) / 16 * 16, k;
         __mmask16 tail = (__mmask16)((1u << (e - full)) - 1);
-        __m512 m = _mm512_setzero_ps();
-        /* max(|x|, m): a NaN |x| leaves m, as fmaxf does */
-        for (k = b; k < full; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
-        if (tail) m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(tail, x + k)), m);
-        float  s = e4m3_block_scale(_mm512_reduce_max_ps(m));
+        float  s = e4m3_block_scale_of(x, b, full, tail);
         __m512 inv = _mm512_set1_ps(1.0f / s), sv = _mm512_set1_ps(s);
         for (k = b; k < full; k += 16) _mm256_storeu_si256((__m256i *)(out + k), quant16(_mm512_loadu_ps(x + k), inv, sv));
         if (tail) _mm256_mask_storeu_epi16(out + k, tail, quant16(_mm512_maskz_loadu_ps(tail, x + k), inv, sv));
