@@ -63,8 +63,9 @@ static inline VEC v_fp4_tab(float s)
 
 static inline VEC v_fp4s(const uint8_t *p, VEC tab)
 {
-    __m512i b = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)p));
-    return _mm512_permutexvar_ps(_mm512_or_si512(b, _mm512_slli_epi64(b, 28)), tab);
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i n = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n), tab);
 }
 
 /* FP8 GEMV: the block scale on the activations where that keeps the bits (x86_kernels.inc,
