@@ -200,7 +200,8 @@ static int bench_gemm(const char *spec, const char *level, int n_threads)
                   : wf == DSV4_WFMT_FP8 ? (size_t)((N + 127) / 128) * (size_t)(K / 128) : 1;
         uint8_t *w = malloc(nw), *sc = malloc(ns);
         float   *x = malloc(sizeof(float) * (size_t)M * (size_t)K), *y = malloc(sizeof(float) * (size_t)M * (size_t)N);
-        size_t   slen    = (size_t)M * (size_t)K + (size_t)cpu->n_threads * 64 * (size_t)K + 1024; /* panels: generous */
+        /* activations (rows padded by up to 512 floats, ops_fast.c act_ld), then panels: generous */
+        size_t   slen    = (size_t)M * ((size_t)K + 512) + (size_t)cpu->n_threads * 64 * (size_t)K + 1024;
         float   *scratch = malloc(sizeof(float) * slen);
         if (!w || !sc || !x || !y || !scratch) {
             fprintf(stderr, "dsv4 bench: out of memory\n");

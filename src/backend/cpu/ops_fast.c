@@ -44,6 +44,18 @@ static int max_in(const struct dsv4_plan_dims *c)
 
 static size_t attn_bf16_floats(int n_head, int d_head, int n_rows);
 
+/* Row stride of the f32 activations the kernels read (xq below). The GEMM of
+ * x86_kernels.inc sweeps 1 KiB of each of 24 token rows at a time; with a stride that is a
+ * multiple of 4 KiB (any width a multiple of 1024) all those lines fall in the same 16 of the
+ * L1's 64 sets, 24 rows for 8 ways, and every activation load went to L2. An odd multiple of
+ * 256 floats puts consecutive rows a quarter of the sets apart: 6 rows a set. */
+static int act_ld(int K)
+{
+    if (K < 512) return K;
+    int m = (K + 255) / 256;
+    return (m | 1) * 256;
+}
+
 /* What the reference ops take: a dequantised weight row and its activation scales, one
  * query's scores and a decoded row, an indexer key. */
 static size_t ref_scratch_floats(const struct dsv4_plan_dims *c)
@@ -62,7 +74,7 @@ static size_t fast_scratch_floats(const struct dsv4_plan_dims *c, int n_threads)
     size_t rows  = (size_t)c->max_rows * (size_t)c->hc;
     size_t pairs = (size_t)c->max_rows * (size_t)c->n_exp_used;
     if (pairs > rows) rows = pairs;
-    size_t x     = rows * (size_t)max_in(c) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
+    size_t x     = rows * (size_t)act_ld(max_in(c)) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
     size_t attn = (size_t)c->max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
     size_t ab   = attn_bf16_floats(c->n_head, c->d_head, c->max_attn_rows);
     if (ab > attn) attn = ab;
@@ -200,7 +212,7 @@ static void quantise_row(const float *xr, int n_in, float *qr)
 struct prep_job {
     const struct dsv4_kernels *k, *kb;
     const float               *x;
-    int                        ldx, K;
+    int                        ldx, K, ldq; /* ldq: act_ld(K), the stride of xq */
     bool                       quant;
     float                     *xq;
     uint16_t                  *xb;
@@ -217,7 +229,7 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             if (J->quant) J->kb->quant_bf16(xr, J->K, br);
             else J->kb->to_bf16(xr, J->K, br);
         } else {
-            float *qr = J->xq + (size_t)t * (size_t)J->K;
+            float *qr = J->xq + (size_t)t * (size_t)J->ldq;
             if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, qr);
             else if (J->quant) quantise_row(xr, J->K, qr);
             else memcpy(qr, xr, sizeof(float) * (size_t)J->K);
@@ -225,12 +237,12 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     }
 }
 
-/* n rows of x into xq (the start of the scratch): bf16 when kb is given (*xb set), else f32
- * (*xb NULL). */
+/* n rows of x into xq (the start of the scratch): bf16 rows of K when kb is given (*xb
+ * set), else f32 rows of stride act_ld(K) (*xb NULL). */
 static void prepare_rows(struct dsv4_cpu *cpu, const struct dsv4_kernels *kb, const float *x, int ldx, int n, int K,
                          bool quant, float *xq, uint16_t **xb)
 {
-    struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .quant = quant, .xq = xq,
+    struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .ldq = act_ld(K), .quant = quant, .xq = xq,
                           .xb = kb ? (uint16_t *)(void *)xq : NULL };
     /* about 8 KiB of input a thread at least: the split costs more below that */
     dsv4_pool_for(cpu->pool, n, 1, 1 + 2048 / K, prep_rows, &J);
@@ -243,14 +255,14 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
     struct dsv4_cpu *cpu = cpu_of(be);
     struct lin_job   j   = { .k = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out };
     float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
-    DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)w->n_in);
+    DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)act_ld(w->n_in));
     bool bf = cpu->kb && w->fmt != DSV4_WFMT_F32;
     if (act == DSV4_ACT_FP8 || bf) {
         /* an F32 projection on a bf16 level reads f32 activations (quantised or not) */
         uint16_t *xb;
         prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8, xq, &xb);
         j.x   = xq;
-        j.ldx = w->n_in;
+        j.ldx = bf ? w->n_in : act_ld(w->n_in);
         if (xb) {
             j.k  = cpu->kb;
             j.xb = xb;
@@ -334,11 +346,12 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
             else if (w->fmt == DSV4_WFMT_FP4) J->cpu->kb->dotb_fp4(w, row0, row1, nt, x, K, y, ldy);
             else J->cpu->kb->dotb_bf16(w, row0, row1, nt, x, K, y, ldy);
         } else {
-            const float *x = J->xq + (size_t)J->off[g] * (size_t)K;
-            if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, K, y, ldy);
-            else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, K, y, ldy);
-            else if (w->fmt == DSV4_WFMT_BF16) k->dot_bf16(w, row0, row1, nt, x, K, y, ldy);
-            else k->dot_f32(w, row0, row1, nt, x, K, y, ldy);
+            int          ldq = act_ld(K);
+            const float *x   = J->xq + (size_t)J->off[g] * (size_t)ldq;
+            if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, ldq, y, ldy);
+            else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, ldq, y, ldy);
+            else if (w->fmt == DSV4_WFMT_BF16) k->dot_bf16(w, row0, row1, nt, x, ldq, y, ldy);
+            else k->dot_f32(w, row0, row1, nt, x, ldq, y, ldy);
         }
         for (int t = 0; t < nt; t++)
             for (int o = row0; o < row1; o++) {
@@ -400,7 +413,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     int    tile_off[DSV4_MAX_EXPERTS + 1];
     DSV4_ASSERT(n_groups <= DSV4_MAX_EXPERTS);
     /* scratch: activations [n_pairs, max(d, f)] floats at the start, GEMM panels after */
-    size_t xlen = (size_t)n_pairs * (size_t)(d > f ? d : f);
+    size_t xlen = (size_t)n_pairs * (size_t)act_ld(d > f ? d : f);
     size_t plen = (size_t)DSV4_GEMM_PANEL * (size_t)(d > f ? d : f);
     DSV4_ASSERT(be->scratch_len >= xlen + (size_t)cpu->n_threads * plen / 2 + 32);
     float *xq = be->scratch;
