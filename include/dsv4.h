@@ -293,6 +293,11 @@ struct dsv4_sched_params {
                                   Needs a checkpoint with MTP; the slots then carry its state */
     int    spec_max_batch;     /* speculate only while at most this many sequences decode
                                   (beyond, the extra rows cost more than they save); 0 = 4 */
+    int    keep_finished;      /* finished sequences whose slot and pages stay as they ended, so
+                                  that a request whose tokens extend theirs resumes exactly at
+                                  their end (agent turns; docs/SERVING.md "Kept sequences"); they
+                                  give way, least recently finished first, to any request that
+                                  needs a slot or pages. 0 = off, -1 = max_seqs */
 };
 
 /* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step, no speculation; while decoding,
@@ -412,6 +417,11 @@ struct dsv4_sched_metrics {
     uint64_t submitted, refused, finished, cancelled, deadline_expired, errors, preemptions;
     uint64_t steps, prefill_tokens, decode_tokens, generated_tokens;
     uint64_t prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_inserts, prefix_evictions;
+    int      seqs_kept;         /* finished sequences kept (keep_finished); their slots are not
+                                   in slots_used */
+    uint64_t kept_resumes, kept_resume_tokens, kept_evictions; /* requests resumed at a kept
+                                   sequence's end, the positions they skipped, kept sequences
+                                   that gave way */
     /* speculative decoding: verify steps of a sequence, tokens drafted, drafts kept, and per
      * draft position i how many steps kept it (acceptance at i = kept_at[i] / spec_steps) */
     uint64_t spec_steps, spec_drafted, spec_kept, spec_kept_at[DSV4_SPEC_MAX_DRAFT];

@@ -39,6 +39,8 @@ static void usage(FILE *f)
             "  --prefill-share F      prefill time per step, as a share of a decode step (default 1, 0 = off)\n"
             "  --kv-pages N           KV pages of 256 positions (default: every sequence at full context)\n"
             "  --prefix-cache N       prefix-cache entries (default 4 per sequence, 0 = off)\n"
+            "  --keep-finished N      finished sequences kept as they ended, so that the next turn of a\n"
+            "                         conversation resumes at their end (default: max-seqs, 0 = off)\n"
             "  --spec-draft K         speculative decoding: tokens the MTP block drafts per step (0 = off;\n"
             "                         default off; per request \"speculative\": {\"draft\": K})\n"
             "  --tier-tokens A,B      prompts up to A tokens are short, up to B medium, longer long (512,4096)\n"
@@ -106,6 +108,7 @@ int cmd_serve(int argc, char **argv)
             { "--max-prefill-tokens", &p.max_prefill_tokens, 0, 1 << 20 },
             { "--kv-pages", &p.kv_pages, 1, 1 << 30 },
             { "--prefix-cache", &p.prefix_entries, 0, 1 << 24 },
+            { "--keep-finished", &p.keep_finished, 0, 4096 },
             { "--spec-draft", &p.spec_draft, 0, DSV4_SPEC_MAX_DRAFT },
             { "--threads", &p.n_threads, 0, 4096 },
             { "--max-conns", &p.max_conns, 1, 1 << 16 },

@@ -9,8 +9,11 @@
  *   3. admission, oldest first: a request is admitted when a slot is free, its length tier
  *      is below its concurrency limit (a request of a full tier is skipped, so long prompts
  *      do not hold back short ones) and the pool can hold its known tokens plus one; the
- *      prefix cache is consulted first (a hit resumes at a page boundary, bit-exactly). When
- *      memory is short admission stops, so a large request is not overtaken forever;
+ *      kept sequences (keep_finished: finished ones whose slot stayed as it ended) and then
+ *      the prefix cache are consulted first (a kept sequence whose tokens begin the request's
+ *      resumes at its end, a cache hit at a page boundary, both bit-exactly); kept sequences
+ *      give way for slots and pages. When memory is short admission stops, so a large
+ *      request is not overtaken forever;
  *   4. the batch: every decoding sequence gets its row (decode is never starved), then
  *      prefilling sequences, oldest first, get chunks from what is left of max_batch_tokens,
  *      while anything decodes at most max_prefill_tokens in all and at most what fits in
@@ -18,7 +21,8 @@
  *      running streams; the cost of a decode step and of one prefill row are measured as
  *      the steps run, as moving averages). With the prefix cache on, a chunk ends at the
  *      next page boundary, where the state is snapshotted;
- *   5. pages for the batch: when the pool runs dry (after evicting cache entries), the newest
+ *   5. pages for the batch: when the pool runs dry (after evicting cache entries and kept
+ *      sequences), the newest
  *      running sequence is preempted - its slot and pages freed, the request put back at the
  *      head of the queue with its tokens so far, to be recomputed - until the rest fits;
  *   6. the forward pass and sampling, inside the allocation guard;
@@ -81,6 +85,13 @@ struct rq {
     int                 n_out;
 };
 
+/* A finished sequence kept as it ended (keep_finished): its slot, still holding the state of
+ * tok[0, n), and those tokens. */
+struct kept_seq {
+    int      slot, n;
+    int32_t *tok;
+};
+
 struct dsv4_sched {
     dsv4_engine              *engine;
     const struct dsv4_model  *m;
@@ -97,6 +108,8 @@ struct dsv4_sched {
     struct rq               **cand;    /* [max_seqs] candidates of the batch being built */
     struct rq               **running; /* [max_seqs] in admission order */
     int                       n_running;
+    struct kept_seq          *kept;    /* [max_seqs] kept sequences, least recently finished first */
+    int                       n_kept;
     int                       running_by_tier[DSV4_TIER_COUNT];
     struct rq                *wait_head, *wait_tail;
     int                       n_waiting;
@@ -192,6 +205,8 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "speculative decoding needs a checkpoint with an MTP block");
     if (p->spec_max_batch < 0) return dsv4_err_set(err, DSV4_EINVAL, "spec_max_batch %d is negative", p->spec_max_batch);
     if (p->spec_max_batch == 0) p->spec_max_batch = 4;
+    if (p->keep_finished < -1) return dsv4_err_set(err, DSV4_EINVAL, "keep_finished %d is below -1", p->keep_finished);
+    if (p->keep_finished == -1 || p->keep_finished > p->max_seqs) p->keep_finished = p->max_seqs;
     for (int t = 0; t < DSV4_TIER_COUNT; t++) {
         int def = t == DSV4_TIER_LONG ? (p->max_seqs / 4 > 1 ? p->max_seqs / 4 : 1) : p->max_seqs;
         tier_limit[t] = p->tier_max_running[t] > 0 ? p->tier_max_running[t] : def;
@@ -359,8 +374,9 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     }
     s->cand     = calloc(ns, sizeof(*s->cand));
     s->running  = calloc(ns, sizeof(*s->running));
+    s->kept     = calloc(ns, sizeof(*s->kept));
     s->live     = calloc((size_t)s->live_cap, sizeof(*s->live));
-    if (!s->logits || !s->fs || !s->cand || !s->running || !s->live) {
+    if (!s->logits || !s->fs || !s->cand || !s->running || !s->kept || !s->live) {
         dsv4_sched_free(s);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
@@ -560,12 +576,64 @@ static void forget(dsv4_sched *s, struct rq *r, bool queued)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Ends a request wherever it is: frees its slot and pages, reports DONE, frees it. */
+/* ------------------------------------------------------------------ kept sequences */
+
+/* Removes kept sequence i from the list (its slot is then the caller's) and returns it. */
+static struct kept_seq kept_take(dsv4_sched *s, int i)
+{
+    struct kept_seq k = s->kept[i];
+    memmove(&s->kept[i], &s->kept[i + 1], sizeof(*s->kept) * (size_t)(s->n_kept - i - 1));
+    s->n_kept--;
+    return k;
+}
+
+/* The least recently finished kept sequence gives way: its slot and pages are freed. False
+ * when none is kept. */
+static bool kept_evict(dsv4_sched *s)
+{
+    if (!s->n_kept) return false;
+    struct kept_seq k = kept_take(s, 0);
+    dsv4_kv_slot_release(&s->kv, k.slot);
+    free(k.tok);
+    s->acc.kept_evictions++;
+    return true;
+}
+
+/* Keeps a running request's slot as it ends, when its state is exactly that of tok[0, pos):
+ * a normal end (a stop id or a length limit; a cancelled or failed request may end mid-step)
+ * and no position past its tokens (a verify step that met a stop among its kept drafts fed
+ * tokens the request no longer has). Takes r->tok. */
+static bool kept_add(dsv4_sched *s, struct rq *r, enum dsv4_finish why)
+{
+    int pos = s->kv.seq[r->slot].pos;
+    if (!s->p.keep_finished || (why != DSV4_FINISH_STOP && why != DSV4_FINISH_LENGTH) || pos <= 0 || pos > r->n_tok)
+        return false;
+    if (s->n_kept == s->p.keep_finished) kept_evict(s);
+    s->kept[s->n_kept++] = (struct kept_seq){ .slot = r->slot, .n = pos, .tok = r->tok };
+    r->tok = NULL;
+    return true;
+}
+
+/* The kept sequence whose tokens are the longest prefix of r's, leaving at least one token
+ * of r to evaluate (its logits are sampled), or -1. */
+static int kept_match(const dsv4_sched *s, const struct rq *r)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_kept; i++) {
+        const struct kept_seq *k = &s->kept[i];
+        if (k->n < r->n_tok && (best < 0 || k->n > s->kept[best].n) &&
+            !memcmp(k->tok, r->tok, sizeof(int32_t) * (size_t)k->n))
+            best = i;
+    }
+    return best;
+}
+
+/* Ends a request wherever it is: frees (or keeps) its slot and pages, reports DONE, frees it. */
 static void finish(dsv4_sched *s, struct rq *r, enum dsv4_finish why, int32_t stop_id, int status)
 {
     bool queued = r->state == RQ_WAITING;
     if (r->state == RQ_RUNNING) {
-        dsv4_kv_slot_release(&s->kv, r->slot);
+        if (!kept_add(s, r, why)) dsv4_kv_slot_release(&s->kv, r->slot);
         running_remove(s, r);
     } else if (queued) {
         waiting_unlink(s, r);
@@ -631,6 +699,8 @@ void dsv4_sched_free(dsv4_sched *s)
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
     }
+    while (s->kept && s->n_kept) kept_evict(s);
+    free(s->kept);
     dsv4_step_free(&s->step);
     dsv4_kv_pool_free(&s->kv);
     if (s->undo)
@@ -690,13 +760,30 @@ static void admit(dsv4_sched *s, double t)
     for (struct rq *r = s->wait_head, *next; r && s->n_running < s->p.max_seqs; r = next) {
         next = r->next;
         if (s->running_by_tier[r->tier] >= s->tier_limit[r->tier]) continue;
-        int slot = dsv4_kv_slot_acquire(&s->kv);
-        DSV4_ASSERT(slot >= 0);
-        int hit  = dsv4_kv_prefix_attach(&s->kv, slot, r->tok, r->n_tok);
+        int             ki = kept_match(s, r), slot, hit;
+        struct kept_seq k  = { .slot = -1 };
+        if (ki >= 0) { /* resume exactly where a finished sequence with these tokens stopped */
+            k    = kept_take(s, ki);
+            slot = k.slot;
+            hit  = k.n;
+        } else {
+            while ((slot = dsv4_kv_slot_acquire(&s->kv)) < 0 && kept_evict(s)) {
+            }
+            DSV4_ASSERT(slot >= 0);
+            hit = dsv4_kv_prefix_attach(&s->kv, slot, r->tok, r->n_tok);
+        }
         int need = dsv4_kv_pages_needed(&s->kv, slot, min_i(r->n_tok + 1, s->p.max_ctx));
+        while (need > dsv4_kv_pages_available(&s->kv) && kept_evict(s)) {
+        }
         if (need > dsv4_kv_pages_available(&s->kv)) {
-            dsv4_kv_slot_release(&s->kv, slot);
+            if (ki >= 0) s->kept[s->n_kept++] = k; /* still valid: kept again, now the newest */
+            else dsv4_kv_slot_release(&s->kv, slot);
             break; /* memory: wait for running sequences to end, keeping the order */
+        }
+        if (ki >= 0) {
+            free(k.tok);
+            s->acc.kept_resumes++;
+            s->acc.kept_resume_tokens += (uint64_t)hit;
         }
         waiting_unlink(s, r);
         admitted++;
@@ -796,6 +883,7 @@ static int plan_batch(dsv4_sched *s)
         if (r->state != RQ_RUNNING) continue;
         int end = s->kv.seq[r->slot].pos + r->chunk;
         while (dsv4_kv_reserve(&s->kv, r->slot, end) != DSV4_OK) {
+            if (kept_evict(s)) continue; /* kept sequences give way before running ones */
             struct rq *victim = s->running[s->n_running - 1];
             preempt(s, victim);
             if (victim == r) break;
@@ -816,7 +904,8 @@ static void publish_metrics(dsv4_sched *s)
     a->running          = s->n_running;
     for (int t = 0; t < DSV4_TIER_COUNT; t++) a->running_by_tier[t] = s->running_by_tier[t];
     a->slots_total       = kc.slots_total;
-    a->slots_used        = kc.slots_used;
+    a->slots_used        = kc.slots_used - s->n_kept;
+    a->seqs_kept         = s->n_kept;
     a->pages_total       = kc.pages_total;
     a->pages_free        = kc.pages_free;
     a->pages_cached      = kc.pages_cached;

@@ -128,6 +128,7 @@ void srv_params_default(struct srv_params *p)
     p->max_prefill_tokens             = -1;
     p->prefill_share                  = -1;
     p->prefix_entries                 = -2;
+    p->keep_finished                  = -1;
     p->spec_draft                     = -1;
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
@@ -951,6 +952,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .prefill_share      = p->prefill_share,
         .kv_pages           = p->kv_pages,
         .prefix_entries     = p->prefix_entries,
+        .keep_finished      = p->keep_finished,
         .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,

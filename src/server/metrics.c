@@ -276,6 +276,14 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
            sm->prefix_lookups ? (double)sm->prefix_hits / (double)sm->prefix_lookups : 0.0);
     head(&b, "dsv4_prefix_cache_entries", "gauge", "Entries in the prefix cache.");
     sample(&b, "dsv4_prefix_cache_entries", NULL, sm->prefix_entries);
+    head(&b, "dsv4_kept_sequences", "gauge", "Finished sequences kept as they ended for a next turn (--keep-finished).");
+    sample(&b, "dsv4_kept_sequences", NULL, sm->seqs_kept);
+    head(&b, "dsv4_kept_resumes_total", "counter", "Requests that resumed at a kept sequence's end.");
+    sample(&b, "dsv4_kept_resumes_total", NULL, (double)sm->kept_resumes);
+    head(&b, "dsv4_kept_resume_tokens_total", "counter", "Prompt tokens not recomputed thanks to kept sequences.");
+    sample(&b, "dsv4_kept_resume_tokens_total", NULL, (double)sm->kept_resume_tokens);
+    head(&b, "dsv4_kept_evictions_total", "counter", "Kept sequences freed for a request that needed a slot or pages.");
+    sample(&b, "dsv4_kept_evictions_total", NULL, (double)sm->kept_evictions);
     head(&b, "dsv4_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV pages.");
     sample(&b, "dsv4_preemptions_total", NULL, (double)sm->preemptions);
     head(&b, "dsv4_batch_rows_total", "counter", "Token rows run by scheduler steps, by kind.");

@@ -58,6 +58,7 @@ struct srv_params {
     float       prefill_share;   /* prefill time next to decode, share of a decode step; < 0 = default, 0 = off */
     int         kv_pages;        /* KV pages, 0 = enough for every sequence at full context */
     int         prefix_entries;  /* prefix-cache entries, -2 = default, 0 = off */
+    int         keep_finished;   /* finished sequences kept for the next turn (-1 = max_seqs, 0 = off) */
     int         spec_draft;      /* speculative decoding: most MTP drafts per step, -1 = default
                                     (DSV4_SPEC_DRAFT_DEFAULT with an MTP block), 0 = off */
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
@@ -201,6 +202,7 @@ struct srv_worker_params {
     const char         *backend, *cpu_level, *profile_path; /* the engine's backend choices */
     int                 tiles;
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
+    int                 keep_finished;
     int                 spec_draft; /* -1: the default for the model */
     float               prefill_share;
     size_t              mem_limit;

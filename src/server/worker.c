@@ -94,6 +94,7 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     if (w->p.prefill_share >= 0) sp.prefill_share = w->p.prefill_share;
     if (w->p.kv_pages) sp.kv_pages = w->p.kv_pages;
     if (w->p.prefix_entries != -2) sp.prefix_entries = w->p.prefix_entries;
+    sp.keep_finished = w->p.keep_finished;
     sp.spec_draft = w->p.spec_draft >= 0 ? w->p.spec_draft : w->info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
     if (w->p.mem_limit) sp.mem_limit = w->p.mem_limit;
     if ((rc = dsv4_sched_plan(w->e, &sp, &w->plan, err))) return rc;

@@ -2,8 +2,9 @@
  * test_sched.c - the serving scheduler through its public API (include/dsv4.h "Serving") on
  * the tiny generated models:
  *   determinism   greedy tokens and every logit bit-identical whether a request runs alone,
- *                 with 7 others, with other prefill chunkings, after a prefix-cache hit or
- *                 after preemption, and identical to the session API;
+ *                 with 7 others, with other prefill chunkings, after a prefix-cache hit,
+ *                 resumed at a kept sequence's end, or after preemption, and identical to
+ *                 the session API;
  *   policy        queue-full refusal, tier limits, context overflow ("length"), stop ids,
  *                 deadlines, cancellation freeing everything, the memory-limit refusal;
  *   resources     no allocation inside steps; counters back to zero;
@@ -349,6 +350,77 @@ static void test_prefix_cache_hit(struct test_ctx *t)
     fixture_free(&f);
 }
 
+/* A finished sequence kept as it ended (keep_finished): the next turn, whose prompt is the
+ * first turn's prompt and answer and a few new tokens, resumes at the first turn's end (all
+ * of it but the last token, which was sampled and never fed) and gives the very logits of a
+ * cold run; with speculative decoding too. Kept sequences give way to running ones (8
+ * requests, 14 pages: the outputs stay those of each request alone). */
+static void test_kept_resume(struct test_ctx *t)
+{
+    struct fixture f;
+    if (!fixture_init(t, &f)) return;
+    enum { A = 3, NEW = 5 };
+    int      la = f.lens[A], lb = la + GEN + NEW;
+    int32_t *b  = malloc(sizeof(int32_t) * (size_t)lb);
+    memcpy(b, f.prompts[A], sizeof(int32_t) * (size_t)la);
+    memcpy(b + la, f.alone[A].toks, sizeof(int32_t) * GEN);
+    memcpy(b + la + GEN, f.prompts[1], sizeof(int32_t) * NEW);
+    struct dsv4_sched_params p = small_params(1);
+    p.prefix_entries           = 0;
+    struct out cold;
+    out_init(&cold, f.vocab, true);
+    run_set(t, f.e, &p, &b, &lb, 1, GEN, &cold, NULL);
+    for (int spec = 0; spec <= 3; spec += 3) {
+        p                = small_params(2);
+        p.keep_finished  = -1;
+        p.spec_draft     = spec;
+        p.spec_max_batch = 2;
+        dsv4_sched     *s;
+        struct dsv4_err err;
+        if (dsv4_sched_create(f.e, &p, &s, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        struct out oa, ob;
+        out_init(&oa, f.vocab, true);
+        out_init(&ob, f.vocab, true);
+        submit(t, s, f.prompts[A], la, GEN, &oa);
+        step_until_idle(t, s, 500);
+        struct dsv4_sched_metrics m1, m2;
+        dsv4_sched_metrics(s, &m1);
+        submit(t, s, b, lb, GEN, &ob);
+        step_until_idle(t, s, 500);
+        dsv4_sched_metrics(s, &m2);
+        CHECKF(same_out(&oa, &f.alone[A]), "spec %d: first turn differs from its cold run", spec);
+        CHECKF(same_out(&ob, &cold), "spec %d: the turn resumed at a kept end differs from its cold run", spec);
+        CHECKF(m1.seqs_kept == 1 && m1.slots_used == 0, "spec %d: kept %d, slots used %d after the first turn", spec,
+               m1.seqs_kept, m1.slots_used);
+        CHECKF(ob.usage.cached_tokens == la + GEN - 1, "spec %d: resumed at %d, expected %d", spec,
+               ob.usage.cached_tokens, la + GEN - 1);
+        CHECKF(m2.kept_resumes == 1 && m2.kept_resume_tokens == (uint64_t)(la + GEN - 1) && m2.seqs_kept == 1,
+               "spec %d: resumes %llu tokens %llu kept %d", spec, (unsigned long long)m2.kept_resumes,
+               (unsigned long long)m2.kept_resume_tokens, m2.seqs_kept);
+        free(oa.logits);
+        free(ob.logits);
+        dsv4_sched_free(s);
+    }
+    free(cold.logits);
+    free(b);
+    /* giving way: slots and pages go to running sequences first */
+    p                 = small_params(8);
+    p.keep_finished   = -1;
+    p.kv_pages        = 14;
+    struct dsv4_sched_metrics mt;
+    check_batch(t, &f, &p, "keep_finished, 14 pages", &mt);
+    CHECKF(mt.kept_evictions > 0 && mt.seqs_kept > 0, "kept %d, evictions %llu", mt.seqs_kept,
+           (unsigned long long)mt.kept_evictions);
+    p.keep_finished = 2;
+    p.kv_pages      = 0;
+    check_batch(t, &f, &p, "keep_finished 2", &mt);
+    CHECKF(mt.seqs_kept == 2, "keep_finished 2: %d kept", mt.seqs_kept);
+    fixture_free(&f);
+}
+
 static void test_preemption(struct test_ctx *t)
 {
     struct fixture f;
@@ -636,6 +708,7 @@ const struct test_case test_group_sched[] = {
     { "spec_identity", test_spec_identity },
     { "batch_invariance", test_batch_invariance },
     { "prefix_cache_hit", test_prefix_cache_hit },
+    { "kept_resume", test_kept_resume },
     { "preemption", test_preemption },
     { "cancel_frees_everything", test_cancel_frees_everything },
     { "queue_full_and_tiers", test_queue_full_and_tiers },
