@@ -6,9 +6,10 @@
 # build dir also holds its own dsv4 binary, so parallel builds do not collide),
 # ARCH=x86_64|other (default: the first field of `$(CC) -dumpmachine`; read from the command
 # line only, since kernel builds export ARCH=x86/arm64). The x86 kernel files
-# (src/backend/cpu/x86_*.c) are built only when ARCH is x86_64; any other value builds the
-# portable C path alone (DSV4_HAVE_X86=0: scalar is the best level), e.g.
-# `make CC=aarch64-linux-gnu-gcc BUILD=build-aarch64`, or `make ARCH=generic BUILD=build-generic`
+# (src/backend/cpu/x86_*.c) are built only when ARCH is x86_64, the NEON ones (arm_*.c) only
+# when it is aarch64 (`make CC=aarch64-linux-gnu-gcc BUILD=build-aarch64`); any other value
+# builds the portable C path alone (scalar is the best level), e.g.
+# `make ARCH=generic BUILD=build-generic`
 # on x86 (each in its own BUILD dir: objects do not record the flags they were built with).
 
 comma    := ,
@@ -44,12 +45,18 @@ ifneq ($(origin ARCH),command line)
 ARCH := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)))
 endif
 X86_SRC   := $(wildcard src/backend/cpu/x86_*.c)
+ARM_SRC   := $(wildcard src/backend/cpu/arm_*.c)
 LIB_SRC   := $(shell find src -name '*.c' | sort)
 ifneq ($(ARCH),x86_64)
 # Other targets: no x86 objects, and cpu.h declares no x86 tables (a reference is a compile
 # error, not a link error). Also taken by an x86 compiler when ARCH=generic is asked for.
 LIB_SRC   := $(filter-out $(X86_SRC),$(LIB_SRC))
 DEFS      += -DDSV4_HAVE_X86=0
+endif
+ifneq ($(ARCH),aarch64)
+# The same for the AArch64 kernels (arm_*.c): aarch64 only, not with ARCH=generic.
+LIB_SRC   := $(filter-out $(ARM_SRC),$(LIB_SRC))
+DEFS      += -DDSV4_HAVE_NEON=0
 endif
 TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
 TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' | sort)
@@ -64,7 +71,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak cross-check
+.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak cross-check cross-aarch64
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -84,6 +91,8 @@ help:
 	@echo "  make soak         soak benchmark: dsv4 serve under a mixed load for SOAK_MINUTES (15; not in CI)"
 	@echo "  make cross-check  the portable path without the x86 kernels: ARCH=generic here, then an"
 	@echo "                    aarch64 cross build (-Werror) and, with qemu-aarch64, dsv4 ops and kernels"
+	@echo "  make cross-aarch64  the aarch64 build (NEON kernels) and, under qemu, the kernels, forward,"
+	@echo "                    golden and batch-invariance tests (CI; tools/install_deps.sh cross first)"
 	@echo "  make clean        remove build outputs"
 	@echo ""
 	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=...  BUILD=dir"
@@ -122,6 +131,9 @@ $(BUILD)/src/backend/cpu/x86_avx2.o $(BUILD)/src/backend/cpu/x86_avx2_ops.o: ALL
 $(BUILD)/src/backend/cpu/x86_avx512.o $(BUILD)/src/backend/cpu/x86_avx512_ops.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_attn.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
 endif
+ifeq ($(ARCH),aarch64)
+$(BUILD)/src/backend/cpu/arm_neon.o: ALL_CFLAGS += -O3
+endif
 
 # `make test` sets itself up as `make demo` does: the Debian packages it needs (as root; else
 # it names them), then the pinned npm packages of tests/tokenizer and tests/server whenever
@@ -151,6 +163,14 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 CROSS_CC ?= aarch64-linux-gnu-gcc
 cross-check:
 	CROSS_CC=$(CROSS_CC) tools/cross_build.sh
+
+# The aarch64 build with the NEON kernels, and under qemu (as a Cortex-A57) the tests that
+# prove the numbers there: every kernel against the reference, chunk invariance, the golden
+# fixtures at every level, batch invariance (CI; tools/install_deps.sh cross installs what
+# it needs).
+AARCH64_TESTS ?= kernels forward golden sched/batch_invariance
+cross-aarch64:
+	CROSS_CC=$(CROSS_CC) QEMU_TESTS="$(AARCH64_TESTS)" tools/cross_build.sh --aarch64
 
 # Soak benchmark, not part of `make test` or CI (bench/soak.sh): starts dsv4 serve on
 # SOAK_MODEL, runs `dsv4 loadtest --soak` against it for SOAK_MINUTES (a mixed load; a

@@ -1,7 +1,7 @@
 /*
  * run_tests.c - the test runner behind `make test`.
  *
- *   run_tests [--strict] [GROUP...]   run every group, or only these
+ *   run_tests [--strict] [GROUP...]   run every group, or only these (GROUP/TEST: one test)
  *   run_tests --list                  list groups and tests, with what each needs here
  *   run_tests --missing               the npm directories whose packages are missing or
  *                                     stale, one per line (tests/install_deps.sh reads it)
@@ -69,11 +69,14 @@ void test_not_here(struct test_ctx *t, const char *part)
     snprintf(t->not_here + n, sizeof(t->not_here) - n, "%s%s", n ? ", " : "", part);
 }
 
-static bool selected(const char *g, int n_sel, char **sel)
+/* Whether test c of group g is selected: by its group's name or by "group/test". */
+static bool selected(const char *g, const char *c, int n_sel, char **sel)
 {
     if (n_sel == 0) return true;
+    size_t n = strlen(g);
     for (int i = 0; i < n_sel; i++)
-        if (strcmp(sel[i], g) == 0) return true;
+        if (strcmp(sel[i], g) == 0 || (!strncmp(sel[i], g, n) && sel[i][n] == '/' && !strcmp(sel[i] + n + 1, c)))
+            return true;
     return false;
 }
 
@@ -130,9 +133,11 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < n_sel; i++) {
         bool known = false;
-        for (size_t g = 0; g < N_GROUPS; g++) known |= strcmp(sel[i], groups[g].name) == 0;
+        for (size_t g = 0; g < N_GROUPS; g++)
+            for (const struct test_case *c = groups[g].cases; c->name; c++)
+                known |= selected(groups[g].name, c->name, 1, &sel[i]);
         if (!known) {
-            fprintf(stderr, "run_tests: unknown group '%s' (see --list)\n", sel[i]);
+            fprintf(stderr, "run_tests: unknown group or test '%s' (see --list)\n", sel[i]);
             return 2;
         }
     }
@@ -147,8 +152,8 @@ int main(int argc, char **argv)
     size_t notes_len = 0;
     FILE *nf = open_memstream(&notes, &notes_len);
     for (size_t g = 0; g < N_GROUPS; g++) {
-        if (!selected(groups[g].name, n_sel, sel)) continue;
         for (const struct test_case *c = groups[g].cases; c->name; c++) {
+            if (!selected(groups[g].name, c->name, n_sel, sel)) continue;
             struct test_ctx t  = { .name = c->name, .tmpdir = tmpdir };
             double          ms = run_one(c, &t);
             const char     *res;

@@ -7,6 +7,8 @@
 #                                     missing or stale against its package-lock.json
 #   tools/install_deps.sh ci          everything CI runs: test packages, clang and its fuzzer
 #                                     runtime, valgrind
+#   tools/install_deps.sh cross       the aarch64 cross compiler, qemu-user and the arm64
+#                                     runtime libraries (multiarch) for make cross-aarch64
 #
 # Debian packages are installed only as root with apt-get; otherwise the command that
 # installs them is printed. Build packages that are missing stop the build (exit 1); what
@@ -16,6 +18,9 @@ set -u
 
 BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
+CROSS_PKGS="gcc-aarch64-linux-gnu qemu-user"
+# runtime packages only: the host's headers serve the cross compiler (tools/cross_build.sh)
+ARM64_PKGS="libc6:arm64 libjansson4:arm64 libonig5:arm64 libmicrohttpd12:arm64"
 
 can_apt() {
     [ "${NO_INSTALL:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
@@ -92,10 +97,27 @@ npm_dirs() {
     done
 }
 
+# The arm64 libraries through multiarch (dpkg --add-architecture arm64), as root.
+arm64_libs() {
+    miss=""
+    for p in $ARM64_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || miss="$miss$p "; done
+    [ -z "$miss" ] && return 0
+    if can_apt; then
+        echo "installing $miss(the aarch64 tests under qemu)" >&2
+        dpkg --add-architecture arm64 && apt_updated=0 && apt_install $miss && return 0
+        echo "install_deps: apt-get install $miss failed" >&2
+    else
+        echo "make cross-aarch64 needs: $miss" >&2
+        echo "  fix: sudo dpkg --add-architecture arm64 && sudo apt-get update && sudo apt-get install $miss" >&2
+    fi
+    exit 1
+}
+
 case "${1:-}" in
 build) debs "building dsv4" 1 $BUILD_PKGS ;;
 test)  debs "building dsv4" 1 $BUILD_PKGS; node_tools ;;
 npm)   npm_dirs "${2:?usage: install_deps.sh npm RUNNER}" ;;
 ci)    debs "building dsv4" 1 $BUILD_PKGS; debs "CI" 1 $CI_PKGS; node_tools ;;
-*)     echo "usage: tools/install_deps.sh build|test|ci|npm RUNNER" >&2; exit 2 ;;
+cross) debs "building dsv4" 1 $BUILD_PKGS; debs "the aarch64 cross build" 1 $CROSS_PKGS; arm64_libs ;;
+*)     echo "usage: tools/install_deps.sh build|test|ci|cross|npm RUNNER" >&2; exit 2 ;;
 esac

@@ -236,12 +236,12 @@ static void test_exact_path(struct test_ctx *t)
 
 static void test_every_level(struct test_ctx *t)
 {
-    const char *levels[] = { "scalar", "avx2", "avx512", "avx512bf16" };
-    int         once[]   = { 0 }, chunked[] = { 0, 5 };
-    int         top      = (int)dsv4_cpu_detect(); /* DSV4_CPU above it would run `top` again */
-    for (int l = 0; l < 4 && l <= top; l++)
+    int once[] = { 0 }, chunked[] = { 0, 5 };
+    int top    = (int)dsv4_cpu_detect(); /* DSV4_CPU above it would run `top` again */
+    for (int l = 0; l <= DSV4_CPU_AVX512BF16 && l <= top; l++) /* this architecture's names (neon on aarch64) */
         for (size_t f = 0; f < sizeof(fixtures) / sizeof(fixtures[0]); f++)
-            check_fixture(t, fixtures[f], levels[l], f == 0 ? chunked : once, f == 0 ? 2 : 1);
+            check_fixture(t, fixtures[f], dsv4_cpu_level_name((enum dsv4_cpu_level)l), f == 0 ? chunked : once,
+                          f == 0 ? 2 : 1);
     test_levels_not_here(t, top, DSV4_CPU_AVX512BF16);
 }
 

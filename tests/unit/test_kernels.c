@@ -1025,7 +1025,12 @@ static void test_level_pick(struct test_ctx *t)
         rc                   = dsv4_cpu_create_at(&cpu, (enum dsv4_cpu_level)l, false, 1, &err);
         CHECKF(rc == DSV4_EUNSUPPORTED && !cpu && strstr(err.msg, "not built"), "create_at %s: rc %d", name, rc);
     }
-    CHECK(DSV4_HAVE_X86 == dsv4_cpu_level_built(DSV4_CPU_AVX2));
+    CHECK(DSV4_HAVE_X86 + DSV4_HAVE_NEON == dsv4_cpu_level_built(DSV4_CPU_AVX2));
+    CHECK(DSV4_HAVE_X86 == dsv4_cpu_level_built(DSV4_CPU_AVX512));
+    CHECK(!strcmp(dsv4_cpu_level_name(DSV4_CPU_AVX2), DSV4_HAVE_NEON ? "neon" : "avx2"));
+#if DSV4_HAVE_NEON
+    CHECK(dsv4_cpu_kernels(DSV4_CPU_NEON) == &dsv4_kernels_neon && top == DSV4_CPU_NEON);
+#endif
 }
 
 const struct test_case test_group_kernels[] = {

@@ -329,7 +329,7 @@ void tresp_test_store_bound(struct test_ctx *t, const char *model_dir)
 {
     struct tsrv s;
     if (!tsrv_start(t, &s, model_dir, "--max-seqs 2 --ctx 512 --responses-store 2")) return;
-    char ids[3][64] = { "", "", "" }, body[256];
+    char ids[3][64] = { "", "", "" }, body[512];
     for (int i = 0; i < 3; i++) {
         json_t *r = NULL;
         CHECK(tsrv_post(&s, "/v1/responses", "{\"input\":\"hello\",\"max_output_tokens\":2}", NULL, &r) == 200);

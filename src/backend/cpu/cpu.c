@@ -1,6 +1,7 @@
 /*
  * cpu.c - CPU feature detection, the dispatch level, and the backend state (thread pool).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
@@ -9,7 +10,11 @@
 
 #include "backend/cpu/cpu.h"
 
+#if DSV4_HAVE_NEON
+static const char *const level_names[DSV4_CPU_LEVELS] = { "scalar", "neon", "avx512", "avx512bf16", "amx" };
+#else
 static const char *const level_names[DSV4_CPU_LEVELS] = { "scalar", "avx2", "avx512", "avx512bf16", "amx" };
+#endif
 
 const char *dsv4_cpu_level_name(enum dsv4_cpu_level l)
 {
@@ -18,7 +23,7 @@ const char *dsv4_cpu_level_name(enum dsv4_cpu_level l)
 
 bool dsv4_cpu_level_built(enum dsv4_cpu_level l)
 {
-    return l == DSV4_CPU_SCALAR || (DSV4_HAVE_X86 && (unsigned)l < DSV4_CPU_LEVELS);
+    return l == DSV4_CPU_SCALAR || (DSV4_HAVE_X86 && (unsigned)l < DSV4_CPU_LEVELS) || (DSV4_HAVE_NEON && l == DSV4_CPU_NEON);
 }
 
 #if DSV4_HAVE_X86
@@ -46,6 +51,8 @@ enum dsv4_cpu_level dsv4_cpu_detect(void)
     if (!(__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16")) || !amx_permitted())
         return DSV4_CPU_AVX512BF16;
     return DSV4_CPU_AMX;
+#elif DSV4_HAVE_NEON
+    return DSV4_CPU_NEON; /* Advanced SIMD is part of every AArch64 core */
 #else
     return DSV4_CPU_SCALAR; /* the only level built (no kernels for this architecture yet) */
 #endif
@@ -77,8 +84,12 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struc
             return DSV4_OK;
         }
     }
-    return dsv4_err_set(err, DSV4_EINVAL,
-                        "CPU level '%s' is not one of ref, scalar, avx2, avx512, avx512bf16, amx", env);
+    char names[96] = "ref";
+    for (int l = 0; l < DSV4_CPU_LEVELS && dsv4_cpu_level_built((enum dsv4_cpu_level)l); l++) {
+        size_t u = strlen(names);
+        snprintf(names + u, sizeof(names) - u, ", %s", level_names[l]);
+    }
+    return dsv4_err_set(err, DSV4_EINVAL, "CPU level '%s' is not one of %s", env, names);
 }
 
 const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l)
@@ -89,6 +100,9 @@ const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l)
     case DSV4_CPU_AVX512:
     case DSV4_CPU_AVX512BF16:
     case DSV4_CPU_AMX: return &dsv4_kernels_avx512;
+#endif
+#if DSV4_HAVE_NEON
+    case DSV4_CPU_NEON: return &dsv4_kernels_neon;
 #endif
     default: return &dsv4_kernels_scalar;
     }

@@ -33,10 +33,24 @@
 #if DSV4_HAVE_X86 && !defined(__x86_64__)
 #error "DSV4_HAVE_X86=1 needs a compiler for x86_64"
 #endif
+/* DSV4_HAVE_NEON: the same for the AArch64 kernel files (arm_*.c), built for ARCH=aarch64. */
+#ifndef DSV4_HAVE_NEON
+#if defined(__aarch64__)
+#define DSV4_HAVE_NEON 1
+#else
+#define DSV4_HAVE_NEON 0
+#endif
+#endif
+#if DSV4_HAVE_NEON && !defined(__aarch64__)
+#error "DSV4_HAVE_NEON=1 needs a compiler for aarch64"
+#endif
 
+/* Levels are ranks, lowest first; a build holds a prefix of them (dsv4_cpu_level_built). On
+ * aarch64 rank 1 is neon and the ranks above are not built; elsewhere the x86 names hold. */
 enum dsv4_cpu_level {
     DSV4_CPU_SCALAR,
     DSV4_CPU_AVX2,
+    DSV4_CPU_NEON = DSV4_CPU_AVX2,
     DSV4_CPU_AVX512,
     DSV4_CPU_AVX512BF16,
     DSV4_CPU_AMX,
@@ -45,7 +59,7 @@ enum dsv4_cpu_level {
 
 const char *dsv4_cpu_level_name(enum dsv4_cpu_level l);
 /* Whether this build holds the level's kernels: scalar always, the x86 levels only where
- * DSV4_HAVE_X86. */
+ * DSV4_HAVE_X86, neon only where DSV4_HAVE_NEON. */
 bool dsv4_cpu_level_built(enum dsv4_cpu_level l);
 /* Best level this CPU and OS support among those built (asks the kernel for AMX tile
  * permission once). */
@@ -65,6 +79,7 @@ struct dsv4_attn_bf16;
 struct dsv4_idx_bf16;
 struct dsv4_kernels {
     const char *name;
+    int         gemm_tn; /* tokens per GEMM register tile (simd_kernels.inc K_TN; `dsv4 ops`) */
     void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
     void (*dot_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
     void (*dot_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
@@ -218,12 +233,15 @@ void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *
  * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */
 enum { DSV4_GEMM_PANEL = 32 };
 
-/* Token count from which the f32 kernels (avx2, avx512: x86_kernels.inc) decode four rows once
+/* Token count from which the f32 kernels (avx2, avx512: simd_kernels.inc) decode four rows once
  * per chunk of inputs for every token instead of once per four tokens (the same bits either
  * way; `dsv4 ops` prints it). */
 enum { DSV4_F32_GEMM_MIN_TOKENS = 5 };
 
 extern const struct dsv4_kernels dsv4_kernels_scalar;
+#if DSV4_HAVE_NEON
+extern const struct dsv4_kernels dsv4_kernels_neon;
+#endif
 #if DSV4_HAVE_X86
 extern const struct dsv4_kernels dsv4_kernels_avx2;
 extern const struct dsv4_kernels dsv4_kernels_avx512;

@@ -13,7 +13,7 @@
 
 const char *dsv4_cpu_level_at(int i, bool *here)
 {
-    if (i < 0 || i >= DSV4_CPU_LEVELS) return NULL;
+    if (i < 0 || i >= DSV4_CPU_LEVELS || !dsv4_cpu_level_built((enum dsv4_cpu_level)i)) return NULL;
     *here = i <= (int)dsv4_cpu_detect();
     return dsv4_cpu_level_name((enum dsv4_cpu_level)i);
 }
@@ -51,8 +51,8 @@ static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
         }
         snprintf(buf, cap,
                  "%s dot kernels: GEMV of 4 rows x up to 4 tokens below %d tokens, then 4 rows decoded once per 256 "
-                 "inputs for tiles of 4 rows x 3 tokens (the same bits); FP8 activation quantiser %s%s",
-                 k->name, DSV4_F32_GEMM_MIN_TOKENS, k->quant_f32 ? k->name : "in plain C",
+                 "inputs for tiles of 4 rows x %d tokens (the same bits); FP8 activation quantiser %s%s",
+                 k->name, DSV4_F32_GEMM_MIN_TOKENS, k->gemm_tn, k->quant_f32 ? k->name : "in plain C",
                  k->quant_f32 ? " (reference bits)" : "");
         return 0;
     }

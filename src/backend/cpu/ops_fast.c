@@ -45,7 +45,7 @@ static int max_in(const struct dsv4_plan_dims *c)
 static size_t attn_bf16_floats(int n_head, int d_head, int n_rows);
 
 /* Row stride of the f32 activations the kernels read (xq below). The GEMM of
- * x86_kernels.inc sweeps 1 KiB of each of 24 token rows at a time; with a stride that is a
+ * simd_kernels.inc sweeps 1 KiB of each of 24 token rows at a time; with a stride that is a
  * multiple of 4 KiB (any width a multiple of 1024) all those lines fall in the same 16 of the
  * L1's 64 sets, 24 rows for 8 ways, and every activation load went to L2. An odd multiple of
  * 256 floats puts consecutive rows a quarter of the sets apart: 6 rows a set. */

@@ -1,6 +1,6 @@
 /*
  * x86_avx2.c - the AVX2 kernels (AVX2 + FMA + F16C): 8 lanes of the template in
- * x86_kernels.inc. The level valgrind can run (DSV4_CPU=avx2).
+ * simd_kernels.inc. The level valgrind can run (DSV4_CPU=avx2).
  */
 #include <float.h>
 #include <immintrin.h>
@@ -81,20 +81,14 @@ static inline VEC v_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-/* FP8 GEMV: the block scale on the activations where that keeps the bits (x86_kernels.inc,
+/* FP8 GEMV: the block scale on the activations where that keeps the bits (simd_kernels.inc,
  * k_rows4_sx): with one token, one multiply per 32 weights instead of per 8. */
 #define K_FP8_SCALE_X 1
-#include "backend/cpu/x86_kernels.inc"
+#include "backend/cpu/simd_kernels.inc"
 
 const struct dsv4_kernels dsv4_kernels_avx2 = {
     .name     = "avx2",
-    .dot_fp8  = k_dot_fp8,
-    .dot_fp4  = k_dot_fp4,
-    .dot_bf16 = k_dot_bf16,
-    .dot_f32  = k_dot_f32,
-    .vdot     = k_vdot,
-    .axpy     = k_axpy,
-    .peak     = k_peak,
+    K_KERNEL_ENTRIES,
     .fp4_sim_rows  = dsv4_avx2_fp4_sim_rows,
     .sumsq_bf16    = dsv4_avx2_sumsq_bf16,
     .scale_bf16    = dsv4_avx2_scale_bf16,

@@ -1,6 +1,6 @@
 /*
  * x86_avx512.c - the AVX-512 kernels (F, BW, VL, DQ + F16C): 16 lanes of the template in
- * x86_kernels.inc. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c;
+ * simd_kernels.inc. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c;
  * only called when the CPU has them (cpu.c).
  */
 #include <float.h>
@@ -68,21 +68,15 @@ static inline VEC v_fp4s(const uint8_t *p, VEC tab)
     return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n), tab);
 }
 
-/* FP8 GEMV: the block scale on the activations where that keeps the bits (x86_kernels.inc,
+/* FP8 GEMV: the block scale on the activations where that keeps the bits (simd_kernels.inc,
  * k_rows4_sx); GEMM register tiles of 4 rows x 6 tokens (32 zmm registers). */
 #define K_FP8_SCALE_X 1
 #define K_TN          6
-#include "backend/cpu/x86_kernels.inc"
+#include "backend/cpu/simd_kernels.inc"
 
 const struct dsv4_kernels dsv4_kernels_avx512 = {
     .name     = "avx512",
-    .dot_fp8  = k_dot_fp8,
-    .dot_fp4  = k_dot_fp4,
-    .dot_bf16 = k_dot_bf16,
-    .dot_f32  = k_dot_f32,
-    .vdot     = k_vdot,
-    .axpy     = k_axpy,
-    .peak     = k_peak,
+    K_KERNEL_ENTRIES,
     .fp4_sim_rows = dsv4_avx512_fp4_sim_rows,
     .sumsq_bf16   = dsv4_avx512_sumsq_bf16,
     .scale_bf16   = dsv4_avx512_scale_bf16,
