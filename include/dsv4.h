@@ -88,6 +88,10 @@ struct dsv4_engine_params {
      * double-precision reference ops (bit-exact with the Python reference, one thread).
      * The command-line tools set it from --cpu-level or DSV4_CPU. */
     const char        *cpu_level;
+    /* The token counts "FP8,FP4,BF16" from which the avx2/avx512/neon f32 kernels take their
+     * GEMM instead of the GEMV (the same bits either way; process-wide): NULL or "" = the
+     * ones measured for this core (docs/PERF.md). Tools: --gemm-min or DSV4_GEMM_MIN. */
+    const char        *gemm_min;
     /* The backend by name: NULL or "" = the default ("cpu", the one this build has; tools:
      * --backend). */
     const char        *backend;

@@ -162,6 +162,8 @@ void cli_engine_env(struct dsv4_engine_params *ep)
 {
     const char *cpu = getenv("DSV4_CPU"), *tiles = getenv("DSV4_TILES"), *prof = getenv("DSV4_PROFILE");
     if (cpu && *cpu) ep->cpu_level = cpu;
+    const char *gmin = getenv("DSV4_GEMM_MIN");
+    if (gmin && *gmin) ep->gemm_min = gmin;
     if (tiles && !strcmp(tiles, "0")) ep->tiles = 0;
     if (prof && *prof) ep->profile_path = prof;
 }
@@ -172,6 +174,9 @@ int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv
     if (!strcmp(a, "--cpu-level")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         ep->cpu_level = v;
+    } else if (!strcmp(a, "--gemm-min")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        ep->gemm_min = v;
     } else if (!strcmp(a, "--no-tiles")) {
         ep->tiles = 0;
     } else if (!strcmp(a, "--profile")) {

@@ -49,16 +49,19 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg);
 double cli_now(void);
 
 /* The engine's backend choices from the environment, which the flags then override:
- * DSV4_CPU (level), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE (op trace). The library
+ * DSV4_CPU (level), DSV4_GEMM_MIN (GEMM crossovers), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE
+ * (op trace). The library
  * itself reads no environment variable. Call after dsv4_engine_params_default. */
 void cli_engine_env(struct dsv4_engine_params *ep);
-/* The backend flags every model command takes: --backend cpu, --cpu-level L, --no-tiles,
+/* The backend flags every model command takes: --backend cpu, --cpu-level L, --gemm-min S, --no-tiles,
  * --profile FILE. 1 when argv[*i] was one (its value consumed), 0 when not, -1 after an
  * error message (exit 2). */
 int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep);
 /* Their usage lines. */
 #define CLI_ENGINE_USAGE                                                                            \
     "  --cpu-level L          ref|scalar|avx2|avx512|avx512bf16 (default: the best; env DSV4_CPU)\n" \
+    "  --gemm-min A,B,C       FP8,FP4,BF16 token counts from which the f32 kernels take the GEMM\n" \
+    "                         (default: measured for this core; env DSV4_GEMM_MIN)\n"            \
     "  --no-tiles             keep the checkpoint's layout (env DSV4_TILES=0)\n"                    \
     "  --profile FILE         Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)\n"   \
     "  --backend NAME         the backend (default cpu, the one this build has)\n"

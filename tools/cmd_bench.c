@@ -157,11 +157,11 @@ static void usage(FILE *f)
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
-static int bench_gemm(const char *spec, const char *level, int n_threads)
+static int bench_gemm(const char *spec, const char *level, const char *gemm_min, int n_threads)
 {
     struct dsv4_err  err;
     struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, level, n_threads, &err)) {
+    if (dsv4_cpu_create(&cpu, level, gemm_min, n_threads, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
@@ -582,7 +582,7 @@ int cmd_bench(int argc, char **argv)
             if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--gemm")) {
             if (!(v = cli_value("bench", argc, argv, &i))) return 2;
-            return bench_gemm(v, ep.cpu_level, (int)threads);
+            return bench_gemm(v, ep.cpu_level, ep.gemm_min, (int)threads);
         } else {
             fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
             usage(stderr);

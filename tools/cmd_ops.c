@@ -36,7 +36,7 @@ int cmd_ops(int argc, char **argv)
         if (eo > 0) continue;
         bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
         if (!help) fprintf(stderr, "dsv4 ops: unknown option '%s'\n", argv[i]);
-        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--backend B] [--cpu-level L]   (or DSV4_CPU)\n");
+        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--backend B] [--cpu-level L] [--gemm-min A,B,C]   (or DSV4_CPU, DSV4_GEMM_MIN)\n");
         return help ? 0 : 2;
     }
     const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
@@ -44,7 +44,7 @@ int cmd_ops(int argc, char **argv)
         fprintf(stderr, "dsv4 ops: this build has no backend '%s'\n", ep.backend);
         return 1;
     }
-    struct dsv4_backend_params bp = { .level = ep.cpu_level, .tiles = ep.tiles };
+    struct dsv4_backend_params bp = { .level = ep.cpu_level, .gemm_min = ep.gemm_min, .tiles = ep.tiles };
     struct dsv4_err            err;
     void                      *impl = NULL;
     if (kind->create(&impl, &bp, &err)) {

@@ -327,6 +327,7 @@ float dsv4_act_scale(float amax, float qmax, float floor_);
  */
 struct dsv4_backend_params {
     const char               *level;     /* the backend's code path ("avx2", "ref", ...); NULL = best */
+    const char               *gemm_min;  /* backend tuning spec (cpu: dsv4_cpu_gemm_min); NULL = default */
     int                       n_threads; /* 0 = all */
     bool                      tiles;     /* may repack weights into its preferred layout */
     const struct dsv4_logger *lg;

@@ -121,7 +121,7 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
         goto fail_ck;
     }
     struct dsv4_backend_params bp = {
-        .level = params->cpu_level, .n_threads = params->n_threads, .tiles = params->tiles != 0, .lg = lg
+        .level = params->cpu_level, .gemm_min = params->gemm_min, .n_threads = params->n_threads, .tiles = params->tiles != 0, .lg = lg
     };
     rc = m->backend->create(&m->backend_impl, &bp, err);
     if (rc) goto fail_ck;

@@ -165,6 +165,35 @@ static void test_projection_kernels(struct test_ctx *t)
             check_dot(t, k->name, &view, 1, view.n_out, 2, x, y);
             /* many tokens (the f32 levels' batched path: token groups, tiles of 3, leftover
              * rows) give every row the bits one token alone gets (batch invariance) */
+            if (k->set_gemm_min) {
+                /* the GEMV everywhere (crossovers above every count here) and the GEMM
+                 * everywhere (from one token): the same bits as the level's own crossovers, at
+                 * token counts below, at and above each of them */
+                static const int ntv[] = { 1, 3, 4, 5, 8, 13, 16, 17, 24, 53 };
+                int              own[4], all_gemv[4] = { 64, 64, 64, 64 }, all_gemm[4] = { 1, 1, 1, 1 };
+                struct dsv4_err  gerr;
+                CHECK(dsv4_cpu_gemm_min((enum dsv4_cpu_level)lv, NULL, own, &gerr) == DSV4_OK);
+                const struct dsv4_linear *l = view.row_off ? &view : &r.l;
+                int    n_o = l->n_out, ntm = 53;
+                float *xg = malloc(sizeof(float) * (size_t)ntm * K), *ya = malloc(sizeof(float) * (size_t)ntm * n_o);
+                float *yb = malloc(sizeof(float) * (size_t)ntm * n_o);
+                for (int i = 0; i < ntm * K; i++) xg[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2.0f);
+                bool same = true;
+                for (size_t i = 0; i < sizeof(ntv) / sizeof(ntv[0]); i++) {
+                    k->set_gemm_min(own);
+                    f(l, 0, n_o, ntv[i], xg, K, ya, n_o);
+                    for (int m = 0; m < 2; m++) {
+                        k->set_gemm_min(m ? all_gemm : all_gemv);
+                        f(l, 0, n_o, ntv[i], xg, K, yb, n_o);
+                        same = same && memcmp(ya, yb, sizeof(float) * (size_t)ntv[i] * (size_t)n_o) == 0;
+                    }
+                }
+                k->set_gemm_min(own);
+                CHECKF(same, "%s %s %dx%d: the GEMV and the GEMM differ in bits", k->name, dsv4_wfmt_name(r.l.fmt), O, K);
+                free(xg);
+                free(ya);
+                free(yb);
+            }
             {
                 int    ntg = 53, o0 = O > 2 ? 1 : 0;
                 const struct dsv4_linear *l = view.row_off ? &view : &r.l;
@@ -981,6 +1010,22 @@ static void cover_fn(void *ctx, int64_t i0, int64_t i1, int tid)
     for (int64_t i = i0; i < i1; i++) c->hits[i]++;
 }
 
+/* The GEMM crossover spec (--gemm-min, DSV4_GEMM_MIN): three counts or a clear error. */
+static void test_gemm_min_spec(struct test_ctx *t)
+{
+    int             m[4];
+    struct dsv4_err err;
+    CHECK(dsv4_cpu_gemm_min(DSV4_CPU_SCALAR, "3,17,64", m, &err) == DSV4_OK);
+    CHECK(m[0] == 3 && m[1] == 17 && m[2] == 64 && m[3] == DSV4_F32_GEMM_MIN_TOKENS);
+    CHECK(dsv4_cpu_gemm_min(DSV4_CPU_SCALAR, NULL, m, &err) == DSV4_OK);
+    CHECK(m[0] == DSV4_F32_GEMM_MIN_TOKENS && m[3] == DSV4_F32_GEMM_MIN_TOKENS);
+    static const char *const bad[] = { "5,17", "0,1,1", "5,17,17,3", "a,b,c", "65,1,1", "5,17,17x", ",,", "5,,5", " " };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECKF(dsv4_cpu_gemm_min(DSV4_CPU_SCALAR, bad[i], m, &err) == DSV4_EINVAL, "'%s' accepted", bad[i]);
+        CHECKF(strstr(err.msg, "FP8,FP4,BF16") != NULL, "'%s': %s", bad[i], err.msg);
+    }
+}
+
 static void test_pool(struct test_ctx *t)
 {
     struct dsv4_pool *p;
@@ -1039,6 +1084,7 @@ const struct test_case test_group_kernels[] = {
     { "fast_ops_vs_reference", test_fast_ops_vs_ref },
     { "fast_activation_quantiser", test_fast_quantiser },
     { "i16_tiles_and_kernels", test_i16_kernels },
+    { "gemm_crossover_spec", test_gemm_min_spec },
     { "pool_parallel_for", test_pool },
     { "level_names_and_builds", test_level_pick },
     { NULL, NULL },

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#if DSV4_HAVE_X86
+#include <cpuid.h>
+#endif
 
 #if DSV4_HAVE_NEON
 static const char *const level_names[DSV4_CPU_LEVELS] = { "scalar", "neon", "avx512", "avx512bf16", "amx" };
@@ -117,33 +120,86 @@ const struct dsv4_kernels *dsv4_cpu_kernels_bf16(enum dsv4_cpu_level l)
     return NULL;
 }
 
-int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err)
+#if DSV4_HAVE_X86
+/* AMD Zen 5 (family 1Ah): full-width 512-bit units decode FP4 and BF16 rows in the shadow of
+ * the FMAs, so at the avx512 level the GEMV, which decodes per four tokens but keeps the
+ * weights in registers, beats the GEMM's decoded buffer up to at least 24 tokens (docs/PERF.md,
+ * "Where the GEMV beats the GEMM"). Elsewhere the default, measured on Zen 3 and Zen 4. */
+static bool cpu_is_zen5_or_later(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) return false; /* "Auth"enticAMD */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned family = (a >> 8) & 15u;
+    if (family == 15u) family += (a >> 20) & 255u;
+    return family >= 0x1Au;
+}
+#endif
+
+int dsv4_cpu_gemm_min(enum dsv4_cpu_level level, const char *spec, int min[4], struct dsv4_err *err)
+{
+    for (int i = 0; i < 4; i++) min[i] = DSV4_F32_GEMM_MIN_TOKENS;
+#if DSV4_HAVE_X86
+    if (level >= DSV4_CPU_AVX512 && cpu_is_zen5_or_later()) min[1] = min[2] = 17;
+#else
+    (void)level;
+#endif
+    if (!spec || !*spec) return DSV4_OK;
+    const char *p = spec;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        long  v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > DSV4_F32_GEMM_MIN_MAX || *end != (i < 2 ? ',' : '\0'))
+            return dsv4_err_set(err, DSV4_EINVAL,
+                                "GEMM crossovers '%s': want three token counts FP8,FP4,BF16 in 1..%d (e.g. 5,17,17)", spec,
+                                DSV4_F32_GEMM_MIN_MAX);
+        min[i] = (int)v;
+        p      = end + 1;
+    }
+    return DSV4_OK;
+}
+
+static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, const char *gemm_min, int n_threads,
+                  struct dsv4_err *err);
+
+int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, const char *gemm_min, int n_threads,
+                    struct dsv4_err *err)
 {
     enum dsv4_cpu_level level;
     bool                ref;
     *out   = NULL;
     int rc = dsv4_cpu_pick(level_name, &level, &ref, err);
     if (rc) return rc;
-    return dsv4_cpu_create_at(out, level, ref, n_threads, err);
+    return create(out, level, ref, gemm_min, n_threads, err);
 }
 
 int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads, struct dsv4_err *err)
+{
+    return create(out, level, ref, NULL, n_threads, err);
+}
+
+static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, const char *gemm_min, int n_threads,
+                  struct dsv4_err *err)
 {
     *out = NULL;
     if (!dsv4_cpu_level_built(level)) return not_built(level, err);
     if (level > dsv4_cpu_detect())
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", dsv4_cpu_level_name(level));
+    int gmin[4];
+    int rc = dsv4_cpu_gemm_min(level, gemm_min, gmin, err);
+    if (rc) return rc;
     struct dsv4_cpu *cpu = calloc(1, sizeof(*cpu));
     if (!cpu) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     cpu->level = level;
     cpu->ref   = ref;
-    int rc     = dsv4_pool_create(&cpu->pool, n_threads, err);
+    rc         = dsv4_pool_create(&cpu->pool, n_threads, err);
     if (rc) {
         free(cpu);
         return rc;
     }
     cpu->k         = dsv4_cpu_kernels(cpu->level);
     cpu->kb        = dsv4_cpu_kernels_bf16(cpu->level);
+    if (cpu->k->set_gemm_min) cpu->k->set_gemm_min(gmin);
     cpu->n_threads = dsv4_pool_threads(cpu->pool);
     *out           = cpu;
     return DSV4_OK;

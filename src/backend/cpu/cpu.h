@@ -80,6 +80,10 @@ struct dsv4_idx_bf16;
 struct dsv4_kernels {
     const char *name;
     int         gemm_tn; /* tokens per GEMM register tile (simd_kernels.inc K_TN; `dsv4 ops`) */
+    /* The token counts (fp8, fp4, bf16, f32) from which the f32 dot kernels take their GEMM
+     * instead of the GEMV (simd_kernels.inc; NULL for scalar): process-wide, same bits. */
+    void (*set_gemm_min)(const int min[4]);
+    void (*get_gemm_min)(int min[4]);
     void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
     void (*dot_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
     void (*dot_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
@@ -235,8 +239,13 @@ enum { DSV4_GEMM_PANEL = 32 };
 
 /* Token count from which the f32 kernels (avx2, avx512: simd_kernels.inc) decode four rows once
  * per chunk of inputs for every token instead of once per four tokens (the same bits either
- * way; `dsv4 ops` prints it). */
-enum { DSV4_F32_GEMM_MIN_TOKENS = 5 };
+ * way; `dsv4 ops` prints it): the default, and the limit of what dsv4_cpu_gemm_min accepts. */
+enum { DSV4_F32_GEMM_MIN_TOKENS = 5, DSV4_F32_GEMM_MIN_MAX = 64 };
+
+/* The crossovers (fp8, fp4, bf16, f32) the f32 kernels of `level` use on this CPU: spec NULL or
+ * "" = the ones measured for this core (cpu.c), else "FP8,FP4,BF16" token counts in
+ * 1..DSV4_F32_GEMM_MIN_MAX (the f32 one stays the default). DSV4_EINVAL names a bad spec. */
+int dsv4_cpu_gemm_min(enum dsv4_cpu_level level, const char *spec, int min[4], struct dsv4_err *err);
 
 extern const struct dsv4_kernels dsv4_kernels_scalar;
 #if DSV4_HAVE_NEON
@@ -275,8 +284,11 @@ extern const struct dsv4_backend_kind dsv4_backend_cpu;
 /* The same, declared not host-visible ("cpu-staged"): the model's device-memory path. */
 extern const struct dsv4_backend_kind dsv4_backend_cpu_staged;
 
-/* The level from dsv4_cpu_pick (environment), or an explicit one (tests, `dsv4 ops`). */
-int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, int n_threads, struct dsv4_err *err);
+/* The level from dsv4_cpu_pick (environment) and the GEMM crossovers from dsv4_cpu_gemm_min
+ * (gemm_min: its spec, NULL = this core's), or an explicit level with this core's crossovers
+ * (tests, `dsv4 ops`). */
+int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, const char *gemm_min, int n_threads,
+                     struct dsv4_err *err);
 int  dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads,
                         struct dsv4_err *err);
 void dsv4_cpu_free(struct dsv4_cpu *cpu);

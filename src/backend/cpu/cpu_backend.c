@@ -170,7 +170,7 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
 static int cpu_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
 {
     struct dsv4_cpu *cpu = NULL;
-    int              rc  = dsv4_cpu_create(&cpu, p->level, p->n_threads, err);
+    int              rc  = dsv4_cpu_create(&cpu, p->level, p->gemm_min, p->n_threads, err);
     *impl                = cpu;
     return rc;
 }
