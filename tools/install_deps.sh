@@ -18,7 +18,8 @@ set -u
 
 BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
-CROSS_PKGS="gcc-aarch64-linux-gnu qemu-user"
+# libc6-dev-arm64-cross: only a Recommends of gcc-aarch64-linux-gnu, which apt_install skips
+CROSS_PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 # runtime packages only: the host's headers serve the cross compiler (tools/cross_build.sh)
 ARM64_PKGS="libc6:arm64 libjansson4:arm64 libonig5:arm64 libmicrohttpd12:arm64"
 
