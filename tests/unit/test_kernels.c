@@ -773,14 +773,9 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
  * eligibility rules, GEMV and GEMM against the exact sums on awkward shapes (partial groups,
  * a view at a row offset, every token count up to 6 and 31 for the GEMM), and GEMM == GEMV
  * bit for bit. */
-static void test_i16_kernels(struct test_ctx *t)
+static void i16_kernels_at(struct test_ctx *t, enum dsv4_cpu_level level)
 {
-    if (dsv4_cpu_detect() < DSV4_CPU_AVX512BF16) {
-        test_skip(t, TEST_SKIP_MACHINE, "the tile kernels need AVX512-BF16, which %s",
-                  dsv4_cpu_level_built(DSV4_CPU_AVX512BF16) ? "this CPU lacks" : "is not built for this architecture");
-        return;
-    }
-    const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(DSV4_CPU_AVX512BF16);
+    const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(level);
     struct { enum dsv4_wfmt fmt; int n_out, n_in; } shapes[] = {
         { DSV4_WFMT_FP8, 5, 384 },  { DSV4_WFMT_FP8, 260, 1024 }, { DSV4_WFMT_FP8, 48, 128 },
         { DSV4_WFMT_FP4, 66, 512 }, { DSV4_WFMT_FP4, 16, 32 },    { DSV4_WFMT_FP4, 130, 2048 },
@@ -826,7 +821,7 @@ static void test_i16_kernels(struct test_ctx *t)
                 }
         r.l.wi = wi;
         r.l.si = sci;
-        int       ntg = 31;
+        int       ntg = 53; /* the AMX kernels: blocks of 16 and 32 tokens, a panel above 32 */
         float    *x = malloc(sizeof(float) * (size_t)ntg * K), *y = malloc(sizeof(float) * (size_t)ntg * O);
         float    *yv = malloc(sizeof(float) * (size_t)ntg * O);
         uint16_t *xb = malloc(2 * (size_t)ntg * K), *panel = malloc(2 * DSV4_GEMM_PANEL * (size_t)K);
@@ -836,8 +831,9 @@ static void test_i16_kernels(struct test_ctx *t)
         }
         memset(y, 0, sizeof(float) * (size_t)ntg * O);
         k->gemmb_i16(&r.l, 0, O, ntg, xb, K, y, O, panel);
-        /* the GEMV's tilings: 4 groups x up to 4 tokens, 2 groups x up to 12, passes of 12 */
-        static const int nts[] = { 1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 16, 25 };
+        /* the GEMV's tilings: 4 groups x up to 4 tokens, 2 groups x up to 12, passes of 12;
+         * AMX: one block of up to 16 tokens, two up to 32, passes of 32 */
+        static const int nts[] = { 1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 16, 17, 25, 32, 33, 48 };
         for (size_t i = 0; i < sizeof(nts) / sizeof(nts[0]); i++) {
             int nt = nts[i];
             memset(yv, 0, sizeof(float) * (size_t)ntg * O);
@@ -889,6 +885,25 @@ static void test_i16_kernels(struct test_ctx *t)
     r.l.row_off = 16;
     CHECK(!dsv4_i16_eligible(&r.l));
     free_lin(&r);
+}
+
+/* ... at avx512bf16 (VDPBF16PS) and amx (TDPBF16PS: other bits, the same invariance). */
+static void test_i16_kernels(struct test_ctx *t)
+{
+    enum dsv4_cpu_level top = dsv4_cpu_detect();
+    if (top < DSV4_CPU_AVX512BF16) {
+        test_skip(t, TEST_SKIP_MACHINE, "the tile kernels need AVX512-BF16, which %s",
+                  dsv4_cpu_level_built(DSV4_CPU_AVX512BF16) ? "this CPU lacks" : "is not built for this architecture");
+        return;
+    }
+    for (int lvl = DSV4_CPU_AVX512BF16; lvl <= (int)top; lvl++) {
+        int before = t->failures;
+        i16_kernels_at(t, (enum dsv4_cpu_level)lvl);
+        if (t->failures > before)
+            test_fail(t, __FILE__, __LINE__, "(the failures above are at level %s)",
+                      dsv4_cpu_level_name((enum dsv4_cpu_level)lvl));
+    }
+    test_levels_not_here(t, top, DSV4_CPU_AMX);
 }
 
 /* The activation quantiser of every level against the exact codec (dsv4_e4m3_from_f32,

@@ -114,6 +114,7 @@ const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l)
 const struct dsv4_kernels *dsv4_cpu_kernels_bf16(enum dsv4_cpu_level l)
 {
 #if DSV4_HAVE_X86
+    if (l >= DSV4_CPU_AMX) return &dsv4_kernels_amx;
     if (l >= DSV4_CPU_AVX512BF16) return &dsv4_kernels_avx512bf16;
 #endif
     (void)l;

@@ -3,8 +3,8 @@
  * state shared by all execution contexts of an engine (thread pool, chosen level).
  *
  * Levels, lowest first: scalar (plain C, always compiled), avx2 (AVX2+FMA+F16C), avx512
- * (F/BW/VL/DQ), avx512-bf16, amx (detected only: AMX-BF16 CPUs run the avx512bf16 kernels,
- * there are no AMX kernels). The best level the CPU and OS support is picked at engine open;
+ * (F/BW/VL/DQ), avx512-bf16, amx (the avx512bf16 kernels, with the projections on
+ * interleaved tiles on AMX: x86_amx_i16.c). The best level the CPU and OS support is picked at engine open;
  * dsv4_engine_params.cpu_level (the tools' --cpu-level or DSV4_CPU) =
  * scalar|avx2|avx512|avx512bf16|amx caps it (valgrind cannot run AVX-512: avx2). ISA code
  * lives in x86_*.c files compiled with their own -m flags and is only ever called after the
@@ -260,6 +260,13 @@ void dsv4_avx512bf16_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int n
                               int ldy);
 void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
                                int ldy, uint16_t *panel);
+/* The AMX table (x86_avx512bf16.c) and its tile kernels (x86_amx_i16.c); only after the CPU
+ * check, which also asks the kernel for the XTILEDATA permission. */
+extern const struct dsv4_kernels dsv4_kernels_amx;
+void   dsv4_amx_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
+void   dsv4_amx_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
+                          uint16_t *panel);
+double dsv4_amx_peak(long n);
 #endif
 /* A built level's tables, for code that must not name an x86 table (tests, cpu.c): the f32
  * kernels (scalar, avx2, or avx512 for avx512 and up) and the bf16-activation kernels

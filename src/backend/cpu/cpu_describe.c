@@ -60,6 +60,16 @@ static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
                  k->quant_f32 ? " (reference bits)" : "");
         return 0;
     }
+    if (cpu->level >= DSV4_CPU_AMX) {
+        snprintf(buf, cap,
+                 "amx: on 16-row tiles (made at load) TDPBF16PS, 32 tokens x 32 rows per pass, FP8/FP4 tiles decoded "
+                 "per 32 inputs, or once into a panel above 32 tokens (the same bits); release layout as avx512bf16: "
+                 "GEMV below %d (fp8, bf16) / %d (fp4) tokens, then bf16 panel GEMM; f32 weights: %s; activations "
+                 "quantised straight to bf16",
+                 dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP8, false), dsv4_cpu_gemm_min_tokens(DSV4_WFMT_FP4, false),
+                 k->name);
+        return 0;
+    }
     snprintf(buf, cap,
              "%s: on 16-row tiles (made at load) GEMV below %d (fp8) / %d (fp4) / %d (bf16) tokens, then GEMM; "
              "release layout GEMV below %d (fp8, bf16) / %d (fp4) tokens, then bf16 panel GEMM; f32 weights: %s; "

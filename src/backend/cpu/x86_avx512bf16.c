@@ -602,3 +602,22 @@ const struct dsv4_kernels dsv4_kernels_avx512bf16 = {
     .idx_keys   = dsv4_avx512bf16_idx_keys,
     .peak       = peak,
 };
+
+/* AMX-BF16: the same kernels, except the projections on interleaved tiles, which run on
+ * TDPBF16PS (x86_amx_i16.c, its own bits at every token count), and the peak of those. */
+const struct dsv4_kernels dsv4_kernels_amx = {
+    .name       = "amx",
+    .dotb_fp8   = dotb_fp8,
+    .dotb_fp4   = dotb_fp4,
+    .dotb_bf16  = dotb_bf16,
+    .to_bf16    = to_bf16,
+    .quant_bf16 = quant_bf16,
+    .gemmb      = gemm_rows,
+    .dotb_i16   = dsv4_amx_dotb_i16,
+    .gemmb_i16  = dsv4_amx_gemmb_i16,
+    .attn_rows  = dsv4_avx512bf16_attn_rows,
+    .attn_heads = dsv4_avx512bf16_attn_heads,
+    .idx_query  = dsv4_avx512bf16_idx_query,
+    .idx_keys   = dsv4_avx512bf16_idx_keys,
+    .peak       = dsv4_amx_peak,
+};
