@@ -239,9 +239,11 @@ static int input_items(json_t *input, json_t *list, struct srv_api_error *e)
             }
             srv_buf_free(&text);
         } else if (type && !strcmp(type, "reasoning")) {
+            /* the text is in content (reasoning_text) or summary (summary_text); an item with
+             * neither adds none (and nothing is allocated for it: issue 35's leak) */
             json_t *c = json_object_get(it, "content"), *s = json_object_get(it, "summary");
-            rc = parts_text(json_is_array(c) && json_array_size(c) ? c : json_is_array(s) ? s : json_array(), what,
-                            &reasoning, e);
+            json_t *parts = json_is_array(c) && json_array_size(c) ? c : json_is_array(s) ? s : NULL;
+            rc = parts ? parts_text(parts, what, &reasoning, e) : 0;
         } else if (type && !strcmp(type, "function_call")) {
             const char *id = json_string_value(json_object_get(it, "call_id"));
             const char *nm = json_string_value(json_object_get(it, "name"));
