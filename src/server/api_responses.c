@@ -279,12 +279,12 @@ static int parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, stru
     if (refuse_unknown(c, o, e) || srv_json_int(o, "max_output_tokens", 1, INT32_MAX, &max_out, e)) return -1;
     struct srv_chat ch;
     srv_chat_init(&ch);
-    ch.cp.mode         = DSV4_CHAT_MODE_CHAT;
-    ch.param           = "input";
-    ch.format          = json_object_get(srv_json_field(o, "text"), "format");
-    ch.format_param    = "text";
-    ch.format_flat     = true;
-    int rc             = parse_options(c, o, g, &ch.cp, e);
+    ch.cp.mode      = DSV4_CHAT_MODE_CHAT;
+    ch.param        = "input";
+    ch.format       = json_object_get(srv_json_field(o, "text"), "format");
+    ch.format_param = "text";
+    ch.format_flat  = true;
+    int rc          = parse_options(c, o, g, &ch.cp, e);
     if (!rc) rc = conversation(c, o, &ch, g, e);
     if (!rc) rc = srv_req_chat(c, &ch, false, g, e);
     srv_chat_free(&ch);

@@ -4,7 +4,8 @@
  * the tool choice, the output format, the thinking mode), and this file does the rest once:
  * tools converted to function tools, the document rendered (dsv4_chat_render_json, the
  * DeepSeek-V4 encoding) and tokenized, a forced call's opening appended, the output
- * constrained (a JSON format, strict tools, a thinking budget), the limit applied.
+ * constrained (a JSON format, strict tools, a thinking budget). The dialect then applies the
+ * limit (request.c's rule) to the prompt this leaves.
  *
  * The encoding renders tools and format hints on a leading system message only, so one is
  * put first when the conversation has none (srv_req_lead_system).
