@@ -18,17 +18,17 @@
  *   thinking {type: enabled|adaptive}   -> thinking mode (budget_tokens: at most that many tokens
  *                                          of reasoning, then </think> is forced); disabled or
  *                                          absent -> chat mode
- *   tool_choice any / tool              -> a forced call (srv_api_force_tool; not with thinking)
+ *   tool_choice any / tool              -> a forced call (request_chat.c; not with thinking)
  * Not supported, refused with a 400 that says so: images and documents, server tools, a
  * trailing assistant message (prefill).
- * max_tokens is required (as the API requires it) and clipped to the context left.
+ * max_tokens is required (as the API requires it) and follows the core's rule (request.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
-#include "server/server.h"
+#include "server/api.h"
 
 /* ------------------------------------------------------------------ errors */
 
@@ -81,8 +81,7 @@ static int refuse_unknown(json_t *o, struct srv_api_error *e)
     if (!key) return 0;
     srv_api_fail(e, 400, NULL, "%s: Extra inputs are not permitted (dsv4 does not implement it; docs/SERVER.md lists "
                                "the fields it accepts)", key);
-    snprintf(e->param_buf, sizeof(e->param_buf), "%s", key);
-    e->param = e->param_buf;
+    srv_api_param(e, key);
     return -1;
 }
 
@@ -106,11 +105,6 @@ static int text_of(json_t *content, const char *what, struct srv_buf *out, struc
         srv_buf_put(out, json_string_value(t), json_string_length(t));
     }
     return 0;
-}
-
-static json_t *jbuf(const struct srv_buf *b)
-{
-    return json_stringn(b->p ? b->p : "", b->len);
 }
 
 /* One user message: tool results first (as tool messages), then its text. */
@@ -145,7 +139,7 @@ static int user_message(json_t *content, size_t mi, json_t *list, struct srv_api
                 snprintf(rwhat, sizeof(rwhat), "%s[%zu].content", what, i);
                 if (rcontent && !json_is_null(rcontent)) rc = text_of(rcontent, rwhat, &r, e);
                 if (!rc) {
-                    json_t *m = json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id, "content", jbuf(&r));
+                    json_t *m = json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id, "content", srv_json_buf(&r));
                     if (!m || json_array_append_new(list, m)) rc = srv_api_fail(e, 500, NULL, "out of memory");
                 }
                 srv_buf_free(&r);
@@ -158,7 +152,7 @@ static int user_message(json_t *content, size_t mi, json_t *list, struct srv_api
         }
     }
     if (!rc && (text.len || json_is_string(content))) {
-        json_t *m = json_pack("{s:s, s:o}", "role", "user", "content", jbuf(&text));
+        json_t *m = json_pack("{s:s, s:o}", "role", "user", "content", srv_json_buf(&text));
         if (!m || json_array_append_new(list, m)) rc = srv_api_fail(e, 500, NULL, "out of memory");
     }
     if (!rc && text.oom) rc = srv_api_fail(e, 500, NULL, "out of memory");
@@ -217,8 +211,8 @@ static int assistant_message(json_t *content, size_t mi, json_t *list, struct sr
         }
     }
     if (!rc) {
-        json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", jbuf(&text));
-        if (m && reasoning.len) json_object_set_new(m, "reasoning_content", jbuf(&reasoning));
+        json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", srv_json_buf(&text));
+        if (m && reasoning.len) json_object_set_new(m, "reasoning_content", srv_json_buf(&reasoning));
         if (m && json_array_size(calls)) json_object_set(m, "tool_calls", calls);
         if (!m || json_array_append_new(list, m) || text.oom || reasoning.oom)
             rc = srv_api_fail(e, 500, NULL, "out of memory");
@@ -229,73 +223,20 @@ static int assistant_message(json_t *content, size_t mi, json_t *list, struct sr
     return rc;
 }
 
-/* tools -> OpenAI-style function tools (NULL when there are none to offer). */
-static int tools_of(json_t *tools, json_t **out, struct srv_api_error *e)
-{
-    *out = NULL;
-    if (!tools) return 0;
-    if (!json_is_array(tools)) return srv_api_fail(e, 400, "tools", "'tools' must be an array");
-    json_t *fn_tools = json_array();
-    if (!fn_tools) return srv_api_fail(e, 500, NULL, "out of memory");
-    size_t  i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(json_object_get(t, "type"));
-        const char *name = json_string_value(json_object_get(t, "name"));
-        json_t     *sch  = json_object_get(t, "input_schema");
-        json_t     *desc = json_object_get(t, "description");
-        if (!json_is_object(t) || (type && strcmp(type, "custom") != 0)) {
-            json_decref(fn_tools);
-            return srv_api_fail(e, 400, "tools", "tools[%zu] has type \"%s\": dsv4 runs client tools only (name, "
-                                "description, input_schema)", i, type ? type : "?");
-        }
-        if (!name || !name[0] || !json_is_object(sch) || (desc && !json_is_null(desc) && !json_is_string(desc))) {
-            json_decref(fn_tools);
-            return srv_api_fail(e, 400, "tools", "tools[%zu] needs a non-empty name, an input_schema object and a "
-                                "string description (if any)", i);
-        }
-        json_t *fn = json_pack("{s:s}", "name", name);
-        if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
-        if (fn) json_object_set(fn, "parameters", sch);
-        if (fn && json_is_true(json_object_get(t, "strict"))) json_object_set_new(fn, "strict", json_true());
-        json_t *tool = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
-        if (!tool || json_array_append_new(fn_tools, tool)) {
-            json_decref(fn_tools);
-            return srv_api_fail(e, 500, NULL, "out of memory");
-        }
-    }
-    if (json_array_size(fn_tools) == 0) json_decref(fn_tools), fn_tools = NULL;
-    *out = fn_tools;
-    return 0;
-}
+/* Anthropic's tools {name, description, input_schema}, to the core's function tools. */
+static const struct srv_tool_shape TOOLS = {
+    .type = NULL, .schema = "input_schema", .schema_required = true,
+    .only = "dsv4 runs client tools only (name, description, input_schema)",
+    .needs = "a non-empty name, an input_schema object and a string description (if any)",
+};
 
-static int parse_sampling(json_t *o, struct srv_gen *g, struct srv_api_error *e)
+static int parse_sampling(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    double    temp = 1.0, top_p = 1.0;
-    long long top_k = 0;
-    if (srv_json_num(o, "temperature", 0, 1, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||
-        srv_json_int(o, "top_k", 0, 1 << 30, &top_k, e) || srv_json_bool(o, "stream", &g->stream, e))
+    static const struct srv_sampling_spec spec = { .temp_max = 1, .top_k_min = 0 };
+    if (srv_req_sampling(c, o, &spec, g, e) || srv_json_bool(o, "stream", &g->stream, e) ||
+        srv_req_stop(o, "stop_sequences", false, g, e))
         return -1;
-    g->sp.temperature = (float)temp;
-    g->sp.top_p       = (float)top_p;
-    g->sp.top_k       = (int)top_k;
-    g->sp.seed        = srv_random_u64();
-    json_t *stop = srv_json_field(o, "stop_sequences");
-    if (stop) {
-        if (!json_is_array(stop) || json_array_size(stop) > SRV_MAX_STOP)
-            return srv_api_fail(e, 400, "stop_sequences", "'stop_sequences' must be an array of at most %d strings",
-                                SRV_MAX_STOP);
-        size_t  i;
-        json_t *s;
-        json_array_foreach(stop, i, s) {
-            size_t len = json_string_length(s);
-            if (!json_is_string(s) || len == 0 || len > SRV_MAX_STOP_LEN || strlen(json_string_value(s)) != len)
-                return srv_api_fail(e, 400, "stop_sequences", "each stop sequence must be a string of 1 to %d bytes "
-                                    "without NUL", SRV_MAX_STOP_LEN);
-            memcpy(g->stop[g->n_stop++], json_string_value(s), len + 1);
-        }
-    }
-    return srv_api_speculative(o, g, e); /* as on the OpenAI paths */
+    return srv_req_speculative(o, g, e); /* as on the OpenAI paths */
 }
 
 static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, long long *budget, struct srv_api_error *e)
@@ -314,7 +255,7 @@ static int parse_thinking(json_t *o, struct dsv4_chat_params *cp, long long *bud
     return 0;
 }
 
-static int parse_tool_choice(json_t *o, json_t **tools, bool *force, const char **forced, struct srv_api_error *e)
+static int parse_tool_choice(json_t *o, struct srv_chat *ch, struct srv_api_error *e)
 {
     json_t *tc = srv_json_field(o, "tool_choice");
     if (!tc) return 0;
@@ -322,19 +263,19 @@ static int parse_tool_choice(json_t *o, json_t **tools, bool *force, const char 
     if (!json_is_object(tc) || !type)
         return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be an object with a \"type\"");
     if (!strcmp(type, "none")) {
-        json_decref(*tools);
-        *tools = NULL;
+        json_decref(ch->tools);
+        ch->tools = NULL;
         return 0;
     }
     if (!strcmp(type, "auto")) return 0;
     if (!strcmp(type, "any") || !strcmp(type, "tool")) {
         const char *name = json_string_value(json_object_get(tc, "name"));
-        if (!*tools) return srv_api_fail(e, 400, "tool_choice", "tool_choice \"%s\" needs tools", type);
-        if (!strcmp(type, "tool") && (!name || !srv_api_has_tool(*tools, name)))
+        if (!ch->tools) return srv_api_fail(e, 400, "tool_choice", "tool_choice \"%s\" needs tools", type);
+        if (!strcmp(type, "tool") && (!name || !srv_req_has_tool(ch->tools, name)))
             return srv_api_fail(e, 400, "tool_choice", "tool_choice names %s%s%s, which is not in tools",
                                 name ? "'" : "no tool", name ? name : "", name ? "'" : "");
-        *force = true;
-        *forced = !strcmp(type, "tool") ? name : NULL;
+        ch->force  = true;
+        ch->forced = !strcmp(type, "tool") ? name : NULL;
         return 0;
     }
     return srv_api_fail(e, 400, "tool_choice", "tool_choice.type is \"%s\"; use auto, any, tool or none", type);
@@ -347,7 +288,7 @@ static int messages_of(json_t *o, json_t *list, struct srv_api_error *e)
     if (sys) {
         struct srv_buf b = { 0 };
         int            rc = text_of(sys, "system", &b, e);
-        json_t        *m  = rc ? NULL : json_pack("{s:s, s:o}", "role", "system", "content", jbuf(&b));
+        json_t        *m  = rc ? NULL : json_pack("{s:s, s:o}", "role", "system", "content", srv_json_buf(&b));
         srv_buf_free(&b);
         if (rc) return -1;
         if (!m || json_array_append_new(list, m)) return srv_api_fail(e, 500, NULL, "out of memory");
@@ -375,77 +316,58 @@ static int messages_of(json_t *o, json_t *list, struct srv_api_error *e)
     return 0;
 }
 
-int srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+/* model and max_tokens, both required on /v1/messages (count_tokens needs neither). */
+static int model_and_limit(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, long long *max_tokens,
+                           struct srv_api_error *e)
 {
-    if (!c->tok)
-        return srv_api_fail(e, 400, NULL, "this model has no tokenizer.json, so it cannot chat: use /v1/completions "
-                            "with token ids");
-    if (refuse_unknown(o, e)) return -1;
     json_t *model = srv_json_field(o, "model");
     if (g->kind == SRV_API_MESSAGES && !model) return srv_api_fail(e, 400, "model", "model: Field required");
     if (model && !json_is_string(model)) return srv_api_fail(e, 400, "model", "model: must be a string");
     if (model && strcmp(json_string_value(model), c->model_name) != 0)
         return srv_api_fail(e, 404, "model", "model: %s (this server serves '%s')", json_string_value(model),
                             c->model_name);
-    long long max_tokens = 0;
-    if (srv_json_int(o, "max_tokens", 1, INT32_MAX, &max_tokens, e)) return -1;
-    if (g->kind == SRV_API_MESSAGES && max_tokens == 0)
+    if (srv_json_int(o, "max_tokens", 1, INT32_MAX, max_tokens, e)) return -1;
+    if (g->kind == SRV_API_MESSAGES && *max_tokens == 0)
         return srv_api_fail(e, 400, "max_tokens", "max_tokens: Field required");
-    if (parse_sampling(o, g, e)) return -1;
-    struct dsv4_chat_params cp;
-    dsv4_chat_params_default(&cp);
-    cp.mode          = DSV4_CHAT_MODE_CHAT;
-    long long budget = -1; /* thinking.budget_tokens: reasoning tokens at most */
-    if (parse_thinking(o, &cp, &budget, e)) return -1;
-
-    json_t     *tools  = NULL;
-    bool        force  = false;
-    const char *forced = NULL; /* points into the request: used before o is freed */
-    if (tools_of(srv_json_field(o, "tools"), &tools, e) || parse_tool_choice(o, &tools, &force, &forced, e)) {
-        json_decref(tools);
-        return -1;
-    }
-    json_t *list = json_array();
-    int     rc   = list ? messages_of(o, list, e) : srv_api_fail(e, 500, NULL, "out of memory");
-    if (!rc && tools) { /* the encoding renders tools on a leading system message only */
-        const char *role0 = json_string_value(json_object_get(json_array_get(list, 0), "role"));
-        if (!role0 || strcmp(role0, "system") != 0)
-            json_array_insert_new(list, 0, json_pack("{s:s, s:s}", "role", "system", "content", ""));
-    }
-    json_t *doc = rc ? NULL : json_pack("{s:O}", "messages", list);
-    json_decref(list);
-    if (doc && tools) json_object_set(doc, "tools", tools);
-    g->tools = tools != NULL;
-    json_decref(tools);
-    if (rc) return -1;
-    if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
-    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
-    if (g->kind == SRV_API_COUNT) return 0;
-    if (c->json_vocab && g->tools) { /* strict tools: the arguments of the calls are constrained */
-        json_t              *fn_tools = NULL;
-        struct srv_api_error ignored; /* the tools were checked above */
-        tools_of(srv_json_field(o, "tools"), &fn_tools, &ignored);
-        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, force, forced, g, e) : 0;
-        json_decref(fn_tools);
-        if (rc2) return -1;
-    }
-    int32_t think_end;
-    if (budget > 0 && dsv4_tokenizer_token_id(c->tok, "</think>", &think_end, NULL) == DSV4_OK) {
-        /* past the budget only </think> may come (the constraint machinery, alone or on the
-         * strict tools' one) */
-        struct dsv4_err err;
-        if (g->constraint) dsv4_constraint_set_think_budget(g->constraint, (int)budget);
-        else if (dsv4_constraint_new_think(&g->constraint, c->tok, think_end, (int)budget, &err))
-            return srv_api_fail(e, 500, NULL, "%s", err.msg);
-    }
-    if (g->n_prompt >= c->ctx)
-        return srv_api_fail(e, 400, "messages", "prompt is too long: %d tokens > %d maximum (the server's context "
-                            "leaves no room for an answer)", g->n_prompt, c->ctx - 1);
-    g->max_tokens = max_tokens < c->ctx - g->n_prompt ? (int)max_tokens : c->ctx - g->n_prompt;
     return 0;
 }
 
-/* ------------------------------------------------------------------ responses */
+static int parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    if (!c->tok)
+        return srv_api_fail(e, 400, NULL, "this model has no tokenizer.json, so it cannot chat: use /v1/completions "
+                            "with token ids");
+    long long max_tokens = 0;
+    if (refuse_unknown(o, e) || model_and_limit(c, o, g, &max_tokens, e) || parse_sampling(c, o, g, e)) return -1;
+    struct srv_chat ch;
+    srv_chat_init(&ch);
+    ch.cp.mode = DSV4_CHAT_MODE_CHAT;
+    int rc     = parse_thinking(o, &ch.cp, &ch.think_budget, e);
+    if (!rc) rc = srv_req_tools(srv_json_field(o, "tools"), &TOOLS, &ch.tools, e);
+    if (!rc) rc = parse_tool_choice(o, &ch, e);
+    if (!rc && !(ch.messages = json_array())) rc = srv_api_fail(e, 500, NULL, "out of memory");
+    if (!rc) rc = messages_of(o, ch.messages, e);
+    if (!rc) rc = srv_req_chat(c, &ch, g->kind == SRV_API_COUNT, g, e);
+    srv_chat_free(&ch);
+    if (rc || g->kind == SRV_API_COUNT) return rc ? -1 : 0;
+    rc = srv_req_limit(c, max_tokens, "max_tokens", 0, g, e);
+    if (rc == SRV_REQ_NO_ROOM)
+        return srv_api_fail(e, 400, "messages", "prompt is too long: %d tokens > %d maximum (the server's context "
+                            "leaves no room for an answer)", g->n_prompt, c->ctx - 1);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ answers */
+
+/* What one flush (streaming) or the whole answer holds, in the terms of this API. */
+struct srv_anth_out {
+    const char           *id, *model;
+    const struct srv_buf *reasoning, *content;
+    json_t               *calls;         /* OpenAI-shaped tool calls {id, function: {name, arguments}} */
+    const char           *stop_reason;   /* end_turn, max_tokens, stop_sequence, tool_use */
+    const char           *stop_sequence; /* the one that matched, or NULL */
+    int                   n_prompt, n_cached, n_out;
+};
 
 static void sse_event(struct srv_buf *sse, const char *name, json_t *o)
 {
@@ -478,7 +400,7 @@ static json_t *tool_use_block(json_t *call)
                      json_object_get(fn, "name"), "input", in);
 }
 
-json_t *srv_anth_message(const struct srv_anth_out *a)
+static json_t *message(const struct srv_anth_out *a)
 {
     json_t *content = json_array();
     if (a->reasoning && a->reasoning->len)
@@ -498,7 +420,7 @@ json_t *srv_anth_message(const struct srv_anth_out *a)
                      usage(a->n_prompt, a->n_cached, a->n_out));
 }
 
-void srv_anth_stream_begin(const struct srv_anth_out *a, struct srv_buf *sse)
+static void stream_begin(const struct srv_anth_out *a, struct srv_buf *sse)
 {
     json_t *msg = json_pack("{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}", "id", a->id, "type", "message", "role",
                             "assistant", "model", a->model, "content", "stop_reason", "stop_sequence", "usage",
@@ -541,7 +463,7 @@ static void text_delta(struct srv_anth_stream *st, enum srv_anth_block kind, con
                         th ? "thinking_delta" : "text_delta", key, srv_json_str(b->p, b->len)));
 }
 
-void srv_anth_stream_delta(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse)
+static void stream_delta(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse)
 {
     text_delta(st, SRV_ANTH_THINKING, a->reasoning, sse);
     text_delta(st, SRV_ANTH_TEXT, a->content, sse);
@@ -562,7 +484,7 @@ void srv_anth_stream_delta(struct srv_anth_stream *st, const struct srv_anth_out
     }
 }
 
-void srv_anth_stream_end(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse)
+static void stream_end(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse)
 {
     block_stop(st, sse);
     sse_event(sse, "message_delta",
@@ -572,8 +494,53 @@ void srv_anth_stream_end(struct srv_anth_stream *st, const struct srv_anth_out *
     sse_event(sse, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
-void srv_anth_stream_error(struct srv_anth_stream *st, const struct srv_api_error *e, struct srv_buf *sse)
+static struct srv_anth_out anth_out(const struct srv_out *o, const char *stop_reason, int n_cached)
 {
-    block_stop(st, sse);
-    sse_event(sse, "error", anth_error_obj(e));
+    return (struct srv_anth_out){ .id = o->id, .model = o->model, .reasoning = &o->reasoning, .content = &o->content,
+                                  .calls = o->calls, .stop_reason = stop_reason,
+                                  .stop_sequence = o->stopped ? o->stop[o->stop_hit] : NULL, .n_prompt = o->n_prompt,
+                                  .n_cached = n_cached, .n_out = o->n_tok };
 }
+
+/* Streaming: message_start and a ping. */
+static void begin(struct srv_out *o, struct srv_buf *sse)
+{
+    struct srv_anth_out a = anth_out(o, NULL, 0);
+    stream_begin(&a, sse);
+}
+
+/* Streaming: the content blocks of what the pipeline produced (the end comes from end). */
+static void delta(struct srv_out *o, struct srv_buf *sse)
+{
+    struct srv_anth_out a = anth_out(o, NULL, 0);
+    stream_delta(&o->anth, &a, sse);
+    srv_out_clear_delta(o);
+}
+
+/* The end of an Anthropic answer: stop_reason from the OpenAI finish reason (and the stop
+ * sequence that matched); an error is an "error" event mid-stream or an error body. */
+static int end(struct srv_out *o, const struct srv_api_error *e, const char *finish, int n_cached,
+               struct srv_buf *sse, struct srv_buf *body)
+{
+    const char *reason = o->stopped                    ? "stop_sequence"
+                         : !strcmp(finish, "length")     ? "max_tokens"
+                         : !strcmp(finish, "tool_calls") ? "tool_use"
+                                                         : "end_turn";
+    struct srv_anth_out a = anth_out(o, reason, n_cached);
+    if (o->stream) {
+        stream_delta(&o->anth, &a, sse);
+        if (e) {
+            block_stop(&o->anth, sse);
+            sse_event(sse, "error", anth_error_obj(e));
+        } else {
+            stream_end(&o->anth, &a, sse);
+        }
+        return 200;
+    }
+    return srv_out_body(o, e ? NULL : message(&a), e, body);
+}
+
+const struct srv_dialect srv_dialect_anthropic = {
+    .id_prefix = "msg_", .call_prefix = "toolu_", .parse = parse, .begin = begin, .delta = delta, .end = end,
+    .error = srv_anth_error_json,
+};

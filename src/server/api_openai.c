@@ -1,164 +1,35 @@
 /*
- * api_openai.c - OpenAI-compatible requests: POST /v1/chat/completions and /v1/completions
- * bodies parsed with jansson, validated field by field, and turned into a generation
- * request (prompt ids, sampling, limits); plus the error shape and GET /v1/models.
+ * api_openai.c - the OpenAI dialect: POST /v1/chat/completions and /v1/completions, bodies
+ * validated field by field into a generation request, and answers written as OpenAI's
+ * chat.completion / text_completion objects or their SSE chunks (with logprobs, usage and
+ * several choices, "n").
  *
  * Validation rules: a field that is absent or null takes its default; a field of the
  * wrong type or out of range is a 400 whose message names it (and "param" says which);
- * features dsv4 does not implement (echo, best_of, suffix) are refused with 400 rather than silently ignored, so a client
- * never gets output it did not ask for. For the same reason an unknown top-level field is a
- * 400 naming it, as OpenAI's API does (a "grammar" or "mirostat" that silently did nothing
- * would be a wrong answer); only a short allow-list of fields that SDKs send and that cannot
- * change the output (user, metadata, store, ...) is accepted and ignored.
+ * features dsv4 does not implement (echo, best_of, suffix) are refused with 400 rather than
+ * silently ignored, so a client never gets output it did not ask for. For the same reason an
+ * unknown top-level field is a 400 naming it, as OpenAI's API does (a "grammar" or "mirostat"
+ * that silently did nothing would be a wrong answer); only a short allow-list of fields that
+ * SDKs send and that cannot change the output (user, metadata, store, ...) is accepted and
+ * ignored.
  *
- * Chat prompts: the messages go through dsv4_chat_render_json (the DeepSeek-V4 encoding);
- * tools, and a response_format hint, are attached to a system message (an empty one is put
- * first when the conversation has none, since the encoding renders tools only there).
- * Thinking mode comes from reasoning_effort or chat_template_kwargs.thinking.
+ * Chat prompts: the messages are already the V4 chat document's; tools, and a
+ * response_format hint, go on a leading system message (request_chat.c does the rest).
+ * Thinking mode comes from reasoning_effort or chat_template_kwargs.thinking. Sampling,
+ * stop strings and the max_tokens rule are the request core's (request.c).
  *
  * Everything here runs on connection threads and touches only the request and immutable
  * objects (the tokenizer).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
-#include "server/server.h"
+#include "server/api.h"
 
-/* ------------------------------------------------------------------ errors */
-
-int srv_api_fail(struct srv_api_error *e, int status, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->param  = param;
-    e->code   = NULL;
-    switch (status) {
-    case 401:
-        e->type = "invalid_request_error";
-        e->code = "invalid_api_key";
-        break;
-    case 404: e->type = "invalid_request_error"; e->code = "not_found"; break;
-    case 413: e->type = "invalid_request_error"; e->code = "request_too_large"; break;
-    case 429: e->type = "rate_limit_error"; e->code = "queue_full"; break;
-    case 503: e->type = "service_unavailable"; break;
-    default: e->type = status >= 500 ? "server_error" : "invalid_request_error"; break;
-    }
-    return -1;
-}
-
-char *srv_api_error_json(const struct srv_api_error *e, size_t *len)
-{
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->msg, "type", e->type, "param",
-                          e->param ? json_string(e->param) : json_null(), "code",
-                          e->code ? json_string(e->code) : json_null());
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!s) { /* the message was not UTF-8 (it quotes client input): say less */
-        o = json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", "invalid request (the detail is not UTF-8)",
-                      "type", e->type, "param", "code");
-        s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-    }
-    if (s && len) *len = strlen(s);
-    return s;
-}
-
-/* ------------------------------------------------------------------ small helpers */
-
-int srv_json_depth(const char *s, size_t n)
-{
-    int  depth = 0, max = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max) max = depth;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return max;
-}
-
-/* Random 64-bit values for ids and default seeds: splitmix64 over a shared counter seeded
- * once from the clock, so concurrent requests never draw the same value. */
-static _Atomic uint64_t rand_ctr;
-static pthread_once_t   rand_once = PTHREAD_ONCE_INIT;
-
-static void rand_seed(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    atomic_store(&rand_ctr, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30));
-}
-
-uint64_t srv_random_u64(void)
-{
-    pthread_once(&rand_once, rand_seed);
-    uint64_t z = atomic_fetch_add(&rand_ctr, 0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
-    z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void srv_api_make_id(char *out, size_t cap, const char *prefix)
-{
-    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)srv_random_u64(),
-             (unsigned long long)(srv_random_u64() & 0xffffffffu));
-}
-
-/* The field, or NULL when absent or null. */
-json_t *srv_json_field(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-int srv_json_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e)
-{
-    json_t *v = srv_json_field(o, key);
-    if (!v) return 0;
-    if (!json_is_boolean(v)) return srv_api_fail(e, 400, key, "'%s' must be a boolean", key);
-    *out = json_is_true(v);
-    return 0;
-}
-
-int srv_json_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
-                   struct srv_api_error *e)
-{
-    json_t *v = srv_json_field(o, key);
-    if (!v) return 0;
-    if (!json_is_number(v)) return srv_api_fail(e, 400, key, "'%s' must be a number", key);
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi) || (lo_open && x == lo))
-        return srv_api_fail(e, 400, key, "'%s' is %g; it must be in %s%g, %g]", key, x, lo_open ? "(" : "[", lo, hi);
-    *out = x;
-    return 0;
-}
-
-int srv_json_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e)
-{
-    json_t *v = srv_json_field(o, key);
-    if (!v) return 0;
-    if (!json_is_integer(v)) return srv_api_fail(e, 400, key, "'%s' must be an integer", key);
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) return srv_api_fail(e, 400, key, "'%s' is %lld; it must be in [%lld, %lld]", key, x, lo, hi);
-    *out = x;
-    return 0;
-}
-
-/* ------------------------------------------------------------------ known fields */
+/* ------------------------------------------------------------------ requests */
 
 /* Read by the parsers below (both endpoints, or the one named). */
 static const char *const FIELDS_COMMON[] = {
@@ -175,19 +46,6 @@ static const char *const FIELDS_IGNORED[] = {
     "user", "metadata", "store", "parallel_tool_calls", "service_tier", "safety_identifier", "prompt_cache_key", NULL,
 };
 
-const char *srv_json_unknown_key(json_t *o, const char *const *lists[], int n_lists)
-{
-    const char *key;
-    json_t     *v;
-    json_object_foreach(o, key, v) {
-        bool known = false;
-        for (int l = 0; l < n_lists && !known; l++)
-            for (const char *const *k = lists[l]; *k && !known; k++) known = !strcmp(key, *k);
-        if (!known) return key;
-    }
-    return NULL;
-}
-
 static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_error *e)
 {
     const char *const *lists[] = { FIELDS_COMMON, FIELDS_IGNORED, kind == SRV_API_CHAT ? FIELDS_CHAT : FIELDS_COMPLETION };
@@ -199,43 +57,9 @@ static int refuse_unknown(json_t *o, enum srv_api_kind kind, struct srv_api_erro
         else
             srv_api_fail(e, 400, NULL, "Unrecognized request argument supplied: %s (dsv4 does not implement it; "
                                        "docs/SERVER.md lists the fields it accepts)", key);
-        snprintf(e->param_buf, sizeof(e->param_buf), "%s", key);
-        e->param = e->param_buf;
-        e->code  = "unknown_parameter";
+        srv_api_param(e, key);
+        e->code = "unknown_parameter";
         return -1;
-    }
-    return 0;
-}
-
-/* presence_penalty, frequency_penalty (OpenAI: [-2, 2]), repetition_penalty (vLLM: (0, 2]...
- * taken up to 10) and logit_bias ({"token id": bias in [-100, 100]}, at most 300). */
-static int parse_penalties(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
-{
-    double pp = 0, fp = 0, rp = 1;
-    if (srv_json_num(o, "presence_penalty", -2, 2, false, &pp, e) ||
-        srv_json_num(o, "frequency_penalty", -2, 2, false, &fp, e) ||
-        srv_json_num(o, "repetition_penalty", 0, 10, true, &rp, e))
-        return -1;
-    g->sp.presence_penalty   = (float)pp;
-    g->sp.frequency_penalty  = (float)fp;
-    g->sp.repetition_penalty = (float)rp;
-    json_t *lb = srv_json_field(o, "logit_bias");
-    if (!lb) return 0;
-    if (!json_is_object(lb)) return srv_api_fail(e, 400, "logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
-    if (json_object_size(lb) > DSV4_MAX_LOGIT_BIAS)
-        return srv_api_fail(e, 400, "logit_bias", "'logit_bias' has %zu entries; at most %d", json_object_size(lb),
-                            DSV4_MAX_LOGIT_BIAS);
-    const char *key;
-    json_t     *v;
-    json_object_foreach(lb, key, v) {
-        char     *end = NULL;
-        long long id  = strtoll(key, &end, 10);
-        if (!key[0] || *end || id < 0 || id >= c->vocab)
-            return srv_api_fail(e, 400, "logit_bias", "logit_bias key '%.40s' is not a token id (0 to %d)", key, c->vocab - 1);
-        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
-            return srv_api_fail(e, 400, "logit_bias", "logit_bias[%s] must be a number in [-100, 100]", key);
-        g->sp.bias_id[g->sp.n_bias] = (int32_t)id;
-        g->sp.bias[g->sp.n_bias++]  = (float)json_number_value(v);
     }
     return 0;
 }
@@ -250,145 +74,6 @@ static int refuse_unsupported(json_t *o, struct srv_api_error *e)
     if (srv_json_bool(o, "echo", &echo, e)) return -1;
     if (echo) return srv_api_fail(e, 400, "echo", "'echo' is not supported by dsv4");
     if (srv_json_field(o, "suffix")) return srv_api_fail(e, 400, "suffix", "'suffix' is not supported by dsv4");
-    return 0;
-}
-
-static int parse_stop(json_t *o, struct srv_gen *g, struct srv_api_error *e)
-{
-    json_t *v = srv_json_field(o, "stop");
-    if (!v) return 0;
-    json_t *one[1] = { v };
-    json_t **items = one;
-    size_t   n     = 1;
-    if (json_is_array(v)) {
-        n = json_array_size(v);
-        if (n > SRV_MAX_STOP)
-            return srv_api_fail(e, 400, "stop", "'stop' has %zu strings; at most %d are supported", n, SRV_MAX_STOP);
-        items = NULL;
-    } else if (!json_is_string(v)) {
-        return srv_api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = items ? items[i] : json_array_get(v, i);
-        if (!json_is_string(s)) return srv_api_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
-        size_t len = json_string_length(s);
-        if (len == 0 || len > SRV_MAX_STOP_LEN || strlen(json_string_value(s)) != len)
-            return srv_api_fail(e, 400, "stop", "each stop string must have 1 to %d bytes and no NUL", SRV_MAX_STOP_LEN);
-        memcpy(g->stop[g->n_stop], json_string_value(s), len + 1);
-        g->n_stop++;
-    }
-    return 0;
-}
-
-/* "speculative": {"draft": K}: K tokens drafted by the MTP block per step, 0 = off (absent:
- * the server's --spec-draft); docs/SERVER.md */
-int srv_api_speculative(json_t *o, struct srv_gen *g, struct srv_api_error *e)
-{
-    json_t *spec = srv_json_field(o, "speculative");
-    if (!spec) return 0;
-    long long k = -1;
-    if (!json_is_object(spec) || json_object_size(spec) != 1 || !json_object_get(spec, "draft"))
-        return srv_api_fail(e, 400, "speculative", "'speculative' must be an object {\"draft\": K}");
-    if (srv_json_int(spec, "draft", 0, DSV4_SPEC_MAX_DRAFT, &k, e)) return -1;
-    g->spec_draft = k == 0 ? -1 : (int)k;
-    return 0;
-}
-
-/* Fields common to both endpoints: model, sampling, limits, streaming, stop. */
-static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
-{
-    json_t *model = srv_json_field(o, "model");
-    if (model && !json_is_string(model)) return srv_api_fail(e, 400, "model", "'model' must be a string");
-    if (model && strcmp(json_string_value(model), c->model_name) != 0) {
-        srv_api_fail(e, 400, "model", "The model '%s' does not exist; this server serves '%s'",
-                     json_string_value(model), c->model_name);
-        e->code = "model_not_found";
-        return -1;
-    }
-    long long n = 1;
-    if (refuse_unsupported(o, e) || parse_penalties(c, o, g, e) || srv_json_int(o, "n", 1, SRV_MAX_N, &n, e)) return -1;
-    g->n = (int)n;
-    double    temp = 1.0, top_p = 1.0, min_p = 0.0;
-    long long top_k = 0, seed = 0;
-    if (srv_json_num(o, "temperature", 0, 2, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||
-        srv_json_num(o, "min_p", 0, 1, false, &min_p, e) || srv_json_int(o, "top_k", -1, 1 << 30, &top_k, e))
-        return -1;
-    g->sp.temperature = (float)temp;
-    g->sp.top_p       = (float)top_p;
-    g->sp.min_p       = (float)min_p;
-    g->sp.top_k       = top_k < 0 ? 0 : (int)top_k;
-    if (srv_json_field(o, "seed")) {
-        if (srv_json_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e)) return -1;
-        g->sp.seed = (uint64_t)seed;
-    } else {
-        g->sp.seed = srv_random_u64();
-    }
-    if (srv_json_bool(o, "stream", &g->stream, e)) return -1;
-    json_t *so = srv_json_field(o, "stream_options");
-    if (so && !json_is_object(so)) return srv_api_fail(e, 400, "stream_options", "'stream_options' must be an object");
-    if (so && srv_json_bool(so, "include_usage", &g->include_usage, e)) return -1;
-    if (srv_json_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || srv_json_bool(o, "ignore_eos", &g->ignore_eos, e))
-        return -1;
-    bool skip_special = true;
-    if (srv_json_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
-    g->keep_special = !skip_special;
-    if (srv_api_speculative(o, g, e)) return -1;
-    return parse_stop(o, g, e);
-}
-
-/* max_tokens against the context: an explicit value that does not fit is a 400 (as
- * OpenAI), an absent one takes dflt, clipped to what fits. */
-static int fit_context(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, long long dflt,
-                       struct srv_api_error *e)
-{
-    long long mt = -1, mct = -1;
-    if (srv_json_int(o, "max_tokens", 1, INT32_MAX, &mt, e) || srv_json_int(o, "max_completion_tokens", 1, INT32_MAX, &mct, e))
-        return -1;
-    if (mct > 0) mt = mct;
-    const char *what = g->kind == SRV_API_CHAT ? "messages" : "prompt";
-    if (g->n_prompt >= c->ctx) {
-        srv_api_fail(e, 400, what,
-                     "This model's maximum context length is %d tokens; the %s has %d tokens, which leaves no room "
-                     "for a completion",
-                     c->ctx, what, g->n_prompt);
-        e->code = "context_length_exceeded";
-        return -1;
-    }
-    if (mt > 0 && g->n_prompt + mt > c->ctx) {
-        srv_api_fail(e, 400, mct > 0 ? "max_completion_tokens" : "max_tokens",
-                     "This model's maximum context length is %d tokens; you requested %lld tokens (%d in the %s, "
-                     "%lld for the completion)",
-                     c->ctx, g->n_prompt + mt, g->n_prompt, what, mt);
-        e->code = "context_length_exceeded";
-        return -1;
-    }
-    if (mt < 0) mt = dflt > 0 && dflt < c->ctx - g->n_prompt ? dflt : c->ctx - g->n_prompt;
-    g->max_tokens = (int)mt;
-    return 0;
-}
-
-/* ------------------------------------------------------------------ chat */
-
-static int parse_effort(json_t *v, const char *param, enum dsv4_chat_mode *mode, enum dsv4_chat_effort *effort,
-                        struct srv_api_error *e)
-{
-    if (!v) return 0;
-    const char *s = json_string_value(v);
-    if (!s) return srv_api_fail(e, 400, param, "'%s' must be a string", param);
-    if (!strcmp(s, "none") || !strcmp(s, "minimal")) {
-        *mode = DSV4_CHAT_MODE_CHAT;
-    } else if (!strcmp(s, "low") || !strcmp(s, "medium")) {
-        *mode   = DSV4_CHAT_MODE_THINKING;
-        *effort = DSV4_CHAT_EFFORT_DEFAULT;
-    } else if (!strcmp(s, "high")) {
-        *mode   = DSV4_CHAT_MODE_THINKING;
-        *effort = DSV4_CHAT_EFFORT_HIGH;
-    } else if (!strcmp(s, "max") || !strcmp(s, "xhigh")) {
-        *mode   = DSV4_CHAT_MODE_THINKING;
-        *effort = DSV4_CHAT_EFFORT_MAX;
-    } else {
-        return srv_api_fail(e, 400, param, "'%s' is \"%s\"; use none, low, medium, high or max", param, s);
-    }
     return 0;
 }
 
@@ -411,168 +96,111 @@ static int check_tools(json_t *tools, struct srv_api_error *e)
     return 0;
 }
 
-/* The chat document {messages, tools} -> the V4 prompt -> token ids in g (doc is consumed).
- * Message text is tokenized as text (no control token can be typed in) unless the server
- * trusts its callers (--special-tokens-in-messages). */
-int srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_chat_params *cp, const char *param,
-                   struct srv_gen *g, struct srv_api_error *e)
+/* Fields common to both endpoints: model, sampling, limits, streaming, stop. */
+static int parse_common(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (!text) return srv_api_fail(e, 500, NULL, "out of memory");
-    char           *prompt  = NULL;
-    uint8_t        *literal = NULL;
-    size_t          plen    = 0;
-    struct dsv4_err err;
-    int             rc = c->special_in_messages
-                             ? dsv4_chat_render_json(text, strlen(text), cp, &prompt, &plen, &err)
-                             : dsv4_chat_render_json_marked(text, strlen(text), cp, &prompt, &plen, &literal, &err);
-    free(text);
-    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s", err.msg);
-
-    size_t cap = 3 * plen + 1, n = 0;
-    g->prompt  = malloc(sizeof(int32_t) * cap);
-    if (!g->prompt) {
-        free(prompt);
-        free(literal);
-        return srv_api_fail(e, 500, NULL, "out of memory");
+    json_t *model = srv_json_field(o, "model");
+    if (model && !json_is_string(model)) return srv_api_fail(e, 400, "model", "'model' must be a string");
+    if (model && strcmp(json_string_value(model), c->model_name) != 0) {
+        srv_api_fail(e, 400, "model", "The model '%s' does not exist; this server serves '%s'",
+                     json_string_value(model), c->model_name);
+        e->code = "model_not_found";
+        return -1;
     }
-    rc = dsv4_tokenizer_encode_marked(c->tok, prompt, plen, literal, 0, g->prompt, cap, &n, &err);
-    free(prompt);
-    free(literal);
-    if (rc) return srv_api_fail(e, 400, param, "%s", err.msg);
-    g->n_prompt   = (int)n;
-    g->parse_chat = true;
-    g->mode       = cp->mode;
-    return 0;
+    static const struct srv_sampling_spec spec = { .temp_max = 2, .top_k_min = -1 };
+    long long n = 1;
+    if (refuse_unsupported(o, e) || srv_req_sampling(c, o, &spec, g, e) || srv_json_int(o, "n", 1, SRV_MAX_N, &n, e))
+        return -1;
+    g->n = (int)n;
+    if (srv_json_bool(o, "stream", &g->stream, e)) return -1;
+    json_t *so = srv_json_field(o, "stream_options");
+    if (so && !json_is_object(so)) return srv_api_fail(e, 400, "stream_options", "'stream_options' must be an object");
+    if (so && srv_json_bool(so, "include_usage", &g->include_usage, e)) return -1;
+    if (srv_json_bool(o, "return_tokens_as_token_ids", &g->ids_as_text, e) || srv_json_bool(o, "ignore_eos", &g->ignore_eos, e))
+        return -1;
+    bool skip_special = true;
+    if (srv_json_bool(o, "skip_special_tokens", &skip_special, e)) return -1;
+    g->keep_special = !skip_special;
+    if (srv_req_speculative(o, g, e)) return -1;
+    return srv_req_stop(o, "stop", true, g, e);
 }
 
-/* Forcing a tool call (tool_choice "required" / a named function; Anthropic's any / tool):
- * the assistant turn is begun for the model with the DSML opening of a call, and of its name
- * when one is given, appended to the prompt; srv_out feeds the same text to its DSML parser
- * first, so the call the model completes is parsed as if it had written it all. Thinking
- * mode is refused (the opening would cut the reasoning short, and Anthropic refuses it too).
- * name == NULL: any tool, the model writes the name. */
-int srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const char *name, const char *param,
-                       struct srv_api_error *e)
+
+/* max_tokens (or max_completion_tokens) by the core's rule; a prompt that leaves no room
+ * is a 400 in OpenAI's words. */
+static int limit(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, long long dflt, struct srv_api_error *e)
 {
-    if (g->mode == DSV4_CHAT_MODE_THINKING)
-        return srv_api_fail(e, 400, param, "forcing a tool call cannot be combined with thinking mode");
-    static const char head[] = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"";
-    size_t hn = strlen(head), nn = name ? strlen(name) : 0, n = hn + nn + (name ? 3 : 0);
-    char    *text = malloc(n + 1);
-    uint8_t *lit  = calloc(n + 1, 1);
-    if (!text || !lit) {
-        free(text);
-        free(lit);
-        return srv_api_fail(e, 500, NULL, "out of memory");
-    }
-    memcpy(text, head, hn);
-    if (name) {
-        memcpy(text + hn, name, nn);
-        memset(lit + hn, 1, nn); /* the tool's name is text, never a control token */
-        memcpy(text + hn + nn, "\">\n", 3);
-    }
-    text[n] = '\0';
-    size_t          cap = 3 * n + 1, k = 0;
-    int32_t        *ids = realloc(g->prompt, sizeof(int32_t) * ((size_t)g->n_prompt + cap));
-    struct dsv4_err err;
-    int             rc = ids ? dsv4_tokenizer_encode_marked(c->tok, text, n, lit, 0, ids + g->n_prompt, cap, &k, &err)
-                             : DSV4_ENOMEM;
-    free(lit);
-    if (ids) g->prompt = ids;
-    if (rc) {
-        free(text);
-        return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s", rc == DSV4_ENOMEM ? "out of memory" : err.msg);
-    }
-    g->n_prompt += (int)k;
-    g->forced = text;
-    return 0;
+    long long mt = -1, mct = -1;
+    if (srv_json_int(o, "max_tokens", 1, INT32_MAX, &mt, e) || srv_json_int(o, "max_completion_tokens", 1, INT32_MAX, &mct, e))
+        return -1;
+    if (mct > 0) mt = mct;
+    int rc = srv_req_limit(c, mt, mct > 0 ? "max_completion_tokens" : "max_tokens", dflt, g, e);
+    if (rc != SRV_REQ_NO_ROOM) return rc;
+    const char *what = g->kind == SRV_API_CHAT ? "messages" : "prompt";
+    srv_api_fail(e, 400, what,
+                 "This model's maximum context length is %d tokens; the %s has %d tokens, which leaves no room "
+                 "for a completion",
+                 c->ctx, what, g->n_prompt);
+    e->code = "context_length_exceeded";
+    return -1;
 }
 
-int srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, const char *param, struct srv_gen *g,
-                      struct srv_api_error *e)
+/* tool_choice: none (the tools are not offered), auto, required or a named function. */
+static int tool_choice(json_t *o, struct srv_chat *ch, struct srv_api_error *e)
 {
-    const char *type   = json_string_value(json_object_get(fmt, "type"));
-    json_t     *schema = NULL;
-    if (!type || !strcmp(type, "text")) return 0;
-    if (!strcmp(type, "json_schema")) {
-        schema = responses ? json_object_get(fmt, "schema") : json_object_get(json_object_get(fmt, "json_schema"), "schema");
-        if (!json_is_object(schema))
-            return srv_api_fail(e, 400, param, "%s: a json_schema format needs %s as an object", param,
-                                responses ? "'schema'" : "'json_schema.schema'");
-    } else if (strcmp(type, "json_object")) {
-        return srv_api_fail(e, 400, param, "%s type \"%s\" is not supported (text, json_object or json_schema)", param,
-                            type);
-    }
-    if (!c->json_vocab) return srv_api_fail(e, 500, param, "constrained output is not available (no JSON vocabulary)");
-    char           *text  = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
-    struct dsv4_err err;
-    int32_t         think = -1;
-    if (g->mode == DSV4_CHAT_MODE_THINKING && dsv4_tokenizer_token_id(c->tok, "</think>", &think, NULL)) think = -1;
-    int rc = (schema && !text) ? DSV4_ENOMEM
-                               : dsv4_constraint_new_json(&g->constraint, c->json_vocab, c->tok, text,
-                                                          text ? strlen(text) : 0, think, &err);
-    free(text);
-    if (rc) return srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, param, "%s: %s", param,
-                                rc == DSV4_ENOMEM ? "out of memory" : err.msg);
-    return 0;
-}
-
-int srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, bool forced, const char *name, struct srv_gen *g,
-                        struct srv_api_error *e)
-{
-    if (g->constraint) return 0; /* a response format (or a thinking budget) is constrained already */
-    json_t *list = json_array();
-    size_t  i;
-    json_t *t;
-    bool    all_strict = true;
-    json_array_foreach(tools, i, t) {
-        json_t     *fn = json_object_get(t, "function");
-        const char *nm = json_string_value(json_object_get(fn, "name"));
-        if (name && (!nm || strcmp(nm, name))) continue;
-        if (!json_is_true(json_object_get(fn, "strict"))) all_strict = false;
-        json_array_append_new(list, json_pack("{s:s, s:O?}", "name", nm ? nm : "", "parameters",
-                                              json_object_get(fn, "parameters")));
-    }
-    int rc = 0;
-    if (all_strict && json_array_size(list)) {
-        if (!c->json_vocab) {
-            json_decref(list);
-            return srv_api_fail(e, 500, "tools", "strict tool calls are not available (no JSON vocabulary)");
+    json_t *tc = srv_json_field(o, "tool_choice");
+    if (tc) {
+        const char *s = json_string_value(tc);
+        if (!s && !json_is_object(tc))
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!s) {
+            const char *type = json_string_value(json_object_get(tc, "type"));
+            ch->forced = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+            if (!type || strcmp(type, "function") || !ch->forced)
+                return srv_api_fail(e, 400, "tool_choice", "a tool_choice object must be {\"type\": \"function\", "
+                                    "\"function\": {\"name\": ...}}");
+            ch->force = true;
+        } else if (!strcmp(s, "required")) {
+            ch->force = true;
+        } else if (strcmp(s, "none") && strcmp(s, "auto")) {
+            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' is \"%s\"; use none, auto or required", s);
         }
-        char           *text = json_dumps(list, JSON_COMPACT);
-        struct dsv4_err err;
-        int32_t         think = -1;
-        if (g->mode == DSV4_CHAT_MODE_THINKING && dsv4_tokenizer_token_id(c->tok, "</think>", &think, NULL)) think = -1;
-        rc = !text   ? DSV4_ENOMEM
-             : forced ? dsv4_constraint_new_call(&g->constraint, c->json_vocab, c->tok, text, strlen(text), name, &err)
-                      : dsv4_constraint_new_tools(&g->constraint, c->json_vocab, c->tok, text, strlen(text), think, &err);
-        free(text);
-        if (rc) srv_api_fail(e, rc == DSV4_ENOMEM ? 500 : 400, "tools", "strict tools: %s",
-                             rc == DSV4_ENOMEM ? "out of memory" : err.msg);
+        if (!strcmp(s ? s : "", "none")) json_decref(ch->tools), ch->tools = NULL;
     }
-    json_decref(list);
-    return rc ? -1 : 0;
+    if (ch->tools && json_array_size(ch->tools) == 0) json_decref(ch->tools), ch->tools = NULL;
+    if (ch->force && !ch->tools)
+        return srv_api_fail(e, 400, "tool_choice", "'tool_choice' forces a call but no tools are given");
+    if (ch->forced && !srv_req_has_tool(ch->tools, ch->forced))
+        return srv_api_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not in 'tools'", ch->forced);
+    return 0;
 }
 
-/* Whether the function tools offer name. */
-bool srv_api_has_tool(json_t *tools, const char *name)
+/* Thinking control: reasoning_effort, chat_template_kwargs {reasoning_effort, thinking,
+ * enable_thinking}. */
+static int thinking(json_t *o, struct dsv4_chat_params *cp, struct srv_api_error *e)
 {
-    size_t  i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (n && !strcmp(n, name)) return true;
+    if (srv_req_effort(srv_json_field(o, "reasoning_effort"), "reasoning_effort", "reasoning_effort", cp, e)) return -1;
+    json_t *kw = srv_json_field(o, "chat_template_kwargs");
+    if (kw && !json_is_object(kw))
+        return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (!kw) return 0;
+    if (srv_req_effort(srv_json_field(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort",
+                       "chat_template_kwargs.reasoning_effort", cp, e))
+        return -1;
+    static const char *const keys[] = { "thinking", "enable_thinking" };
+    for (int k = 0; k < 2; k++) {
+        json_t *t = srv_json_field(kw, keys[k]);
+        if (t && !json_is_boolean(t))
+            return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs.%s' must be a boolean", keys[k]);
+        if (t) cp->mode = json_is_true(t) ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;
     }
-    return false;
+    return 0;
 }
 
-static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+/* messages, logprobs and top_logprobs. */
+static int messages(json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
-    if (!c->tok)
-        return srv_api_fail(e, 400, NULL,
-                            "this model has no tokenizer.json, so it cannot chat: use /v1/completions with token ids");
     json_t *msgs = srv_json_field(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return srv_api_fail(e, 400, "messages", "'messages' must be a non-empty array of messages");
@@ -591,59 +219,17 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
         return srv_api_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     g->logprobs     = logprobs;
     g->top_logprobs = (int)top;
+    return 0;
+}
 
-    /* thinking control */
-    struct dsv4_chat_params cp;
-    dsv4_chat_params_default(&cp);
-    if (parse_effort(srv_json_field(o, "reasoning_effort"), "reasoning_effort", &cp.mode, &cp.effort, e)) return -1;
-    json_t *kw = srv_json_field(o, "chat_template_kwargs");
-    if (kw && !json_is_object(kw))
-        return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    if (kw) {
-        if (parse_effort(srv_json_field(kw, "reasoning_effort"), "chat_template_kwargs.reasoning_effort", &cp.mode, &cp.effort,
-                         e))
-            return -1;
-        static const char *const keys[] = { "thinking", "enable_thinking" };
-        for (int k = 0; k < 2; k++) {
-            json_t *t = srv_json_field(kw, keys[k]);
-            if (t && !json_is_boolean(t))
-                return srv_api_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs.%s' must be a boolean",
-                                    keys[k]);
-            if (t) cp.mode = json_is_true(t) ? DSV4_CHAT_MODE_THINKING : DSV4_CHAT_MODE_CHAT;
-        }
-    }
-    g->mode = cp.mode;
-
-    /* tools */
+static int chat_doc(json_t *o, struct srv_chat *ch, struct srv_gen *g, struct srv_api_error *e)
+{
+    if (messages(o, g, e) || thinking(o, &ch->cp, e)) return -1;
+    g->mode       = ch->cp.mode;
     json_t *tools = srv_json_field(o, "tools");
     if (tools && check_tools(tools, e)) return -1;
-    json_t     *tc     = srv_json_field(o, "tool_choice");
-    bool        force  = false;
-    const char *forced = NULL; /* the function forced by name */
-    if (tc) {
-        const char *s = json_string_value(tc);
-        if (!s && !json_is_object(tc))
-            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
-        if (!s) {
-            const char *type = json_string_value(json_object_get(tc, "type"));
-            forced = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
-            if (!type || strcmp(type, "function") || !forced)
-                return srv_api_fail(e, 400, "tool_choice", "a tool_choice object must be {\"type\": \"function\", "
-                                    "\"function\": {\"name\": ...}}");
-            force = true;
-        } else if (!strcmp(s, "required")) {
-            force = true;
-        } else if (strcmp(s, "none") && strcmp(s, "auto")) {
-            return srv_api_fail(e, 400, "tool_choice", "'tool_choice' is \"%s\"; use none, auto or required", s);
-        }
-        if (!strcmp(s ? s : "", "none")) tools = NULL;
-    }
-    if (tools && json_array_size(tools) == 0) tools = NULL;
-    if (force && !tools) return srv_api_fail(e, 400, "tool_choice", "'tool_choice' forces a call but no tools are given");
-    if (forced && !srv_api_has_tool(tools, forced))
-        return srv_api_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not in 'tools'", forced);
-    g->tools = tools != NULL;
+    ch->tools = json_incref(tools);
+    if (tool_choice(o, ch, e)) return -1;
     json_t *rf = srv_json_field(o, "response_format");
     if (rf) {
         const char *type = json_string_value(json_object_get(rf, "type"));
@@ -653,34 +239,29 @@ static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g,
         else if (strcmp(type, "json_object") && strcmp(type, "json_schema"))
             return srv_api_fail(e, 400, "response_format", "response_format type \"%s\" is not supported", type);
     }
-
-    /* The document for the renderer: tools and the format hint on a leading system message. */
-    json_t *list = json_copy(msgs), *doc = NULL;
-    if (!list) return srv_api_fail(e, 500, NULL, "out of memory");
-    if (tools || rf) {
-        const char *role0 = json_string_value(json_object_get(json_array_get(list, 0), "role"));
-        json_t     *first = json_array_get(list, 0);
-        if (strcmp(role0, "system") != 0 && strcmp(role0, "developer") != 0) {
-            first = json_pack("{s:s, s:s}", "role", "system", "content", "");
-            json_array_insert_new(list, 0, first);
-        } else {
-            first = json_copy(first); /* shallow: do not change the request's own message */
-            json_array_set_new(list, 0, first);
-        }
-        if (rf) json_object_set(first, "response_format", rf);
-    }
-    doc = json_pack("{s:o}", "messages", list);
-    if (doc && tools) json_object_set(doc, "tools", tools);
-    if (srv_api_render(c, doc, &cp, "messages", g, e)) return -1;
-    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
-    if (rf && force)
-        return srv_api_fail(e, 400, "response_format", "'response_format' and a forced tool call cannot be combined");
-    if (rf && srv_api_constrain(c, rf, false, "response_format", g, e)) return -1;
-    if (tools && c->json_vocab && srv_api_strict_call(c, tools, force, forced, g, e)) return -1;
-    return fit_context(c, o, g, 0, e);
+    ch->format       = rf;
+    ch->format_param = "response_format";
+    ch->messages     = json_copy(srv_json_field(o, "messages"));
+    if (!ch->messages) return srv_api_fail(e, 500, NULL, "out of memory");
+    json_t *first = ch->tools || rf ? srv_req_lead_system(ch->messages) : NULL;
+    if ((ch->tools || rf) && !first) return srv_api_fail(e, 500, NULL, "out of memory");
+    if (rf) json_object_set(first, "response_format", rf); /* the encoding's format hint */
+    return 0;
 }
 
-/* ------------------------------------------------------------------ completions */
+static int parse_chat(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    if (refuse_unknown(o, g->kind, e) || parse_common(c, o, g, e)) return -1;
+    if (!c->tok)
+        return srv_api_fail(e, 400, NULL,
+                            "this model has no tokenizer.json, so it cannot chat: use /v1/completions with token ids");
+    struct srv_chat ch;
+    srv_chat_init(&ch);
+    int rc = chat_doc(o, &ch, g, e);
+    if (!rc) rc = srv_req_chat(c, &ch, false, g, e);
+    srv_chat_free(&ch);
+    return rc ? -1 : limit(c, o, g, 0, e);
+}
 
 static int prompt_ids(const struct srv_api_ctx *c, json_t *arr, struct srv_gen *g, struct srv_api_error *e)
 {
@@ -702,6 +283,7 @@ static int prompt_ids(const struct srv_api_ctx *c, json_t *arr, struct srv_gen *
 
 static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
 {
+    if (refuse_unknown(o, g->kind, e) || parse_common(c, o, g, e)) return -1;
     json_t *p = srv_json_field(o, "prompt");
     if (!p) return srv_api_fail(e, 400, "prompt", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) > 0 &&
@@ -739,62 +321,285 @@ static int parse_completion(const struct srv_api_ctx *c, json_t *o, struct srv_g
     g->token_ids = c->tok == NULL;
     if (srv_json_bool(o, "return_token_ids", &g->token_ids, e)) return -1;
     if (!c->tok) g->token_ids = true;
-    return fit_context(c, o, g, c->default_max_tokens_completions, e);
+    return limit(c, o, g, c->default_max_tokens_completions, e);
 }
 
-/* ------------------------------------------------------------------ entry points */
 
-int srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const char *body, size_t len,
-                  struct srv_gen *g, struct srv_api_error *e)
+/* ------------------------------------------------------------------ answers */
+
+/* Log-probabilities are finite in JSON (the clamp vLLM uses). */
+static json_t *jlogprob(float lp)
 {
-    memset(g, 0, sizeof(*g));
-    g->kind    = kind;
-    g->created = (long long)time(NULL);
-    dsv4_sampler_params_default(&g->sp);
-    srv_api_make_id(g->id, sizeof(g->id), kind == SRV_API_CHAT         ? "chatcmpl-"
-                                          : kind == SRV_API_COMPLETION ? "cmpl-"
-                                          : kind == SRV_API_RESPONSES  ? "resp_"
-                                                                       : "msg_");
-    int depth = srv_json_depth(body, len);
-    if (depth > c->max_json_depth)
-        return srv_api_fail(e, 400, NULL, "the JSON body nests %d levels deep; the limit is %d", depth,
-                            c->max_json_depth);
-    json_error_t jerr;
-    json_t      *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!o)
-        return srv_api_fail(e, 400, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                            jerr.column);
-    int rc;
-    if (!json_is_object(o)) rc = srv_api_fail(e, 400, NULL, "the body must be a JSON object");
-    else if (kind == SRV_API_MESSAGES || kind == SRV_API_COUNT) rc = srv_anth_parse(c, o, g, e);
-    else if (kind == SRV_API_RESPONSES) rc = srv_resp_parse(c, o, g, e);
-    else if ((rc = refuse_unknown(o, kind, e)) == 0 && (rc = parse_common(c, o, g, e)) == 0)
-        rc = kind == SRV_API_CHAT ? parse_chat(c, o, g, e) : parse_completion(c, o, g, e);
+    return json_real(isfinite(lp) ? (double)lp : -9999.0);
+}
+
+static void sse_data(struct srv_buf *sse, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    if (rc) srv_gen_free(g);
-    return rc;
+    if (!s) return;
+    srv_buf_puts(sse, "data: ");
+    srv_buf_puts(sse, s);
+    srv_buf_puts(sse, "\n\n");
+    free(s);
 }
 
-void srv_gen_free(struct srv_gen *g)
+static json_t *new_lp(const struct srv_out *o)
 {
-    free(g->prompt);
-    g->prompt = NULL;
-    free(g->forced);
-    g->forced = NULL;
-    dsv4_constraint_free(g->constraint);
-    g->constraint = NULL;
-    json_decref(g->conv);
-    json_decref(g->echo);
-    g->conv = g->echo = NULL;
+    if (!o->logprobs) return NULL;
+    if (o->kind == SRV_API_CHAT) return json_array();
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
 }
 
-char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len)
+/* A fresh logprobs delta (the entries written go with their chunk). */
+static void clear_lp(struct srv_out *o)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", model_name, "object", "model", "created",
-                          (json_int_t)created, "owned_by", "dsv4", "max_model_len", ctx);
-    json_t *o = one || !m ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (s && len) *len = strlen(s);
-    return s;
+    if (o->lp) {
+        json_decref(o->lp);
+        o->lp = new_lp(o);
+    }
+    if (o->ids) json_array_clear(o->ids);
 }
+
+static int open_out(struct srv_out *o, const struct srv_gen *g, const struct srv_api_ctx *c)
+{
+    (void)g;
+    (void)c;
+    o->lp  = new_lp(o);
+    o->ids = o->token_ids ? json_array() : NULL;
+    return (o->logprobs && !o->lp) || (o->token_ids && !o->ids) ? -1 : 0;
+}
+
+static void close_out(struct srv_out *o)
+{
+    json_decref(o->lp);
+    json_decref(o->ids);
+}
+
+/* The text of one token for logprobs: "token_id:N", or its bytes (repaired to UTF-8). */
+static json_t *token_json(const struct srv_out *o, int32_t id, json_t **bytes)
+{
+    char   buf[512];
+    size_t n = 0;
+    if (bytes) *bytes = NULL;
+    if (o->ids_as_text || !o->tok || dsv4_tokenizer_decode(o->tok, &id, 1, buf, sizeof(buf), &n, NULL)) {
+        snprintf(buf, sizeof(buf), "token_id:%d", (int)id);
+        n = strlen(buf);
+        if (bytes && o->tok && !o->ids_as_text) *bytes = json_null();
+    }
+    if (bytes && !*bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    return srv_json_str(buf, n);
+}
+
+static void logprob(struct srv_out *o, const struct srv_token *t)
+{
+    if (o->kind == SRV_API_CHAT) {
+        json_t *bytes, *tok = token_json(o, t->id, &bytes);
+        json_t *top = json_array();
+        for (int k = 0; k < t->n_top; k++) {
+            json_t *tb, *tt = token_json(o, t->top_id[k], &tb);
+            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", tt, "logprob", jlogprob(t->top_lp[k]),
+                                                 "bytes", tb));
+        }
+        json_array_append_new(o->lp, json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob", jlogprob(t->logprob),
+                                               "bytes", bytes, "top_logprobs", top));
+        return;
+    }
+    json_t *top = json_object();
+    for (int k = 0; k < t->n_top; k++) {
+        json_t *tt = token_json(o, t->top_id[k], NULL);
+        json_object_set_new(top, json_string_value(tt), jlogprob(t->top_lp[k]));
+        json_decref(tt);
+    }
+    json_t *tok = token_json(o, t->id, NULL);
+    json_array_append_new(json_object_get(o->lp, "tokens"), tok);
+    json_array_append_new(json_object_get(o->lp, "token_logprobs"), jlogprob(t->logprob));
+    json_array_append_new(json_object_get(o->lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(o->lp, "text_offset"), json_integer((json_int_t)o->text_off));
+    char   buf[512];
+    size_t n = 0;
+    if (o->tok && dsv4_tokenizer_decode(o->tok, &t->id, 1, buf, sizeof(buf), &n, NULL) == DSV4_OK) o->text_off += n;
+}
+
+static bool delta_empty(const struct srv_out *o)
+{
+    return o->content.len == 0 && o->reasoning.len == 0 && json_array_size(o->calls) == 0 &&
+           (!o->lp || (o->kind == SRV_API_CHAT ? json_array_size(o->lp) == 0
+                                               : json_array_size(json_object_get(o->lp, "tokens")) == 0)) &&
+           (!o->ids || json_array_size(o->ids) == 0);
+}
+
+static json_t *chunk_head(const struct srv_out *o)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", o->id, "object",
+                     o->kind == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)o->created, "model", o->model);
+}
+
+/* One SSE chunk with the pending delta (and finish_reason when given); skipped when there
+ * is nothing to say. */
+static void chunk(struct srv_out *o, struct srv_buf *sse, const char *finish)
+{
+    if (!finish && delta_empty(o)) return;
+    json_t *choice = json_pack("{s:i}", "index", o->choice);
+    if (o->kind == SRV_API_CHAT) {
+        json_t *delta = json_object();
+        if (o->reasoning.len) json_object_set_new(delta, "reasoning_content", srv_json_buf(&o->reasoning));
+        if (o->content.len) json_object_set_new(delta, "content", srv_json_buf(&o->content));
+        if (json_array_size(o->calls)) json_object_set(delta, "tool_calls", o->calls);
+        json_object_set_new(choice, "delta", delta);
+        json_object_set_new(choice, "logprobs",
+                            o->lp && json_array_size(o->lp) ? json_pack("{s:O}", "content", o->lp) : json_null());
+    } else {
+        json_object_set_new(choice, "text", srv_json_buf(&o->content));
+        json_object_set_new(choice, "logprobs",
+                            o->lp && json_array_size(json_object_get(o->lp, "tokens")) ? json_copy(o->lp) : json_null());
+        if (o->ids) json_object_set(choice, "token_ids", o->ids);
+    }
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *c = chunk_head(o);
+    json_object_set_new(c, "choices", json_pack("[o]", choice));
+    if (o->include_usage) json_object_set_new(c, "usage", json_null());
+    sse_data(sse, c);
+    srv_out_clear_delta(o);
+    clear_lp(o);
+}
+
+
+static void delta(struct srv_out *o, struct srv_buf *sse)
+{
+    chunk(o, sse, NULL);
+}
+
+/* Streaming chat: the opening chunk gives the role (completions have none). */
+static void begin(struct srv_out *o, struct srv_buf *sse)
+{
+    if (o->kind != SRV_API_CHAT) return;
+    json_t *c = chunk_head(o);
+    json_object_set_new(c, "choices",
+                        json_pack("[{s:i, s:{s:s, s:s}, s:n, s:n}]", "index", o->choice, "delta", "role", "assistant", "content",
+                                  "", "logprobs", "finish_reason"));
+    if (o->include_usage) json_object_set_new(c, "usage", json_null());
+    sse_data(sse, c);
+}
+
+static json_t *usage_json(const struct srv_out *o, int n_cached)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_tok,
+                     "total_tokens", o->n_prompt + o->n_tok, "prompt_tokens_details", "cached_tokens", n_cached);
+}
+
+static json_t *final_body(struct srv_out *o, const char *finish, int n_cached)
+{
+    json_t *choice = json_pack("{s:i}", "index", o->choice);
+    if (o->kind == SRV_API_CHAT) {
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        bool    calls = json_array_size(o->calls) > 0;
+        json_object_set_new(msg, "content", calls && o->content.len == 0 ? json_null() : srv_json_buf(&o->content));
+        if (o->reasoning.len) json_object_set_new(msg, "reasoning_content", srv_json_buf(&o->reasoning));
+        if (calls) json_object_set(msg, "tool_calls", o->calls);
+        json_object_set_new(choice, "message", msg);
+        json_object_set_new(choice, "logprobs", o->lp ? json_pack("{s:O}", "content", o->lp) : json_null());
+    } else {
+        json_object_set_new(choice, "text", srv_json_buf(&o->content));
+        json_object_set_new(choice, "logprobs", o->lp ? json_incref(o->lp) : json_null());
+        if (o->ids) json_object_set(choice, "token_ids", o->ids);
+    }
+    json_object_set_new(choice, "finish_reason", json_string(finish));
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", o->id, "object",
+                     o->kind == SRV_API_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)o->created,
+                     "model", o->model, "choices", choice, "usage", usage_json(o, n_cached));
+}
+
+static int end(struct srv_out *o, const struct srv_api_error *e, const char *finish, int n_cached,
+               struct srv_buf *sse, struct srv_buf *body)
+{
+    if (!o->stream) return srv_out_body(o, e ? NULL : final_body(o, finish, n_cached), e, body);
+    if (e) {
+        chunk(o, sse, NULL);
+        size_t n;
+        char  *ej = srv_api_error_json(e, &n);
+        if (ej) srv_buf_printf(sse, "data: %s\n\n", ej);
+        free(ej);
+    } else {
+        chunk(o, sse, finish);
+        if (o->include_usage && o->n_choices <= 1) {
+            json_t *c = chunk_head(o);
+            json_object_set_new(c, "choices", json_array());
+            json_object_set_new(c, "usage", usage_json(o, n_cached));
+            sse_data(sse, c);
+        }
+    }
+    if (o->n_choices <= 1) srv_buf_puts(sse, "data: [DONE]\n\n"); /* several: end_choices ends */
+    return 200;
+}
+
+/* Several choices, all ended: streaming, the summed usage and [DONE]; whole, one body (the
+ * first's, with every choice and the usage summed), or the first error. */
+static int end_choices(struct srv_out **outs, int n, const struct srv_buf *parts, int status, int failed,
+                       int completion, int n_cached, struct srv_buf *sse, struct srv_buf *body)
+{
+    const struct srv_out *o0 = outs[0];
+    if (sse) {
+        if (o0->include_usage) {
+            json_t *c = chunk_head(o0);
+            json_object_set_new(c, "choices", json_array());
+            json_object_set_new(c, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", o0->n_prompt,
+                                                      "completion_tokens", completion, "total_tokens",
+                                                      o0->n_prompt + completion, "prompt_tokens_details",
+                                                      "cached_tokens", n_cached));
+            sse_data(sse, c);
+        }
+        srv_buf_puts(sse, "data: [DONE]\n\n");
+        return 200;
+    }
+    /* one body: the first's, with every choice; an error body if any choice failed */
+    json_t *merged = NULL;
+    for (int i = 0; i < n && status == 200; i++) {
+        json_t *b = json_loadb(parts[i].p ? parts[i].p : "", parts[i].len, 0, NULL);
+        if (!b) status = 500, failed = -1;
+        else if (!merged) merged = b;
+        else {
+            json_array_extend(json_object_get(merged, "choices"), json_object_get(b, "choices"));
+            json_decref(b);
+        }
+    }
+    if (status == 200 && merged) {
+        json_t *u = json_object_get(merged, "usage");
+        json_object_set_new(u, "completion_tokens", json_integer(completion));
+        json_object_set_new(u, "total_tokens", json_integer(o0->n_prompt + completion));
+        char *text = json_dumps(merged, JSON_COMPACT);
+        if (text) srv_buf_puts(body, text);
+        else status = 500;
+        free(text);
+    } else {
+        if (failed >= 0) srv_buf_put(body, parts[failed].p ? parts[failed].p : "", parts[failed].len); /* its error */
+        if (!body->len) {
+            struct srv_api_error e;
+            size_t               k;
+            srv_api_fail(&e, 500, NULL, "building the response failed");
+            char *ej = srv_api_error_json(&e, &k);
+            if (ej) srv_buf_put(body, ej, k);
+            free(ej);
+        }
+    }
+    json_decref(merged);
+    return status;
+}
+
+/* ------------------------------------------------------------------ the dialects */
+
+const struct srv_dialect srv_dialect_chat = {
+    .id_prefix = "chatcmpl-", .call_prefix = "call_", .parse = parse_chat, .open = open_out, .close = close_out,
+    .begin = begin, .logprob = logprob, .delta = delta, .end = end, .error = srv_api_error_json,
+    .end_choices = end_choices,
+};
+
+const struct srv_dialect srv_dialect_completion = {
+    .id_prefix = "cmpl-", .call_prefix = "call_", .parse = parse_completion, .open = open_out, .close = close_out,
+    .begin = begin, .logprob = logprob, .delta = delta, .end = end, .error = srv_api_error_json,
+    .end_choices = end_choices,
+};

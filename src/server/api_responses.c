@@ -22,135 +22,17 @@
  * (output_text), then one function_call item per call. The conversation, with the answer as
  * an assistant turn, is then stored under the response id (unless store: false) so that a
  * request with previous_response_id continues it; instructions are not carried over, as
- * OpenAI specifies.
+ * OpenAI specifies (the store is resp_store.c's).
+ *
+ * Sampling, tools, max_output_tokens and the rest of the chat go through the request core
+ * (request.c, request_chat.c), as in every dialect.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
-#include "server/server.h"
-
-/* ------------------------------------------------------------------ the store */
-
-struct resp_entry {
-    char    id[40];
-    json_t *conv;     /* the chat messages (no instructions), the answer included */
-    char   *response; /* the response object as answered (GET /v1/responses/{id}) */
-    size_t  bytes;    /* their JSON sizes, for the byte bound */
-};
-
-struct srv_resp_store {
-    pthread_mutex_t    mu;
-    struct resp_entry *e; /* a ring, oldest at head */
-    int                cap, head, n;
-    size_t             bytes, max_bytes;
-};
-
-struct srv_resp_store *srv_resp_store_new(int cap, size_t max_bytes)
-{
-    struct srv_resp_store *s = calloc(1, sizeof(*s));
-    if (!s) return NULL;
-    s->cap       = cap > 0 ? cap : 1;
-    s->max_bytes = max_bytes;
-    s->e         = calloc((size_t)s->cap, sizeof(*s->e));
-    if (!s->e) {
-        free(s);
-        return NULL;
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    return s;
-}
-
-static void drop_oldest(struct srv_resp_store *s)
-{
-    struct resp_entry *x = &s->e[s->head];
-    json_decref(x->conv);
-    free(x->response);
-    s->bytes -= x->bytes;
-    memset(x, 0, sizeof(*x));
-    s->head = (s->head + 1) % s->cap;
-    s->n--;
-}
-
-void srv_resp_store_free(struct srv_resp_store *s)
-{
-    if (!s) return;
-    while (s->n) drop_oldest(s);
-    pthread_mutex_destroy(&s->mu);
-    free(s->e);
-    free(s);
-}
-
-/* Stores conv (consumed) and the response under id, dropping the oldest entries past the
- * bounds; a conversation larger than the whole byte bound is not kept. */
-static void store_put(struct srv_resp_store *s, const char *id, json_t *conv, json_t *response)
-{
-    char  *text  = json_dumps(conv, JSON_COMPACT);
-    char  *resp  = response ? json_dumps(response, JSON_COMPACT) : NULL;
-    size_t bytes = (text ? strlen(text) : 0) + (resp ? strlen(resp) : 0);
-    free(text);
-    if (!text || !resp || bytes > s->max_bytes) {
-        json_decref(conv);
-        free(resp);
-        return;
-    }
-    pthread_mutex_lock(&s->mu);
-    while (s->n && (s->n == s->cap || s->bytes + bytes > s->max_bytes)) drop_oldest(s);
-    struct resp_entry *x = &s->e[(s->head + s->n) % s->cap];
-    snprintf(x->id, sizeof(x->id), "%s", id);
-    x->conv     = conv;
-    x->response = resp;
-    x->bytes    = bytes;
-    s->bytes += bytes;
-    s->n++;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* A copy of the conversation stored under id, or NULL. */
-static json_t *store_get(struct srv_resp_store *s, const char *id)
-{
-    json_t *out = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n && !out; i++) {
-        struct resp_entry *x = &s->e[(s->head + i) % s->cap];
-        if (!strcmp(x->id, id)) out = json_deep_copy(x->conv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return out;
-}
-
-char *srv_resp_store_response(struct srv_resp_store *s, const char *id)
-{
-    char *out = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n && !out; i++) {
-        struct resp_entry *x = &s->e[(s->head + i) % s->cap];
-        if (!strcmp(x->id, id)) out = strdup(x->response ? x->response : "{}");
-    }
-    pthread_mutex_unlock(&s->mu);
-    return out;
-}
-
-bool srv_resp_store_delete(struct srv_resp_store *s, const char *id)
-{
-    bool found = false;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n && !found; i++) {
-        struct resp_entry *x = &s->e[(s->head + i) % s->cap];
-        if (strcmp(x->id, id)) continue;
-        found = true;
-        /* the entry goes; the ones after it move up so the ring stays in order */
-        json_decref(x->conv);
-        free(x->response);
-        s->bytes -= x->bytes;
-        for (int j = i; j + 1 < s->n; j++) s->e[(s->head + j) % s->cap] = s->e[(s->head + j + 1) % s->cap];
-        memset(&s->e[(s->head + s->n - 1) % s->cap], 0, sizeof(struct resp_entry));
-        s->n--;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return found;
-}
+#include "server/api.h"
 
 /* ------------------------------------------------------------------ requests */
 
@@ -185,11 +67,6 @@ static int parts_text(json_t *content, const char *what, struct srv_buf *out, st
         srv_buf_put(out, json_string_value(t), json_string_length(t));
     }
     return 0;
-}
-
-static json_t *jbuf(const struct srv_buf *b)
-{
-    return json_stringn(b->p ? b->p : "", b->len);
 }
 
 /* The assistant turn at the end of list, opened when the last message is not one. */
@@ -230,18 +107,20 @@ static int input_items(json_t *input, json_t *list, struct srv_api_error *e)
             }
             struct srv_buf text = { 0 };
             if (!(rc = parts_text(json_object_get(it, "content"), what, &text, e))) {
-                json_t *m = json_pack("{s:s, s:o}", "role", role, "content", jbuf(&text));
+                json_t *m = json_pack("{s:s, s:o}", "role", role, "content", srv_json_buf(&text));
                 if (m && !strcmp(role, "assistant") && reasoning.len) {
-                    json_object_set_new(m, "reasoning_content", jbuf(&reasoning));
+                    json_object_set_new(m, "reasoning_content", srv_json_buf(&reasoning));
                     reasoning.len = 0;
                 }
                 if (!m || json_array_append_new(list, m)) rc = srv_api_fail(e, 500, NULL, "out of memory");
             }
             srv_buf_free(&text);
         } else if (type && !strcmp(type, "reasoning")) {
+            /* the text is in content (reasoning_text) or summary (summary_text); an item with
+             * neither adds none (and nothing is allocated for it: issue 35's leak) */
             json_t *c = json_object_get(it, "content"), *s = json_object_get(it, "summary");
-            rc = parts_text(json_is_array(c) && json_array_size(c) ? c : json_is_array(s) ? s : json_array(), what,
-                            &reasoning, e);
+            json_t *parts = json_is_array(c) && json_array_size(c) ? c : json_is_array(s) ? s : NULL;
+            rc = parts ? parts_text(parts, what, &reasoning, e) : 0;
         } else if (type && !strcmp(type, "function_call")) {
             const char *id = json_string_value(json_object_get(it, "call_id"));
             const char *nm = json_string_value(json_object_get(it, "name"));
@@ -257,7 +136,7 @@ static int input_items(json_t *input, json_t *list, struct srv_api_error *e)
             json_t *calls = turn ? json_object_get(turn, "tool_calls") : NULL;
             if (turn && !calls) json_object_set_new(turn, "tool_calls", calls = json_array());
             if (turn && reasoning.len && !json_object_get(turn, "reasoning_content")) {
-                json_object_set_new(turn, "reasoning_content", jbuf(&reasoning));
+                json_object_set_new(turn, "reasoning_content", srv_json_buf(&reasoning));
                 reasoning.len = 0;
             }
             if (!call || !calls || json_array_append_new(calls, call)) rc = srv_api_fail(e, 500, NULL, "out of memory");
@@ -266,7 +145,7 @@ static int input_items(json_t *input, json_t *list, struct srv_api_error *e)
             struct srv_buf out = { 0 };
             if (!id) rc = srv_api_fail(e, 400, "input", "input[%zu]: a function_call_output needs call_id", i);
             else rc = parts_text(json_object_get(it, "output"), what, &out, e);
-            json_t *m = rc ? NULL : json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id, "content", jbuf(&out));
+            json_t *m = rc ? NULL : json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id, "content", srv_json_buf(&out));
             if (!rc && (!m || json_array_append_new(list, m))) rc = srv_api_fail(e, 500, NULL, "out of memory");
             srv_buf_free(&out);
         } else {
@@ -279,63 +158,27 @@ static int input_items(json_t *input, json_t *list, struct srv_api_error *e)
     return rc;
 }
 
-/* tools [{type: function, name, description, parameters}] -> chat's function tools. */
-static int function_tools(json_t *tools, json_t **out, struct srv_api_error *e)
-{
-    *out = NULL;
-    if (!tools) return 0;
-    if (!json_is_array(tools)) return srv_api_fail(e, 400, "tools", "'tools' must be an array");
-    json_t *fn_tools = json_array();
-    size_t  i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(json_object_get(t, "type"));
-        const char *name = json_string_value(json_object_get(t, "name"));
-        json_t     *par  = json_object_get(t, "parameters"), *desc = json_object_get(t, "description");
-        if (!type || strcmp(type, "function") || !name || !name[0] || (par && !json_is_null(par) && !json_is_object(par))) {
-            json_decref(fn_tools);
-            return srv_api_fail(e, 400, "tools", "tools[%zu] must be {\"type\": \"function\", \"name\": ..., "
-                                "\"parameters\": {...}} (dsv4 runs function tools only)", i);
-        }
-        json_t *fn = json_pack("{s:s}", "name", name);
-        if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
-        if (fn && json_is_object(par)) json_object_set(fn, "parameters", par);
-        if (fn && json_is_true(json_object_get(t, "strict"))) json_object_set_new(fn, "strict", json_true());
-        json_t *tool = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
-        if (!tool || json_array_append_new(fn_tools, tool)) {
-            json_decref(fn_tools);
-            return srv_api_fail(e, 500, NULL, "out of memory");
-        }
-    }
-    if (fn_tools && json_array_size(fn_tools) == 0) json_decref(fn_tools), fn_tools = NULL;
-    *out = fn_tools;
-    return 0;
-}
+/* The Responses API's tools {type: function, name, description, parameters}, to the core's
+ * function tools. */
+static const struct srv_tool_shape TOOLS = {
+    .type = "function", .schema = "parameters", .schema_required = false,
+    .only = "dsv4 runs function tools only ({\"type\": \"function\", \"name\": ..., \"parameters\": {...}})",
+    .needs = "a non-empty name, a string description (if any) and a parameters object (if any)",
+};
 
-static int parse_options(json_t *o, struct srv_gen *g, struct dsv4_chat_params *cp, struct srv_api_error *e)
+static int parse_options(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct dsv4_chat_params *cp,
+                         struct srv_api_error *e)
 {
-    double temp = 1.0, top_p = 1.0;
-    if (srv_json_num(o, "temperature", 0, 2, false, &temp, e) || srv_json_num(o, "top_p", 0, 1, true, &top_p, e) ||
-        srv_json_bool(o, "stream", &g->stream, e) || srv_api_speculative(o, g, e))
+    static const struct srv_sampling_spec spec = { .temp_max = 2, .top_k_min = 0 };
+    if (srv_req_sampling(c, o, &spec, g, e) || srv_json_bool(o, "stream", &g->stream, e) ||
+        srv_req_speculative(o, g, e))
         return -1;
-    g->sp.temperature = (float)temp;
-    g->sp.top_p       = (float)top_p;
-    g->sp.seed        = srv_random_u64();
-    g->store          = true;
+    g->store = true;
     if (srv_json_bool(o, "store", &g->store, e)) return -1;
     json_t *r = srv_json_field(o, "reasoning");
-    if (r) {
-        const char *effort = json_string_value(json_object_get(r, "effort"));
-        if (!json_is_object(r)) return srv_api_fail(e, 400, "reasoning", "'reasoning' must be an object");
-        if (effort) {
-            if (!strcmp(effort, "none") || !strcmp(effort, "minimal")) cp->mode = DSV4_CHAT_MODE_CHAT;
-            else if (!strcmp(effort, "low") || !strcmp(effort, "medium")) cp->mode = DSV4_CHAT_MODE_THINKING;
-            else if (!strcmp(effort, "high")) cp->mode = DSV4_CHAT_MODE_THINKING, cp->effort = DSV4_CHAT_EFFORT_HIGH;
-            else if (!strcmp(effort, "xhigh") || !strcmp(effort, "max"))
-                cp->mode = DSV4_CHAT_MODE_THINKING, cp->effort = DSV4_CHAT_EFFORT_MAX;
-            else return srv_api_fail(e, 400, "reasoning", "reasoning.effort is \"%s\"; use none, low, medium or high", effort);
-        }
-    }
+    if (r && !json_is_object(r)) return srv_api_fail(e, 400, "reasoning", "'reasoning' must be an object");
+    json_t *effort = json_object_get(r, "effort");
+    if (json_is_string(effort) && srv_req_effort(effort, "reasoning.effort", "reasoning", cp, e)) return -1;
     json_t *text = srv_json_field(o, "text");
     if (text && (!json_is_object(text) || (json_object_get(text, "format") &&
                                            !json_is_string(json_object_get(json_object_get(text, "format"), "type")))))
@@ -346,34 +189,34 @@ static int parse_options(json_t *o, struct srv_gen *g, struct dsv4_chat_params *
     return 0;
 }
 
-static int parse_tool_choice(json_t *o, json_t **tools, bool *force, const char **forced, struct srv_api_error *e)
+static int parse_tool_choice(json_t *o, struct srv_chat *ch, struct srv_api_error *e)
 {
     json_t *tc = srv_json_field(o, "tool_choice");
     if (!tc) return 0;
     const char *s = json_string_value(tc);
     if (s && !strcmp(s, "auto")) return 0;
     if (s && !strcmp(s, "none")) {
-        json_decref(*tools);
-        *tools = NULL;
+        json_decref(ch->tools);
+        ch->tools = NULL;
         return 0;
     }
     if (s && !strcmp(s, "required")) {
-        *force = true;
+        ch->force = true;
     } else if (json_is_object(tc) && !strcmp(json_string_value(json_object_get(tc, "type")) ?: "", "function") &&
                json_is_string(json_object_get(tc, "name"))) {
-        *force  = true;
-        *forced = json_string_value(json_object_get(tc, "name"));
+        ch->force  = true;
+        ch->forced = json_string_value(json_object_get(tc, "name"));
     } else {
         return srv_api_fail(e, 400, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": "
                             "\"function\", \"name\": ...}");
     }
-    if (!*tools) return srv_api_fail(e, 400, "tool_choice", "'tool_choice' forces a call but no tools are given");
-    if (*forced && !srv_api_has_tool(*tools, *forced))
-        return srv_api_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not in 'tools'", *forced);
+    if (!ch->tools) return srv_api_fail(e, 400, "tool_choice", "'tool_choice' forces a call but no tools are given");
+    if (ch->forced && !srv_req_has_tool(ch->tools, ch->forced))
+        return srv_api_fail(e, 400, "tool_choice", "tool_choice names '%s', which is not in 'tools'", ch->forced);
     return 0;
 }
 
-int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+static int refuse_unknown(const struct srv_api_ctx *c, json_t *o, struct srv_api_error *e)
 {
     if (!c->tok)
         return srv_api_fail(e, 400, NULL, "this model has no tokenizer.json, so it cannot chat: use /v1/completions "
@@ -383,9 +226,8 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
     if (unknown) {
         srv_api_fail(e, 400, NULL, "Unknown parameter: '%s' (dsv4 does not implement it; docs/SERVER.md lists the "
                                    "fields it accepts)", unknown);
-        snprintf(e->param_buf, sizeof(e->param_buf), "%s", unknown);
-        e->param = e->param_buf;
-        e->code  = "unknown_parameter";
+        srv_api_param(e, unknown);
+        e->code = "unknown_parameter";
         return -1;
     }
     json_t *model = srv_json_field(o, "model");
@@ -395,77 +237,85 @@ int srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, st
         e->code = "model_not_found";
         return -1;
     }
-    long long max_out = 0;
-    if (srv_json_int(o, "max_output_tokens", 1, INT32_MAX, &max_out, e)) return -1;
-    struct dsv4_chat_params cp;
-    dsv4_chat_params_default(&cp);
-    cp.mode = DSV4_CHAT_MODE_CHAT;
-    if (parse_options(o, g, &cp, e)) return -1;
+    return 0;
+}
+
+/* The conversation: the stored one (previous_response_id), then this input; g keeps it for
+ * the store. Then the chat document: instructions as a leading system message. */
+static int conversation(const struct srv_api_ctx *c, json_t *o, struct srv_chat *ch, struct srv_gen *g,
+                        struct srv_api_error *e)
+{
     json_t *input = srv_json_field(o, "input");
     if (!input) return srv_api_fail(e, 400, "input", "'input' is required");
-    json_t     *instr = srv_json_field(o, "instructions");
-    json_t     *prev  = srv_json_field(o, "previous_response_id");
+    json_t *instr = srv_json_field(o, "instructions");
+    json_t *prev  = srv_json_field(o, "previous_response_id");
     if (instr && !json_is_string(instr)) return srv_api_fail(e, 400, "instructions", "'instructions' must be a string");
     if (prev && !json_is_string(prev))
         return srv_api_fail(e, 400, "previous_response_id", "'previous_response_id' must be a string");
-
-    /* the conversation: the stored one, then this input */
-    json_t *conv = prev ? (c->responses ? store_get(c->responses, json_string_value(prev)) : NULL) : json_array();
-    if (!conv) {
+    g->conv = prev ? (c->responses ? srv_resp_store_get(c->responses, json_string_value(prev)) : NULL) : json_array();
+    if (!g->conv) {
         srv_api_fail(e, 400, "previous_response_id", "Previous response with id '%s' not found (dsv4 keeps the "
                      "most recent responses in memory, and none that asked for store: false)", json_string_value(prev));
         e->code = "previous_response_not_found";
         return -1;
     }
-    json_t     *tools  = NULL;
-    bool        force  = false;
-    const char *forced = NULL;
-    int         rc     = input_items(input, conv, e);
-    if (!rc) rc = function_tools(srv_json_field(o, "tools"), &tools, e);
-    if (!rc) rc = parse_tool_choice(o, &tools, &force, &forced, e);
-    if (!rc && json_array_size(conv) == 0) rc = srv_api_fail(e, 400, "input", "'input' holds no message");
-    json_t *list = rc ? NULL : json_array();
-    if (list && (instr || tools))
-        json_array_append_new(list, json_pack("{s:s, s:s}", "role", "system", "content",
-                                              instr ? json_string_value(instr) : ""));
-    if (list) json_array_extend(list, conv);
-    json_t *doc = list ? json_pack("{s:o}", "messages", list) : NULL;
-    if (doc && tools) json_object_set(doc, "tools", tools);
-    bool offered = tools != NULL; /* tool_choice none takes them away */
-    json_decref(tools);
-    if (rc) {
-        json_decref(conv);
+    if (input_items(input, g->conv, e) || srv_req_tools(srv_json_field(o, "tools"), &TOOLS, &ch->tools, e) ||
+        parse_tool_choice(o, ch, e))
         return -1;
-    }
-    g->conv = conv;
-    if (srv_api_render(c, doc, &cp, "input", g, e)) return -1;
-    if (force && srv_api_force_tool(c, g, forced, "tool_choice", e)) return -1;
-    json_t *fmt = json_object_get(srv_json_field(o, "text"), "format");
-    if (fmt && force) return srv_api_fail(e, 400, "text", "text.format and a forced tool call cannot be combined");
-    if (fmt && srv_api_constrain(c, fmt, true, "text", g, e)) return -1;
-    if (c->json_vocab && offered) { /* strict tools: the arguments of the calls are constrained */
-        json_t              *fn_tools = NULL;
-        struct srv_api_error ignored; /* the tools were checked above */
-        function_tools(srv_json_field(o, "tools"), &fn_tools, &ignored);
-        int rc2 = fn_tools ? srv_api_strict_call(c, fn_tools, force, forced, g, e) : 0;
-        json_decref(fn_tools);
-        if (rc2) return -1;
-    }
-    if (g->n_prompt >= c->ctx) {
+    if (json_array_size(g->conv) == 0) return srv_api_fail(e, 400, "input", "'input' holds no message");
+    if (!(ch->messages = json_array())) return srv_api_fail(e, 500, NULL, "out of memory");
+    if (instr || ch->tools)
+        json_array_append_new(ch->messages, json_pack("{s:s, s:s}", "role", "system", "content",
+                                                      instr ? json_string_value(instr) : ""));
+    json_array_extend(ch->messages, g->conv);
+    /* echoed in the response object */
+    g->echo = json_pack("{s:O?, s:O?, s:b}", "instructions", instr, "previous_response_id", prev, "store", g->store);
+    return 0;
+}
+
+static int parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e)
+{
+    long long max_out = 0;
+    if (refuse_unknown(c, o, e) || srv_json_int(o, "max_output_tokens", 1, INT32_MAX, &max_out, e)) return -1;
+    struct srv_chat ch;
+    srv_chat_init(&ch);
+    ch.cp.mode      = DSV4_CHAT_MODE_CHAT;
+    ch.param        = "input";
+    ch.format       = json_object_get(srv_json_field(o, "text"), "format");
+    ch.format_param = "text";
+    ch.format_flat  = true;
+    int rc          = parse_options(c, o, g, &ch.cp, e);
+    if (!rc) rc = conversation(c, o, &ch, g, e);
+    if (!rc) rc = srv_req_chat(c, &ch, false, g, e);
+    srv_chat_free(&ch);
+    if (rc) return -1;
+    rc = srv_req_limit(c, max_out, "max_output_tokens", 0, g, e);
+    if (rc == SRV_REQ_NO_ROOM) {
         srv_api_fail(e, 400, "input", "This model's maximum context length is %d tokens; the input has %d tokens, "
                      "which leaves no room for a response", c->ctx, g->n_prompt);
         e->code = "context_length_exceeded";
         return -1;
     }
-    g->max_tokens = max_out > 0 && max_out < c->ctx - g->n_prompt ? (int)max_out : c->ctx - g->n_prompt;
-    /* echoed in the response object */
-    g->echo = json_pack("{s:O?, s:O?, s:b}", "instructions", instr, "previous_response_id", prev, "store", g->store);
+    if (rc) return -1;
     if (g->echo && max_out > 0) json_object_set_new(g->echo, "max_output_tokens", json_integer(max_out));
     if (g->echo && srv_json_field(o, "text")) json_object_set(g->echo, "text", srv_json_field(o, "text"));
     return 0;
 }
 
-/* ------------------------------------------------------------------ responses */
+/* ------------------------------------------------------------------ answers */
+
+/* What one flush or the whole answer holds, in the terms of this API. */
+struct srv_resp_out {
+    const char            *id, *model;
+    long long              created;
+    const struct srv_buf  *reasoning, *content;
+    json_t                *calls;    /* OpenAI-shaped tool calls */
+    json_t                *echo;     /* request fields for the response object */
+    json_t                *conv;     /* the conversation, stored with the answer when store */
+    bool                   store;
+    struct srv_resp_store *responses;
+    int                    n_prompt, n_cached, n_out, n_reason;
+};
 
 static void event(struct srv_resp_stream *st, struct srv_buf *sse, const char *type, json_t *o)
 {
@@ -557,7 +407,7 @@ static void item_text(struct srv_resp_stream *st, enum srv_resp_item kind, const
     event(st, sse, rs ? "response.reasoning_text.delta" : "response.output_text.delta", d);
 }
 
-void srv_resp_begin(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse)
+static void begin_items(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse)
 {
     st->items = json_array();
     if (!sse) return;
@@ -565,7 +415,7 @@ void srv_resp_begin(struct srv_resp_stream *st, const struct srv_resp_out *a, st
     event(st, sse, "response.in_progress", json_pack("{s:o}", "response", response_obj(st, a, "in_progress")));
 }
 
-void srv_resp_delta(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse)
+static void delta_items(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse)
 {
     item_text(st, SRV_RESP_REASONING, a->reasoning, sse);
     item_text(st, SRV_RESP_MESSAGE, a->content, sse);
@@ -611,8 +461,8 @@ static json_t *items_message(json_t *items)
                                                    "type", "function", "function", "name", json_object_get(it, "name"),
                                                    "arguments", json_object_get(it, "arguments")));
     }
-    json_object_set_new(m, "content", jbuf(&text));
-    if (rs.len) json_object_set_new(m, "reasoning_content", jbuf(&rs));
+    json_object_set_new(m, "content", srv_json_buf(&text));
+    if (rs.len) json_object_set_new(m, "reasoning_content", srv_json_buf(&rs));
     if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
     json_decref(calls);
     srv_buf_free(&text);
@@ -620,7 +470,7 @@ static json_t *items_message(json_t *items)
     return m;
 }
 
-json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, bool incomplete, struct srv_buf *sse)
+static json_t *end_items(struct srv_resp_stream *st, const struct srv_resp_out *a, bool incomplete, struct srv_buf *sse)
 {
     item_close(st, sse);
     if (json_array_size(st->items) == 0) { /* an empty answer is still one (empty) message */
@@ -633,7 +483,7 @@ json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, b
     json_t     *r      = response_obj(st, a, status);
     if (a->store && a->conv && a->responses) {
         json_t *conv = json_deep_copy(a->conv);
-        if (conv && json_array_append_new(conv, items_message(st->items)) == 0) store_put(a->responses, a->id, conv, r);
+        if (conv && json_array_append_new(conv, items_message(st->items)) == 0) srv_resp_store_put(a->responses, a->id, conv, r);
         else json_decref(conv);
     }
     if (sse) {
@@ -644,16 +494,80 @@ json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, b
     return r;
 }
 
-void srv_resp_error(struct srv_resp_stream *st, const struct srv_api_error *e, struct srv_buf *sse)
+static void error_event(struct srv_resp_stream *st, const struct srv_api_error *e, struct srv_buf *sse)
 {
     item_close(st, sse);
     event(st, sse, "error", json_pack("{s:s, s:s, s:n}", "code", e->status >= 500 ? "server_error" : "invalid_request",
                                       "message", e->msg, "param"));
 }
 
-void srv_resp_stream_free(struct srv_resp_stream *st)
+static void stream_free(struct srv_resp_stream *st)
 {
     json_decref(st->items);
     srv_buf_free(&st->text);
     memset(st, 0, sizeof(*st));
 }
+
+static struct srv_resp_out resp_out(const struct srv_out *o, int n_cached)
+{
+    return (struct srv_resp_out){ .id = o->id, .model = o->model, .created = o->created, .reasoning = &o->reasoning,
+                                  .content = &o->content, .calls = o->calls, .echo = o->echo, .conv = o->conv,
+                                  .store = o->store, .responses = o->responses, .n_prompt = o->n_prompt,
+                                  .n_cached = n_cached, .n_out = o->n_tok, .n_reason = o->n_reason };
+}
+
+static int open_out(struct srv_out *o, const struct srv_gen *g, const struct srv_api_ctx *c)
+{
+    o->echo      = json_incref(g->echo);
+    o->conv      = json_incref(g->conv);
+    o->store     = g->store;
+    o->responses = c->responses;
+    struct srv_resp_out a = resp_out(o, 0);
+    begin_items(&o->resp, &a, NULL); /* the stream's events are sent by begin */
+    return o->resp.items ? 0 : -1;
+}
+
+static void close_out(struct srv_out *o)
+{
+    stream_free(&o->resp);
+    json_decref(o->echo);
+    json_decref(o->conv);
+}
+
+/* Streaming: response.created and response.in_progress, on a fresh item list. */
+static void begin(struct srv_out *o, struct srv_buf *sse)
+{
+    struct srv_resp_out a     = resp_out(o, 0);
+    json_t             *items = o->resp.items;
+    begin_items(&o->resp, &a, sse);
+    json_decref(items);
+}
+
+/* The output items, streamed or only built (this dialect's delta runs on every token). */
+static void delta(struct srv_out *o, struct srv_buf *sse)
+{
+    struct srv_resp_out a = resp_out(o, 0);
+    delta_items(&o->resp, &a, o->stream ? sse : NULL);
+    srv_out_clear_delta(o);
+}
+
+/* The end of a Responses answer: the last items, the response object (the body, or the
+ * response.completed / response.incomplete event); an error is an error event or body. */
+static int end(struct srv_out *o, const struct srv_api_error *e, const char *finish, int n_cached,
+               struct srv_buf *sse, struct srv_buf *body)
+{
+    struct srv_resp_out a = resp_out(o, n_cached);
+    delta_items(&o->resp, &a, o->stream ? sse : NULL);
+    srv_out_clear_delta(o);
+    if (o->stream) {
+        if (e) error_event(&o->resp, e, sse);
+        else end_items(&o->resp, &a, !strcmp(finish, "length"), sse);
+        return 200;
+    }
+    return srv_out_body(o, e ? NULL : end_items(&o->resp, &a, !strcmp(finish, "length"), NULL), e, body);
+}
+
+const struct srv_dialect srv_dialect_responses = {
+    .id_prefix = "resp_", .call_prefix = "call_", .parse = parse, .open = open_out, .close = close_out,
+    .begin = begin, .delta = delta, .every_token = true, .end = end, .error = srv_api_error_json,
+};

@@ -470,6 +470,7 @@ static void api_ctx(struct srv *s, struct srv_api_ctx *out)
     struct dsv4_model_info info;
     srv_worker_info(s->w, &info, &ctx.ctx);
     ctx.vocab      = info.vocab_size;
+    ctx.max_pos    = info.max_ctx;
     ctx.json_vocab = json_vocab(s, ctx.tok);
     *out           = ctx;
 }

@@ -5,8 +5,9 @@
  *
  * Threads and ownership:
  *   - libmicrohttpd runs one thread per connection (http.c). A connection thread parses and
- *     validates its request (api_openai.c), renders and tokenizes the prompt, submits a job,
- *     then turns the job's token events into the HTTP response (api_output.c).
+ *     validates its request (api.c and the request's dialect), renders and tokenizes the
+ *     prompt, submits a job, then turns the job's token events into the HTTP response
+ *     (api_output.c).
  *   - One inference worker thread (worker.c) owns the engine and the scheduler of
  *     src/sched/ (continuous batching, paged KV, prefix cache, bounded queue), and so all
  *     model state. It loads the model, steps the scheduler, and pushes one event per
@@ -298,7 +299,8 @@ void srv_metrics_connections(struct srv_metrics *m, int delta);
 char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *ws, const char *model, size_t *len);
 
 /* ==================================================================================== */
-/* The OpenAI API: requests (api_openai.c) and responses (api_output.c)                 */
+/* The API side: requests (api.c and the dialects) and answers (api_output.c); api.h    */
+/* holds what only its files share                                                      */
 /* ==================================================================================== */
 
 enum srv_api_kind {
@@ -340,6 +342,7 @@ struct srv_api_ctx {
     const dsv4_tokenizer *tok;       /* NULL: token ids only */
     int                   vocab;
     int                   ctx;       /* tokens per sequence */
+    int                   max_pos;   /* the model's max_position_embeddings (0: ctx) */
     int                   default_max_tokens_completions;
     int                   max_json_depth;
     bool                  special_in_messages; /* trusted callers: message text may hold control tokens */
@@ -370,7 +373,7 @@ struct srv_gen {
     bool                       store;        /* responses: keep the conversation for previous_response_id */
     dsv4_constraint           *constraint;   /* response_format / text.format: the output's automaton (owned) */
     char                      *forced;       /* malloc'd: the call opening a forced tool choice appended to
-                                                the prompt (srv_api_force_tool), or NULL */
+                                                the prompt (request_chat.c), or NULL */
     int                        n_stop;
     char                       stop[SRV_MAX_STOP][SRV_MAX_STOP_LEN + 1];
     char                       id[40];       /* "chatcmpl-..." / "cmpl-..." / "msg_..." */
@@ -381,42 +384,9 @@ struct srv_gen {
 void srv_api_make_id(char *out, size_t cap, const char *prefix);
 uint64_t srv_random_u64(void);
 
-/* Request fields (jansson): absent or null -> 0 and *out untouched; the wrong type or out
- * of range -> -1 with a 400 in e naming the field. */
-json_t *srv_json_field(json_t *o, const char *key);
-/* "speculative": {"draft": K} into g->spec_draft. */
-int     srv_api_speculative(json_t *o, struct srv_gen *g, struct srv_api_error *e);
-/* The first key of o in none of the NULL-terminated lists, or NULL. */
-const char *srv_json_unknown_key(json_t *o, const char *const *lists[], int n_lists);
-int     srv_json_bool(json_t *o, const char *key, bool *out, struct srv_api_error *e);
-int     srv_json_num(json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
-                     struct srv_api_error *e);
-int     srv_json_int(json_t *o, const char *key, long long lo, long long hi, long long *out, struct srv_api_error *e);
-/* The chat document {messages, tools} (consumed) -> the V4 prompt's token ids in g. */
-struct dsv4_chat_params;
-int     srv_api_render(const struct srv_api_ctx *c, json_t *doc, const struct dsv4_chat_params *cp, const char *param,
-                       struct srv_gen *g, struct srv_api_error *e);
-/* Forces a tool call: appends the DSML opening of a call (of name, NULL = any tool) to
- * g's prompt and keeps it in g->forced for srv_out's parser. 400 in thinking mode. */
-int     srv_api_force_tool(const struct srv_api_ctx *c, struct srv_gen *g, const char *name, const char *param,
-                           struct srv_api_error *e);
-/* Strict tools (function.strict: true): a forced call of such a tool (name, or any when name
- * is NULL and every tool is strict) has its arguments constrained; unforced, with every tool
- * strict, a block the model opens is. Sets g->constraint unless one is set already. */
-int     srv_api_strict_call(const struct srv_api_ctx *c, json_t *tools, bool forced, const char *name, struct srv_gen *g,
-                            struct srv_api_error *e);
-/* Whether function tools [{type, function: {name}}] offer name. */
-bool    srv_api_has_tool(json_t *tools, const char *name);
-/* Constrained output: fmt is response_format ({type: json_object} or {type: json_schema,
- * json_schema: {schema}}) or the Responses API's text.format ({type, schema}); sets
- * g->constraint. 400 naming param for an unsupported schema. */
-int     srv_api_constrain(const struct srv_api_ctx *c, json_t *fmt, bool responses, const char *param, struct srv_gen *g,
-                          struct srv_api_error *e);
-/* Anthropic bodies (api_anthropic.c), called by srv_api_parse for SRV_API_MESSAGES/COUNT. */
-int     srv_anth_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
-
-/* Parses and validates a body (bytes) for kind; renders and tokenizes the prompt. On
- * failure returns -1 with e filled (status 400 or 413, a sentence naming the field). */
+/* Parses and validates a body (bytes) for kind with its dialect; renders and tokenizes the
+ * prompt. On failure returns -1 with e filled (status 400 or 413, a sentence naming the
+ * field). The limit on generated tokens follows one rule in every dialect (request.c). */
 int  srv_api_parse(const struct srv_api_ctx *c, enum srv_api_kind kind, const char *body, size_t len,
                    struct srv_gen *g, struct srv_api_error *e);
 void srv_gen_free(struct srv_gen *g);
@@ -425,7 +395,7 @@ int  srv_json_depth(const char *s, size_t n);
 /* GET /v1/models body (malloc'd); one: the model object alone (GET /v1/models/ID). */
 char *srv_api_models_json(const char *model_name, long long created, int ctx, bool one, size_t *len);
 
-/* A growable byte buffer. */
+/* A growable byte buffer (strbuf.c). */
 struct srv_buf {
     char  *p;
     size_t len, cap;
@@ -466,63 +436,18 @@ void srv_out_set_choice(struct srv_out *o, int index, int n);
 int  srv_out_end_all(struct srv_out **outs, struct srv_job **jobs, const enum srv_finish *fin, bool *ended, int n,
                      int n_cached, struct srv_buf *sse, struct srv_buf *body, enum srv_counter *counted);
 
-/* Anthropic shapes of the output (api_anthropic.c), fed by api_output.c's pipeline: what
- * one flush (streaming) or the whole answer holds. */
-struct srv_anth_out {
-    const char           *id, *model;
-    const struct srv_buf *reasoning, *content;
-    json_t               *calls;         /* OpenAI-shaped tool calls {id, function: {name, arguments}} */
-    const char           *stop_reason;   /* end_turn, max_tokens, stop_sequence, tool_use */
-    const char           *stop_sequence; /* the one that matched, or NULL */
-    int                   n_prompt, n_cached, n_out;
-};
-enum srv_anth_block { SRV_ANTH_NONE = 0, SRV_ANTH_THINKING, SRV_ANTH_TEXT, SRV_ANTH_TOOL };
-/* The content block a stream has open, and the next block's index. */
-struct srv_anth_stream {
-    enum srv_anth_block open;
-    int                 index, next;
-};
-json_t *srv_anth_message(const struct srv_anth_out *a);
-void    srv_anth_stream_begin(const struct srv_anth_out *a, struct srv_buf *sse);
-void    srv_anth_stream_delta(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
-void    srv_anth_stream_end(struct srv_anth_stream *st, const struct srv_anth_out *a, struct srv_buf *sse);
-void    srv_anth_stream_error(struct srv_anth_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
-/* The Responses API (api_responses.c). The store keeps the newest conversations, at most
- * cap of them and max_bytes of JSON in all; thread-safe. */
+/* The Responses API's store (resp_store.c): the newest conversations, at most cap of them
+ * and max_bytes of JSON in all; thread-safe. */
 struct srv_resp_store *srv_resp_store_new(int cap, size_t max_bytes);
 void                   srv_resp_store_free(struct srv_resp_store *s);
-int                    srv_resp_parse(const struct srv_api_ctx *c, json_t *o, struct srv_gen *g, struct srv_api_error *e);
+/* Stores conv (consumed) and the response object under id. */
+void                   srv_resp_store_put(struct srv_resp_store *s, const char *id, json_t *conv, json_t *response);
+/* A copy of the conversation stored under id, or NULL. */
+json_t                *srv_resp_store_get(struct srv_resp_store *s, const char *id);
 /* GET /v1/responses/{id}: the stored response object (malloc'd JSON), or NULL; DELETE:
  * whether there was one. */
 char                  *srv_resp_store_response(struct srv_resp_store *s, const char *id);
 bool                   srv_resp_store_delete(struct srv_resp_store *s, const char *id);
-struct srv_resp_out {
-    const char            *id, *model;
-    long long              created;
-    const struct srv_buf  *reasoning, *content;
-    json_t                *calls;    /* OpenAI-shaped tool calls */
-    json_t                *echo;     /* request fields for the response object */
-    json_t                *conv;     /* the conversation, stored with the answer when store */
-    bool                   store;
-    struct srv_resp_store *responses;
-    int                    n_prompt, n_cached, n_out, n_reason;
-};
-enum srv_resp_item { SRV_RESP_NONE = 0, SRV_RESP_REASONING, SRV_RESP_MESSAGE };
-/* The answer's output items as they are built (streaming or not: sse NULL builds only). */
-struct srv_resp_stream {
-    json_t            *items; /* finished output items */
-    enum srv_resp_item open;  /* the item text goes to */
-    int                index, seq;
-    char               item_id[40];
-    struct srv_buf     text;  /* the open item's text so far */
-};
-void    srv_resp_begin(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse);
-void    srv_resp_delta(struct srv_resp_stream *st, const struct srv_resp_out *a, struct srv_buf *sse);
-/* Closes the items, stores the conversation, and returns the response object (streaming:
- * NULL, sent as response.completed / response.incomplete). */
-json_t *srv_resp_end(struct srv_resp_stream *st, const struct srv_resp_out *a, bool incomplete, struct srv_buf *sse);
-void    srv_resp_error(struct srv_resp_stream *st, const struct srv_api_error *e, struct srv_buf *sse);
-void    srv_resp_stream_free(struct srv_resp_stream *st);
 
 /* Recent finished chat turns' token ids (turns.c): a later prompt whose text begins with a
  * stored turn's text is given that turn's tokens for it, so it continues the sequence the
@@ -538,7 +463,7 @@ int               srv_turns_splice(struct srv_turns *s, const dsv4_tokenizer *to
 
 /* Length of the valid UTF-8 sequence at s (1 to 4), or 0 if the byte starts none. */
 size_t  srv_utf8_seq(const unsigned char *s, size_t n);
-/* A JSON string of s[0..n), invalid UTF-8 bytes replaced by U+FFFD (api_output.c). */
+/* A JSON string of s[0..n), invalid UTF-8 bytes replaced by U+FFFD (strbuf.c). */
 json_t *srv_json_str(const char *s, size_t n);
 
 /* ==================================================================================== */

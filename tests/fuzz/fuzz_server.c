@@ -1,7 +1,8 @@
 /*
  * fuzz_server.c - libFuzzer harness for the HTTP request path of `dsv4 serve`: libmicrohttpd
- * and src/server/http.c (routing, limits, authentication), api_openai.c (body validation,
- * chat rendering, tokenization), api_output.c (the response, streaming or whole), without a
+ * and src/server/http.c (routing, limits, authentication), api.c and the three dialects
+ * with the request core (body validation, chat rendering, tokenization), api_output.c (the
+ * response, streaming or whole), without a
  * model: tests/fuzz/stub_worker.c stands in for the inference worker (src/server/worker.c)
  * and answers every job at once with one or two tokens.
  *

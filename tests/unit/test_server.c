@@ -41,6 +41,7 @@
 #include "test_server_util.h"
 #include "test_server_anthropic.h"
 #include "test_server_responses.h"
+#include "test_server_limits.h"
 
 /* ------------------------------------------------------------------ the model */
 
@@ -981,6 +982,11 @@ static void test_responses_store(struct test_ctx *t)
     if (model_dir(t)) tresp_test_store_bound(t, g_dir);
 }
 
+static void test_max_tokens_rule(struct test_ctx *t)
+{
+    if (model_dir(t)) tlim_test_max_tokens(t, g_dir);
+}
+
 static void test_constrained_client(struct test_ctx *t)
 {
     run_node_client(t, "constrained_client.mjs", "/v1");
@@ -1028,6 +1034,7 @@ const struct test_case test_group_server[] = {
     { "messages_api", test_messages_api },
     { "responses_api", test_responses_api },
     { "responses_store_bound", test_responses_store },
+    { "max_tokens_rule", test_max_tokens_rule },
     { "turn_cache", test_turn_cache },
     { "anthropic_client", test_anthropic_client, TEST_NEEDS_NPM_SERVER },
     { "constrained_client", test_constrained_client, TEST_NEEDS_NPM_SERVER },

@@ -224,7 +224,7 @@ void tanth_test_out_messages(struct test_ctx *t)
     dsv4_tokenizer_free(tok);
 }
 
-/* A forced tool choice: srv_out is given the call's opening (as srv_api_force_tool appends it
+/* A forced tool choice: srv_out is given the call's opening (as request_chat.c appends it
  * to the prompt) and only the tokens the model writes after it; the calls come out whole,
  * and no DSML reaches the text, in both APIs. */
 void tanth_test_out_forced(struct test_ctx *t)
@@ -501,9 +501,11 @@ void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
     struct anth_bad too_long = { M, big, NULL, 400, "invalid_request_error", "prompt is too long" };
     check_bad(t, s, &too_long);
     free(big);
-    /* max_tokens above what the context leaves is clipped, not refused (agents ask for 32000) */
+    /* max_tokens above what the context (2048) leaves is clipped, not refused (agents ask for
+     * 32000); only a limit above the model's max_position_embeddings (4096 here) is a 400
+     * (docs/SERVER.md, "max_tokens"; test_server_limits.c sends that one) */
     json_t *r = NULL;
-    CHECK(tsrv_post(s, M, "{\"model\":\"srv-tiny\",\"max_tokens\":64000,\"temperature\":0,\"stop_sequences\":[\"e\"],"
+    CHECK(tsrv_post(s, M, "{\"model\":\"srv-tiny\",\"max_tokens\":4096,\"temperature\":0,\"stop_sequences\":[\"e\"],"
                           "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL, &r) == 200);
     const char *sr = json_string_value(json_object_get(r, "stop_reason"));
     CHECKF(sr && (!strcmp(sr, "end_turn") || !strcmp(sr, "max_tokens") ||

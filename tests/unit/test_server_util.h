@@ -81,7 +81,7 @@ char *tsrv_canned_output(const dsv4_tokenizer *tok, const int32_t *ids, int n, b
 /* The same for an API kind (enum srv_api_kind: SRV_API_CHAT or SRV_API_MESSAGES). */
 char *tsrv_canned_output_kind(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                               int tokens_per_event);
-/* The same with a forced tool call's opening (srv_api_force_tool) before ids, in chat mode. */
+/* The same with a forced tool call's opening (request_chat.c) before ids, in chat mode. */
 char *tsrv_canned_output_forced(const dsv4_tokenizer *tok, const int32_t *ids, int n, int kind, bool stream,
                                 const char *forced);
 /* The general form: tokens_per_event per srv_out_tokens call, ended with finish (enum
