@@ -310,10 +310,9 @@ static bool set_no_tiles(const struct cli_opt *o, const char *cmd, const char *v
 }
 
 #define EP(field) offsetof(struct dsv4_engine_params, field)
+/* --revision last: cli_engine_group leaves it out for a command that opens no model. */
 static const struct cli_opt ENGINE_OPTS[] = {
     { "--threads", NULL, "N", "CPU threads (default: all)", CLI_INT, EP(n_threads), 0, 4096, NULL },
-    { "--revision", NULL, "R", "current|initial: the demo revision to reproduce (default current)", CLI_CALL,
-      EP(revision), 0, 0, set_revision },
     { "--cpu-level", NULL, "L",
       "ref|scalar|avx2|avx512|avx512bf16|amx|neon (default: the best; env DSV4_CPU)", CLI_STR, EP(cpu_level), 0, 0,
       NULL },
@@ -328,12 +327,15 @@ static const struct cli_opt ENGINE_OPTS[] = {
     /* an unknown name is refused at engine open, with the list */
     { "--backend", NULL, "NAME", "the backend (default cpu, the one this build has)", CLI_STR, EP(backend), 0, 0,
       NULL },
+    { "--revision", NULL, "R", "current|initial: the demo revision to reproduce (default current)", CLI_CALL,
+      EP(revision), 0, 0, set_revision },
 };
 #undef EP
 
-struct cli_group cli_engine_group(struct dsv4_engine_params *ep)
+struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model)
 {
-    return (struct cli_group){ "engine options", ENGINE_OPTS, sizeof(ENGINE_OPTS) / sizeof(ENGINE_OPTS[0]), ep };
+    size_t n = sizeof(ENGINE_OPTS) / sizeof(ENGINE_OPTS[0]);
+    return (struct cli_group){ "engine options", ENGINE_OPTS, opens_model ? n : n - 1, ep };
 }
 
 static bool set_seed(const struct cli_opt *o, const char *cmd, const char *v, void *base)

@@ -111,10 +111,11 @@ void cli_usage(const struct cli_spec *spec, FILE *f);
 /* A usage error: "dsv4 CMD: MSG" and the usage on stderr; returns 2. */
 int  cli_usage_error(const struct cli_spec *spec, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The engine options every command that opens a model takes (--threads, --revision,
- * --cpu-level, --gemm-min, --no-tiles, --profile, --backend), declared once: a new engine
- * option is a line of cli.c's table and a field of struct dsv4_engine_params. */
-struct cli_group cli_engine_group(struct dsv4_engine_params *ep);
+/* The engine options every command that opens a model takes (--threads, --cpu-level,
+ * --gemm-min, --no-tiles, --profile, --backend, --revision), declared once: a new engine
+ * option is a line of cli.c's table and a field of struct dsv4_engine_params. A command
+ * that opens no model (dsv4 ops: a backend alone) takes them without --revision. */
+struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model);
 
 /* The sampling options of generating commands: --temp, --top-k, --top-p, --min-p, --seed
  * (which also sets seeded). */

@@ -321,7 +321,7 @@ int cmd_align(int argc, char **argv)
     cli_engine_params(&ep);
     ep.revision = (enum dsv4_revision)-1; /* none given: the dump's */
     const struct cli_group groups[] = { { NULL, ALIGN_OPTS, sizeof(ALIGN_OPTS) / sizeof(ALIGN_OPTS[0]), &o },
-                                        cli_engine_group(&ep) };
+                                        cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = { "align",
                                         "usage: dsv4 align -m DIR --ref DUMP.safetensors [options]\n"
                                         "  compares every named stage of the engine with a dump written by\n"

@@ -520,7 +520,7 @@ int cmd_batch(int argc, char **argv)
     ep.log    = cli_log_stderr;
     ep.log_ud = "batch";
     const struct cli_group groups[] = { { NULL, BATCH_OPTS, sizeof(BATCH_OPTS) / sizeof(BATCH_OPTS[0]), &o },
-                                        cli_engine_group(&ep) };
+                                        cli_engine_group(&ep, true) };
     const struct cli_spec  spec = { "batch", "usage: dsv4 batch -m DIR --prompts FILE [options]\n", groups, 2, NULL };
     int                    rc   = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;

@@ -622,7 +622,7 @@ int cmd_bench(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, BENCH_OPTS, sizeof(BENCH_OPTS) / sizeof(BENCH_OPTS[0]), &a },
-                                        cli_engine_group(&ep) };
+                                        cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = { "bench",
                                         "usage: dsv4 bench -m DIR [options]   prefill and decode rows per context and batch\n"
                                         "       dsv4 bench --gemm SPEC [options]   one projection alone\n",

@@ -475,7 +475,7 @@ int cmd_chat(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, CHAT_OPTS, sizeof(CHAT_OPTS) / sizeof(CHAT_OPTS[0]), &o },
-                                        cli_sampler_group(&cs), cli_engine_group(&ep) };
+                                        cli_sampler_group(&cs), cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = {
         "chat", "usage: dsv4 chat -m DIR [options]\n", groups, 3,
         "\nsampling here defaults to --temp 0.8 --top-p 0.95, seeded from the clock\n"

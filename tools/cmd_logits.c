@@ -34,7 +34,7 @@ int cmd_logits(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, LOGITS_OPTS, sizeof(LOGITS_OPTS) / sizeof(LOGITS_OPTS[0]), &o },
-                                        cli_engine_group(&ep) };
+                                        cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = {
         "logits", "usage: dsv4 logits -m DIR (--tokens LIST | --tokens-file F) --out FILE [options]\n", groups, 2, NULL
     };

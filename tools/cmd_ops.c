@@ -29,7 +29,7 @@ int cmd_ops(int argc, char **argv)
 {
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
-    const struct cli_group group = cli_engine_group(&ep);
+    const struct cli_group group = cli_engine_group(&ep, false);
     const struct cli_spec  spec  = { "ops", "usage: dsv4 ops [options]\n", &group, 1, NULL };
     int                    rc    = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;

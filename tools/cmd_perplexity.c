@@ -393,7 +393,7 @@ int cmd_perplexity(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, PPL_OPTS, sizeof(PPL_OPTS) / sizeof(PPL_OPTS[0]), &o },
-                                        cli_engine_group(&ep) };
+                                        cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = {
         "perplexity", "usage: dsv4 perplexity -m DIR (-f TEXT | --tokens-file F) [options]\n", groups, 2, NULL
     };

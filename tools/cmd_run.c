@@ -168,7 +168,7 @@ int cmd_run(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, RUN_OPTS, sizeof(RUN_OPTS) / sizeof(RUN_OPTS[0]), &o },
-                                        cli_sampler_group(&cs), cli_engine_group(&ep) };
+                                        cli_sampler_group(&cs), cli_engine_group(&ep, true) };
     const struct cli_spec  spec = { "run", "usage: dsv4 run -m DIR (-p TEXT | --tokens LIST) [options]\n", groups, 3,
                                     NULL };
     int rc = cli_parse(&spec, argc, argv);

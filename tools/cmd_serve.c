@@ -202,7 +202,7 @@ int cmd_serve(int argc, char **argv)
     cli_engine_params(&o.p.engine); /* the backend choices: defaults, environment, then flags */
     const struct cli_group groups[] = {
         { NULL, SERVE_OPTS, sizeof(SERVE_OPTS) / sizeof(SERVE_OPTS[0]), &o },
-        cli_engine_group(&o.p.engine),
+        cli_engine_group(&o.p.engine, true),
     };
     const struct cli_spec spec = { "serve", "usage: dsv4 serve -m DIR [options]\n", groups, 2, NULL };
     int                   rc   = cli_parse(&spec, argc, argv);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "test.h"
 #include "test_server_util.h"
 
 /* One engine option: the value given, what /metrics says for it and what the log line says. */
@@ -133,4 +134,43 @@ void tsrv_test_engine_options(struct test_ctx *t, const char *model_dir)
     CHECKF(info && strstr(info, "gemm_min=\"4,6,8\""), "DSV4_GEMM_MIN=4,6,8: /metrics says %s", info ? info : "nothing");
     free(info);
     tsrv_stop(&s, SIGTERM, 20);
+}
+
+/* Every command that opens a model lists the same engine options in its --help and takes
+ * them; a bad value or an unknown option is a usage error (2) that names the option. */
+void tsrv_test_model_commands_options(struct test_ctx *t, const char *model_dir)
+{
+    static const char *const cmds[] = { "run", "chat", "perplexity", "logits", "align", "batch", "bench", "serve" };
+    const char              *bin    = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    char  cmd[2048], *out = NULL;
+    for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        snprintf(cmd, sizeof(cmd), "'%s' %s --help", bin, cmds[c]);
+        int rc = test_run(cmd, &out);
+        const char *eng = out ? strstr(out, "\nengine options:\n") : NULL;
+        CHECKF(rc == 0 && eng, "%s --help: exit %d, no engine options section", cmds[c], rc);
+        for (int k = 0; eng && k < N_EOPTS; k++)
+            CHECKF(strstr(eng, EOPTS[k].name) != NULL, "%s --help lists no %s", cmds[c], EOPTS[k].name);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "'%s' %s -m '%s' --threads many", bin, cmds[c], model_dir);
+        rc = test_run(cmd, &out);
+        CHECKF(rc == 2 && out && strstr(out, "--threads"), "%s --threads many: exit %d: %s", cmds[c], rc, out ? out : "");
+        free(out);
+        snprintf(cmd, sizeof(cmd), "'%s' %s -m '%s' --revision newest", bin, cmds[c], model_dir);
+        rc = test_run(cmd, &out);
+        CHECKF(rc == 2 && out && strstr(out, "--revision"), "%s --revision newest: exit %d: %s", cmds[c], rc,
+               out ? out : "");
+        free(out);
+        snprintf(cmd, sizeof(cmd), "'%s' %s --no-such-option", bin, cmds[c]);
+        rc = test_run(cmd, &out);
+        CHECKF(rc == 2 && out && strstr(out, "'--no-such-option'"), "%s --no-such-option: exit %d", cmds[c], rc);
+        free(out);
+    }
+    /* and they take effect: two tokens at a capped level, one thread, the first revision */
+    snprintf(cmd, sizeof(cmd), "'%s' run -m '%s' --tokens 1,2,3 -n 2 --ids --threads 1 --revision initial --cpu-level scalar",
+             bin, model_dir);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc == 0, "%s: exit %d: %s", cmd, rc, out ? out : "");
+    free(out);
 }
