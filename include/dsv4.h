@@ -89,7 +89,7 @@ struct dsv4_engine_params {
      * The command-line tools set it from --cpu-level or DSV4_CPU. */
     const char        *cpu_level;
     /* The token counts "FP8,FP4,BF16" from which the avx2/avx512/neon f32 kernels take their
-     * GEMM instead of the GEMV (the same bits either way; process-wide): NULL or "" = the
+     * GEMM instead of the GEMV (the same bits either way; this engine's own): NULL or "" = the
      * ones measured for this core (docs/PERF.md). Tools: --gemm-min or DSV4_GEMM_MIN. */
     const char        *gemm_min;
     /* The backend by name: NULL or "" = the default ("cpu", the one this build has; tools:
@@ -130,6 +130,22 @@ struct dsv4_model_info {
 };
 
 void dsv4_engine_info(const dsv4_engine *engine, struct dsv4_model_info *info);
+
+/* The options an open engine runs with, as resolved at open: its backend, the code path that
+ * runs (a level above the CPU's is capped to the CPU's), the threads of its pool, the GEMM
+ * crossovers in use. Front ends report them (`dsv4 serve`: a startup line and /metrics).
+ * The strings are static. */
+struct dsv4_engine_settings {
+    const char        *backend;     /* "cpu", "cpu-staged" */
+    const char        *level;       /* "ref", "scalar", "avx2", "avx512", ...; "" when the backend has none */
+    int                n_threads;   /* threads of the engine's pool */
+    int                gemm_min[3]; /* FP8, FP4, BF16 crossovers of the f32 kernels (params.gemm_min) */
+    bool               tiles;       /* params.tiles: the backend may repack weights into tiles */
+    enum dsv4_revision revision;
+    bool               profiling;   /* an op trace is written (params.profile_path) */
+};
+
+void dsv4_engine_settings(const dsv4_engine *engine, struct dsv4_engine_settings *settings);
 
 /* ==================================================================================== */
 /* Sessions: one token timeline each (src/engine.c)                                     */

@@ -65,6 +65,16 @@ void dsv4_engine_info(const dsv4_engine *e, struct dsv4_model_info *info)
     info->eos_id     = c->eos_id;
 }
 
+void dsv4_engine_settings(const dsv4_engine *e, struct dsv4_engine_settings *s)
+{
+    const struct dsv4_model     *m  = &e->model;
+    struct dsv4_backend_settings bs = { .level = "" };
+    m->backend->settings(m->backend_impl, &bs);
+    *s = (struct dsv4_engine_settings){ .backend = m->backend->name, .level = bs.level, .n_threads = bs.n_threads,
+                                        .gemm_min = { bs.gemm_min[0], bs.gemm_min[1], bs.gemm_min[2] },
+                                        .tiles = m->tiles, .revision = m->revision, .profiling = m->prof != NULL };
+}
+
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e)
 {
     return &e->model;

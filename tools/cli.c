@@ -1,6 +1,11 @@
-/* cli.c - argument helpers shared by the subcommands. */
+/*
+ * cli.c - argument helpers shared by the subcommands: the option-table parser and usage
+ * printer (cli_parse, cli_usage), the engine and sampling options declared once, numbers,
+ * token lists, logging.
+ */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +40,8 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo,
     return true;
 }
 
-const char *cli_value(const char *cmd, int argc, char **argv, int *i)
+/* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
+static const char *cli_value(const char *cmd, int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc) {
         fprintf(stderr, "dsv4 %s: option %s needs a value\n", cmd, argv[*i]);
@@ -158,37 +164,15 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
     fprintf(stderr, "dsv4 %s: %s%s\n", (const char *)ud, level == DSV4_LOG_WARN ? "warning: " : "", msg);
 }
 
-void cli_engine_env(struct dsv4_engine_params *ep)
+void cli_engine_params(struct dsv4_engine_params *ep)
 {
+    dsv4_engine_params_default(ep);
     const char *cpu = getenv("DSV4_CPU"), *tiles = getenv("DSV4_TILES"), *prof = getenv("DSV4_PROFILE");
     if (cpu && *cpu) ep->cpu_level = cpu;
     const char *gmin = getenv("DSV4_GEMM_MIN");
     if (gmin && *gmin) ep->gemm_min = gmin;
     if (tiles && !strcmp(tiles, "0")) ep->tiles = 0;
     if (prof && *prof) ep->profile_path = prof;
-}
-
-int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep)
-{
-    const char *a = argv[*i], *v;
-    if (!strcmp(a, "--cpu-level")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        ep->cpu_level = v;
-    } else if (!strcmp(a, "--gemm-min")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        ep->gemm_min = v;
-    } else if (!strcmp(a, "--no-tiles")) {
-        ep->tiles = 0;
-    } else if (!strcmp(a, "--profile")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        ep->profile_path = v;
-    } else if (!strcmp(a, "--backend")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        ep->backend = v; /* an unknown name is refused at engine open, with the list */
-    } else {
-        return 0;
-    }
-    return 1;
 }
 
 double cli_now(void)
@@ -198,10 +182,117 @@ double cli_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-bool cli_revision(const char *cmd, int argc, char **argv, int *i, enum dsv4_revision *rev)
+
+/* ------------------------------------------------------------------ option tables */
+
+/* The usage column where help text starts. */
+enum { CLI_HELP_COL = 25 };
+
+static void usage_opt(FILE *f, const struct cli_opt *o)
 {
-    const char *v = cli_value(cmd, argc, argv, i);
-    if (!v) return false;
+    char left[96];
+    int  n = snprintf(left, sizeof(left), "  %s%s%s%s%s", o->alias ? o->alias : "", o->alias ? ", " : "", o->name,
+                      o->arg ? " " : "", o->arg ? o->arg : "");
+    fputs(left, f);
+    fprintf(f, "%*s", n < CLI_HELP_COL - 1 ? CLI_HELP_COL - n : 2, "");
+    for (const char *h = o->help; *h;) {
+        size_t len = strcspn(h, "\n");
+        fprintf(f, "%.*s\n", (int)len, h);
+        h += len;
+        if (*h) {
+            fprintf(f, "%*s", CLI_HELP_COL, ""); /* a continuation line, under the first */
+            h++;
+        }
+    }
+}
+
+void cli_usage(const struct cli_spec *spec, FILE *f)
+{
+    fputs(spec->synopsis, f);
+    for (size_t g = 0; g < spec->n_groups; g++) {
+        const struct cli_group *gr = &spec->groups[g];
+        if (gr->heading) fprintf(f, "\n%s:\n", gr->heading);
+        for (size_t k = 0; k < gr->n; k++) usage_opt(f, &gr->opts[k]);
+    }
+    if (spec->epilog) fputs(spec->epilog, f);
+}
+
+int cli_usage_error(const struct cli_spec *spec, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dsv4 %s: ", spec->cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cli_usage(spec, stderr);
+    return 2;
+}
+
+/* Stores v (NULL for a flag) as o says into base; false after printing why. */
+static bool set_opt(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    char     *t = (char *)base + o->off;
+    long long iv;
+    double    fv;
+    switch (o->type) {
+    case CLI_FLAG: *(bool *)t = true; return true;
+    case CLI_STR: *(const char **)t = v; return true;
+    case CLI_CALL: return o->call(o, cmd, v, base);
+    case CLI_FLOAT:
+    case CLI_DOUBLE:
+        if (!cli_parse_float(cmd, o->name, v, o->lo, o->hi, &fv)) return false;
+        if (o->type == CLI_FLOAT) *(float *)t = (float)fv;
+        else *(double *)t = fv;
+        return true;
+    default: break;
+    }
+    if (!cli_parse_int(cmd, o->name, v, (long long)o->lo, (long long)o->hi, &iv)) return false;
+    switch (o->type) {
+    case CLI_INT: *(int *)t = (int)iv; break;
+    case CLI_LLONG: *(long long *)t = iv; break;
+    case CLI_MIB: *(size_t *)t = (size_t)iv << 20; break;
+    default: *(size_t *)t = (size_t)iv; break;
+    }
+    return true;
+}
+
+static const struct cli_opt *find_opt(const struct cli_spec *spec, const char *a, void **base)
+{
+    for (size_t g = 0; g < spec->n_groups; g++)
+        for (size_t k = 0; k < spec->groups[g].n; k++) {
+            const struct cli_opt *o = &spec->groups[g].opts[k];
+            if (!strcmp(a, o->name) || (o->alias && !strcmp(a, o->alias))) {
+                *base = spec->groups[g].base;
+                return o;
+            }
+        }
+    return NULL;
+}
+
+int cli_parse(const struct cli_spec *spec, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_usage(spec, stdout);
+            return 0;
+        }
+        void                 *base = NULL;
+        const struct cli_opt *o    = find_opt(spec, a, &base);
+        if (!o) return cli_usage_error(spec, "unknown option '%s'", a);
+        const char *v = NULL;
+        if (o->arg && !(v = cli_value(spec->cmd, argc, argv, &i))) return 2;
+        if (!set_opt(o, spec->cmd, v, base)) return 2;
+    }
+    return CLI_PARSED;
+}
+
+/* ------------------------------------------------------------------ engine and sampling options */
+
+static bool set_revision(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    enum dsv4_revision *rev = (enum dsv4_revision *)(void *)((char *)base + o->off);
     if (!strcmp(v, "current")) *rev = DSV4_REVISION_CURRENT;
     else if (!strcmp(v, "initial")) *rev = DSV4_REVISION_INITIAL;
     else {
@@ -211,29 +302,65 @@ bool cli_revision(const char *cmd, int argc, char **argv, int *i, enum dsv4_revi
     return true;
 }
 
-int cli_sampler_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_sampler_params *sp, bool *seeded)
+static bool set_no_tiles(const struct cli_opt *o, const char *cmd, const char *v, void *base)
 {
-    const char *a = argv[*i], *v;
-    double      fv;
-    long long   iv;
-    if (!strcmp(a, "--temp")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 0, 100, &fv)) return -1;
-        sp->temperature = (float)fv;
-    } else if (!strcmp(a, "--top-k")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &iv)) return -1;
-        sp->top_k = (int)iv;
-    } else if (!strcmp(a, "--top-p")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 1e-9, 1, &fv)) return -1;
-        sp->top_p = (float)fv;
-    } else if (!strcmp(a, "--min-p")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_float(cmd, a, v, 0, 1, &fv)) return -1;
-        sp->min_p = (float)fv;
-    } else if (!strcmp(a, "--seed")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 0, (1LL << 62), &iv)) return -1;
-        sp->seed = (uint64_t)iv;
-        if (seeded) *seeded = true;
-    } else {
-        return 0;
-    }
-    return 1;
+    (void)cmd, (void)v;
+    *(int *)(void *)((char *)base + o->off) = 0;
+    return true;
+}
+
+#define EP(field) offsetof(struct dsv4_engine_params, field)
+/* --revision last: cli_engine_group leaves it out for a command that opens no model. */
+static const struct cli_opt ENGINE_OPTS[] = {
+    { "--threads", NULL, "N", "CPU threads (default: all)", CLI_INT, EP(n_threads), 0, 4096, NULL },
+    { "--cpu-level", NULL, "L",
+      "ref|scalar|avx2|avx512|avx512bf16|amx|neon (default: the best; env DSV4_CPU)", CLI_STR, EP(cpu_level), 0, 0,
+      NULL },
+    { "--gemm-min", NULL, "A,B,C",
+      "FP8,FP4,BF16 token counts from which the f32 kernels take the GEMM\n(default: measured for this core; env "
+      "DSV4_GEMM_MIN)",
+      CLI_STR, EP(gemm_min), 0, 0, NULL },
+    { "--no-tiles", NULL, NULL, "keep the checkpoint's layout (env DSV4_TILES=0)", CLI_CALL, EP(tiles), 0, 0,
+      set_no_tiles },
+    { "--profile", NULL, "FILE", "Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)", CLI_STR,
+      EP(profile_path), 0, 0, NULL },
+    /* an unknown name is refused at engine open, with the list */
+    { "--backend", NULL, "NAME", "the backend (default cpu, the one this build has)", CLI_STR, EP(backend), 0, 0,
+      NULL },
+    { "--revision", NULL, "R", "current|initial: the demo revision to reproduce (default current)", CLI_CALL,
+      EP(revision), 0, 0, set_revision },
+};
+#undef EP
+
+struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model)
+{
+    size_t n = sizeof(ENGINE_OPTS) / sizeof(ENGINE_OPTS[0]);
+    return (struct cli_group){ "engine options", ENGINE_OPTS, opens_model ? n : n - 1, ep };
+}
+
+static bool set_seed(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    struct cli_sampling *s = base;
+    long long            iv;
+    if (!cli_parse_int(cmd, o->name, v, 0, 1LL << 62, &iv)) return false;
+    s->sp.seed = (uint64_t)iv;
+    s->seeded  = true;
+    return true;
+}
+
+#define SP(field) offsetof(struct cli_sampling, sp.field)
+static const struct cli_opt SAMPLER_OPTS[] = {
+    { "--temp", NULL, "T", "temperature (0 = greedy)", CLI_FLOAT, SP(temperature), 0, 100, NULL },
+    { "--top-k", NULL, "K", "keep the K most likely tokens (0 = all)", CLI_INT, SP(top_k), 0, 1 << 24, NULL },
+    { "--top-p", NULL, "P", "nucleus: the smallest set of tokens with probability P", CLI_FLOAT, SP(top_p), 1e-9, 1,
+      NULL },
+    { "--min-p", NULL, "M", "drop tokens below M x the most likely one's probability", CLI_FLOAT, SP(min_p), 0, 1,
+      NULL },
+    { "--seed", NULL, "S", "sampling seed", CLI_CALL, SP(seed), 0, 0, set_seed },
+};
+#undef SP
+
+struct cli_group cli_sampler_group(struct cli_sampling *s)
+{
+    return (struct cli_group){ "sampling options", SAMPLER_OPTS, sizeof(SAMPLER_OPTS) / sizeof(SAMPLER_OPTS[0]), s };
 }

@@ -7,7 +7,9 @@
 #define DSV4_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dsv4.h"
 
@@ -48,33 +50,79 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg);
 /* Monotonic seconds. */
 double cli_now(void);
 
-/* The engine's backend choices from the environment, which the flags then override:
- * DSV4_CPU (level), DSV4_GEMM_MIN (GEMM crossovers), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE
- * (op trace). The library
- * itself reads no environment variable. Call after dsv4_engine_params_default. */
-void cli_engine_env(struct dsv4_engine_params *ep);
-/* The backend flags every model command takes: --backend cpu, --cpu-level L, --gemm-min S, --no-tiles,
- * --profile FILE. 1 when argv[*i] was one (its value consumed), 0 when not, -1 after an
- * error message (exit 2). */
-int cli_engine_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_engine_params *ep);
-/* Their usage lines. */
-#define CLI_ENGINE_USAGE                                                                            \
-    "  --cpu-level L          ref|scalar|avx2|avx512|avx512bf16 (default: the best; env DSV4_CPU)\n" \
-    "  --gemm-min A,B,C       FP8,FP4,BF16 token counts from which the f32 kernels take the GEMM\n" \
-    "                         (default: measured for this core; env DSV4_GEMM_MIN)\n"            \
-    "  --no-tiles             keep the checkpoint's layout (env DSV4_TILES=0)\n"                    \
-    "  --profile FILE         Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)\n"   \
-    "  --backend NAME         the backend (default cpu, the one this build has)\n"
+/* The engine's defaults (dsv4_engine_params_default) and the backend choices from the
+ * environment, which the flags then override: DSV4_CPU (level), DSV4_GEMM_MIN (GEMM
+ * crossovers), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE (op trace). The library itself
+ * reads no environment variable. */
+void cli_engine_params(struct dsv4_engine_params *ep);
+/* ==================================================================================== */
+/* Option tables: each command declares its options once; parsing and usage come from it */
+/* ==================================================================================== */
 
-/* Returns argv[*i + 1] and advances, or prints a "needs a value" error and returns NULL. */
-const char *cli_value(const char *cmd, int argc, char **argv, int *i);
-/* The value of --revision (argv[*i] is the option): current or initial; prints the error. */
-bool cli_revision(const char *cmd, int argc, char **argv, int *i, enum dsv4_revision *rev);
-/*
- * The sampling options of generating commands, argv[*i] being an option: --temp, --top-k,
- * --top-p, --min-p, --seed (sets *seeded when given). Returns 1 when it was one of them (its
- * value consumed), 0 when it is another option, -1 on a bad value (message printed).
- */
-int cli_sampler_option(const char *cmd, int argc, char **argv, int *i, struct dsv4_sampler_params *sp, bool *seeded);
+enum cli_type {
+    CLI_FLAG,   /* bool = true; takes no value */
+    CLI_STR,    /* const char * = the value (argv's, lives as long as the process) */
+    CLI_INT,    /* int in [lo, hi] */
+    CLI_LLONG,  /* long long in [lo, hi] */
+    CLI_FLOAT,  /* float in [lo, hi] */
+    CLI_DOUBLE, /* double in [lo, hi] */
+    CLI_MIB,    /* size_t bytes from a count of MiB in [lo, hi] */
+    CLI_SIZE,   /* size_t in [lo, hi] */
+    CLI_CALL,   /* call(): the option's own syntax (arg NULL: a flag, value NULL) */
+};
+
+struct cli_opt {
+    const char   *name;  /* "--ctx" */
+    const char   *alias; /* another spelling ("-m" for "--model"), or NULL */
+    const char   *arg;   /* the value's name in the usage ("N"); NULL for a flag */
+    const char   *help;  /* the usage text; '\n' continues on an indented line */
+    enum cli_type type;
+    size_t        off;   /* the target: offsetof in the group's struct */
+    double        lo, hi;
+    /* CLI_CALL: parses v (NULL for a flag) into base (the group's struct); false after
+     * printing "dsv4 CMD: OPT ..." */
+    bool (*call)(const struct cli_opt *o, const char *cmd, const char *v, void *base);
+};
+
+/* Options that fill one struct, under a heading in the usage (NULL: the command's own). */
+struct cli_group {
+    const char           *heading;
+    const struct cli_opt *opts;
+    size_t                n;
+    void                 *base;
+};
+
+struct cli_spec {
+    const char             *cmd;      /* "serve" */
+    const char             *synopsis; /* the "usage: ..." lines and any text before the options */
+    const struct cli_group *groups;
+    size_t                  n_groups;
+    const char             *epilog;   /* text after the options, or NULL */
+};
+
+enum { CLI_PARSED = -1 };
+
+/* Parses argv[1..argc) (every argument an option; -h/--help print the usage to stdout).
+ * CLI_PARSED when all were parsed; else the exit status: 0 after --help, 2 after a usage
+ * error (message naming the option printed, and the usage for an unknown option). */
+int  cli_parse(const struct cli_spec *spec, int argc, char **argv);
+/* The usage, generated from the tables. */
+void cli_usage(const struct cli_spec *spec, FILE *f);
+/* A usage error: "dsv4 CMD: MSG" and the usage on stderr; returns 2. */
+int  cli_usage_error(const struct cli_spec *spec, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The engine options every command that opens a model takes (--threads, --cpu-level,
+ * --gemm-min, --no-tiles, --profile, --backend, --revision), declared once: a new engine
+ * option is a line of cli.c's table and a field of struct dsv4_engine_params. A command
+ * that opens no model (dsv4 ops: a backend alone) takes them without --revision. */
+struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model);
+
+/* The sampling options of generating commands: --temp, --top-k, --top-p, --min-p, --seed
+ * (which also sets seeded). */
+struct cli_sampling {
+    struct dsv4_sampler_params sp;
+    bool                       seeded;
+};
+struct cli_group cli_sampler_group(struct cli_sampling *s);
 
 #endif

@@ -15,6 +15,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,55 +233,113 @@ static int cmp_order(const void *a, const void *b)
     return x->order - y->order;
 }
 
-static void usage(FILE *f)
+/* A stage for every tensor of the dump the engine names; whether the dump has MTP stages. */
+static bool add_stages(struct align *A, const struct dsv4_checkpoint *dump)
 {
-    fprintf(f, "usage: dsv4 align -m DIR --ref DUMP.safetensors [--chunk N] [--json]\n"
-               "  compares every named stage of the engine with a dump written by\n"
-               "  tools/ref/dsv4_ref.py dump, and names the first stage beyond its threshold\n");
-    fputs(CLI_ENGINE_USAGE, f);
+    bool want_mtp = false;
+    A->st         = calloc(dump->n_tensors, sizeof(*A->st));
+    dsv4_strmap_init(&A->by_name, dump->n_tensors);
+    for (size_t i = 0; i < dump->n_tensors; i++) {
+        const struct dsv4_tensor *t = &dump->tensors[i];
+        int                       block, k = classify(t->name, A->n_layer, &block);
+        if (k < 0 || t->ndim < 1 || (t->dtype != DSV4_DTYPE_F32 && t->dtype != DSV4_DTYPE_I32)) continue;
+        struct stage *st = &A->st[A->n++];
+        st->ref          = t;
+        st->kind         = stage_table[k].kind;
+        st->limit        = stage_limit(stage_table[k].kind, block, A->n_layer, stage_table[k].fp4);
+        st->order        = block * 100 + k;
+        st->rows         = t->shape[0];
+        st->width        = 1;
+        for (int d = 1; d < t->ndim; d++) st->width *= t->shape[d];
+        st->mine = calloc((size_t)(st->rows * st->width), sizeof(float));
+        st->have = calloc((size_t)st->rows, 1);
+        dsv4_strmap_put(&A->by_name, t->name, st, NULL);
+        want_mtp |= !strncmp(t->name, "mtp.", 4);
+    }
+    return want_mtp;
 }
+
+/* The stages compared, as a table or JSON, and the first one beyond its threshold. */
+static void report(const struct align *A, const struct stage *first, int compared, bool as_json)
+{
+    if (as_json) {
+        json_t *o = json_object(), *arr = json_array();
+        for (int i = 0; i < A->n; i++) {
+            const struct stage *x = &A->st[i];
+            if (!x->n_rows) continue;
+            json_array_append_new(arr, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "stage", x->ref->name,
+                                                 "rows", (json_int_t)x->n_rows, "cos", x->cos, "max_abs", x->max_abs,
+                                                 "rel_l2", x->rel, "median_row_rel_l2", x->med_rel, "agreement", x->agree,
+                                                 "weight_err", x->werr, "limit", x->limit, "ok", !x->fail));
+        }
+        json_object_set_new(o, "stages", arr);
+        json_object_set_new(o, "first_failing", first ? json_string(first->ref->name) : json_null());
+        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        puts(txt);
+        free(txt);
+        json_decref(o);
+    } else {
+        printf("%-22s %6s %10s %10s %10s %10s %10s  %s\n", "stage", "rows", "cos", "max_abs", "rel_l2", "med_row", "agree", "limit");
+        for (int i = 0; i < A->n; i++) {
+            const struct stage *x = &A->st[i];
+            if (!x->n_rows) continue;
+            if (x->kind == KIND_FLOAT)
+                printf("%-22s %6lld %10.6f %10.3g %10.3g %10.3g %10s  %-6g %s\n", x->ref->name, (long long)x->n_rows, x->cos,
+                       x->max_abs, x->rel, x->med_rel, "", x->limit, x->fail ? "FAIL" : "ok");
+            else if (x->kind == KIND_ROUTER_W)
+                printf("%-22s %6lld %10s %10.3g %10s %10s %10s  %-6g %s\n", x->ref->name, (long long)x->n_rows, "", x->werr, "",
+                       "", "", x->limit, x->fail ? "FAIL" : "ok");
+            else
+                printf("%-22s %6lld %10s %10s %10s %10s %10.4f  %-6g %s\n", x->ref->name, (long long)x->n_rows, "", "", "", "",
+                       x->agree, x->limit, x->fail ? "FAIL" : "ok");
+        }
+        if (first) printf("first stage beyond its threshold: %s\n", first->ref->name);
+        else printf("all %d compared stages within their thresholds\n", compared);
+    }
+}
+
+struct align_opts {
+    const char *dir, *refp;
+    int         chunk;
+    bool        as_json;
+};
+
+#define AO(field) offsetof(struct align_opts, field)
+static const struct cli_opt ALIGN_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory", CLI_STR, AO(dir), 0, 0, NULL },
+    { "--ref", NULL, "DUMP", "the reference dump (a .safetensors of named stages)", CLI_STR, AO(refp), 0, 0, NULL },
+    { "--chunk", NULL, "N", "feed the tokens in chunks of N (default: all at once)", CLI_INT, AO(chunk), 1, 1 << 20,
+      NULL },
+    { "--json", NULL, NULL, "the report as JSON", CLI_FLAG, AO(as_json), 0, 0, NULL },
+};
+#undef AO
 
 int cmd_align(int argc, char **argv)
 {
-    const char *dir = NULL, *refp = NULL;
-    long long   chunk = 0;
-    bool        as_json = false;
+    struct align_opts         o = { 0 };
     struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("align", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(dir = cli_value("align", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ref")) {
-            if (!(refp = cli_value("align", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!(v = cli_value("align", argc, argv, &i)) || !cli_parse_int("align", a, v, 1, 1 << 20, &chunk)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            as_json = true;
-        } else {
-            fprintf(stderr, "dsv4 align: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir || !refp) {
-        usage(stderr);
-        return 2;
-    }
+    cli_engine_params(&ep);
+    ep.revision = (enum dsv4_revision)-1; /* none given: the dump's */
+    const struct cli_group groups[] = { { NULL, ALIGN_OPTS, sizeof(ALIGN_OPTS) / sizeof(ALIGN_OPTS[0]), &o },
+                                        cli_engine_group(&ep, true) };
+    const struct cli_spec  spec     = { "align",
+                                        "usage: dsv4 align -m DIR --ref DUMP.safetensors [options]\n"
+                                        "  compares every named stage of the engine with a dump written by\n"
+                                        "  tools/ref/dsv4_ref.py dump, and names the first stage beyond its threshold\n",
+                                        groups, 2, NULL };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    const char *dir = o.dir, *refp = o.refp;
+    int         chunk = o.chunk;
+    bool        as_json = o.as_json;
+    if (!dir || !refp) return cli_usage_error(&spec, "-m and --ref are required");
     struct dsv4_err        err;
     struct dsv4_checkpoint dump;
     if (dsv4_checkpoint_open(&dump, refp, &err)) {
         fprintf(stderr, "dsv4 align: %s\n", err.msg);
         return 1;
     }
-    int                       rc = 1;
+    rc                            = 1;
     dsv4_engine              *e  = NULL;
     dsv4_session             *s  = NULL;
     struct align              A  = { 0 };
@@ -294,7 +353,7 @@ int cmd_align(int argc, char **argv)
     }
     int      T    = (int)tt->shape[0];
     int32_t *toks = (int32_t *)tt->data;
-    ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
+    if ((int)ep.revision < 0) ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
     ep.log      = cli_log_stderr;
     ep.log_ud   = (void *)"align";
     if (dsv4_engine_open(&e, dir, &ep, &err)) {
@@ -303,26 +362,7 @@ int cmd_align(int argc, char **argv)
     }
     const struct dsv4_model *m = dsv4_engine_model(e);
     A.n_layer                  = m->cfg.n_layer;
-    A.st                       = calloc(dump.n_tensors, sizeof(*A.st));
-    dsv4_strmap_init(&A.by_name, dump.n_tensors);
-    bool want_mtp = false;
-    for (size_t i = 0; i < dump.n_tensors; i++) {
-        const struct dsv4_tensor *t = &dump.tensors[i];
-        int                       block, k = classify(t->name, A.n_layer, &block);
-        if (k < 0 || t->ndim < 1 || (t->dtype != DSV4_DTYPE_F32 && t->dtype != DSV4_DTYPE_I32)) continue;
-        struct stage *st = &A.st[A.n++];
-        st->ref          = t;
-        st->kind         = stage_table[k].kind;
-        st->limit        = stage_limit(stage_table[k].kind, block, A.n_layer, stage_table[k].fp4);
-        st->order        = block * 100 + k;
-        st->rows         = t->shape[0];
-        st->width        = 1;
-        for (int d = 1; d < t->ndim; d++) st->width *= t->shape[d];
-        st->mine = calloc((size_t)(st->rows * st->width), sizeof(float));
-        st->have = calloc((size_t)st->rows, 1);
-        dsv4_strmap_put(&A.by_name, t->name, st, NULL);
-        want_mtp |= !strncmp(t->name, "mtp.", 4);
-    }
+    bool want_mtp              = add_stages(&A, &dump);
     struct dsv4_session_params sp;
     dsv4_session_params_default(&sp);
     sp.max_ctx   = T;
@@ -364,40 +404,7 @@ int cmd_align(int argc, char **argv)
         compared++;
         if (A.st[i].fail && !first) first = &A.st[i];
     }
-    if (as_json) {
-        json_t *o = json_object(), *arr = json_array();
-        for (int i = 0; i < A.n; i++) {
-            struct stage *x = &A.st[i];
-            if (!x->n_rows) continue;
-            json_array_append_new(arr, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "stage", x->ref->name,
-                                                 "rows", (json_int_t)x->n_rows, "cos", x->cos, "max_abs", x->max_abs,
-                                                 "rel_l2", x->rel, "median_row_rel_l2", x->med_rel, "agreement", x->agree,
-                                                 "weight_err", x->werr, "limit", x->limit, "ok", !x->fail));
-        }
-        json_object_set_new(o, "stages", arr);
-        json_object_set_new(o, "first_failing", first ? json_string(first->ref->name) : json_null());
-        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        puts(txt);
-        free(txt);
-        json_decref(o);
-    } else {
-        printf("%-22s %6s %10s %10s %10s %10s %10s  %s\n", "stage", "rows", "cos", "max_abs", "rel_l2", "med_row", "agree", "limit");
-        for (int i = 0; i < A.n; i++) {
-            struct stage *x = &A.st[i];
-            if (!x->n_rows) continue;
-            if (x->kind == KIND_FLOAT)
-                printf("%-22s %6lld %10.6f %10.3g %10.3g %10.3g %10s  %-6g %s\n", x->ref->name, (long long)x->n_rows, x->cos,
-                       x->max_abs, x->rel, x->med_rel, "", x->limit, x->fail ? "FAIL" : "ok");
-            else if (x->kind == KIND_ROUTER_W)
-                printf("%-22s %6lld %10s %10.3g %10s %10s %10s  %-6g %s\n", x->ref->name, (long long)x->n_rows, "", x->werr, "",
-                       "", "", x->limit, x->fail ? "FAIL" : "ok");
-            else
-                printf("%-22s %6lld %10s %10s %10s %10s %10.4f  %-6g %s\n", x->ref->name, (long long)x->n_rows, "", "", "", "",
-                       x->agree, x->limit, x->fail ? "FAIL" : "ok");
-        }
-        if (first) printf("first stage beyond its threshold: %s\n", first->ref->name);
-        else printf("all %d compared stages within their thresholds\n", compared);
-    }
+    report(&A, first, compared, as_json);
     rc = first ? 3 : 0;
     if (compared == 0) {
         fprintf(stderr, "dsv4 align: no stage of %s matched the engine's stages\n", refp);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,34 +48,6 @@ struct breq {
     FILE                      *logits_f;
     int                        vocab;
 };
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: dsv4 batch -m DIR --prompts FILE [options]\n"
-            "  --prompts FILE        JSON lines, one request each ('-' = standard input)\n"
-            "  -o, --out FILE        JSON lines of results (default standard output)\n"
-            "  --max-seqs N          sequences running at once (default 8)\n"
-            "  --ctx N               context per sequence (default: the longest request, at most the model's)\n"
-            "  --max-batch-tokens N  token rows per step (default 512)\n"
-            "  --max-prefill-tokens N  prefill rows per step while sequences decode (default 128; 0 = no bound)\n"
-            "  --prefill-share F     prefill may add F x a decode step's time while sequences decode\n"
-            "                        (default 1: inter-token latency up to about 2x; 0 = off)\n"
-            "  --kv-pages N          KV pages (default: enough for every sequence at full context)\n"
-            "  --page-tokens N       positions per KV page (default 256)\n"
-            "  --prefix-entries N    prefix-cache entries (default 4 per sequence; 0 = off)\n"
-            "  --spec-draft K        speculative decoding: tokens the MTP block drafts per step (0 = off;\n"
-            "                        default off; docs/SPECULATIVE.md)\n"
-            "  --max-queue N         waiting requests (default 256)\n"
-            "  --tiers S,M           prompt tokens up to which a request is short, medium (default 512,4096)\n"
-            "  --tier-limits S,M,L   running sequences per tier (default N,N,N/4)\n"
-            "  --mem-limit MIB       memory the plan may take (default: available RAM - weights - margin)\n"
-            "  --threads N           CPU threads (default all)\n"
-            "  --logits-dir DIR      write each request's logits rows to DIR/INDEX.f32 (float32 [n, vocab])\n"
-            "  --timestamps          add each token's time (ms since the start) to the results\n"
-            "  --revision current|initial\n");
-    fputs(CLI_ENGINE_USAGE, f);
-}
 
 /* ------------------------------------------------------------------ input */
 
@@ -282,221 +255,219 @@ static bool pair(const char *s, long long *a, long long *b, long long *c)
     return *end == 0;
 }
 
-int cmd_batch(int argc, char **argv)
+static bool set_tiers(const struct cli_opt *o, const char *cmd, const char *v, void *base)
 {
-    const char *dir = NULL, *prompts = NULL, *out_path = NULL, *logits_dir = NULL, *v;
-    long long   iv, a, b, c;
-    int         spec = -1; /* --spec-draft; -1: the default for the checkpoint */
-    struct dsv4_sched_params sp;
-    dsv4_sched_params_default(&sp);
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    ep.log    = cli_log_stderr;
-    ep.log_ud = "batch";
-    bool ctx_given = false, stamps = false;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        int         eo = cli_engine_option("batch", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-#define INT_OPT(name, lo, hi, dst)                                                                                 \
-    else if (!strcmp(o, name)) {                                                                                   \
-        if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, lo, hi, &iv)) return 2;     \
-        dst = (int)iv;                                                                                             \
+    long long a, b;
+    int      *t = (int *)(void *)((char *)base + o->off);
+    if (!pair(v, &a, &b, NULL) || a < 1 || b < a || b > INT32_MAX) {
+        fprintf(stderr, "dsv4 %s: --tiers needs S,M with 1 <= S <= M\n", cmd);
+        return false;
     }
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            if (!(dir = cli_value("batch", argc, argv, &i))) return 2;
-        } else if (!strcmp(o, "--prompts")) {
-            if (!(prompts = cli_value("batch", argc, argv, &i))) return 2;
-        } else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
-            if (!(out_path = cli_value("batch", argc, argv, &i))) return 2;
-        } else if (!strcmp(o, "--timestamps")) {
-            stamps = true;
-        } else if (!strcmp(o, "--logits-dir")) {
-            if (!(logits_dir = cli_value("batch", argc, argv, &i))) return 2;
-        }
-        INT_OPT("--max-seqs", 1, 4096, sp.max_seqs)
-        INT_OPT("--max-batch-tokens", 1, 65536, sp.max_batch_tokens)
-        INT_OPT("--max-prefill-tokens", 0, 65536, sp.max_prefill_tokens)
-        INT_OPT("--kv-pages", 1, 1 << 28, sp.kv_pages)
-        INT_OPT("--page-tokens", 4, 1 << 20, sp.page_tokens)
-        INT_OPT("--prefix-entries", 0, 1 << 24, sp.prefix_entries)
-        INT_OPT("--spec-draft", 0, DSV4_SPEC_MAX_DRAFT, spec)
-        INT_OPT("--max-queue", 1, 1 << 24, sp.max_queue)
-        INT_OPT("--threads", 1, 4096, ep.n_threads)
-        else if (!strcmp(o, "--ctx")) {
-            if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, 1, 1 << 30, &iv)) return 2;
-            sp.max_ctx = (int)iv;
-            ctx_given  = true;
-        } else if (!strcmp(o, "--prefill-share")) {
-            double fv;
-            if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_float("batch", o, v, 0, 1000, &fv)) return 2;
-            sp.prefill_share = (float)fv;
-        } else if (!strcmp(o, "--mem-limit")) {
-            if (!(v = cli_value("batch", argc, argv, &i)) || !cli_parse_int("batch", o, v, 1, 1LL << 40, &iv)) return 2;
-            sp.mem_limit = (size_t)iv << 20;
-        } else if (!strcmp(o, "--tiers")) {
-            if (!(v = cli_value("batch", argc, argv, &i)) || !pair(v, &a, &b, NULL) || a < 1 || b < a) {
-                fprintf(stderr, "dsv4 batch: --tiers needs S,M with 1 <= S <= M\n");
-                return 2;
-            }
-            sp.tier_tokens[0] = (int)a;
-            sp.tier_tokens[1] = (int)b;
-        } else if (!strcmp(o, "--tier-limits")) {
-            if (!(v = cli_value("batch", argc, argv, &i)) || !pair(v, &a, &b, &c) || a < 1 || b < 1 || c < 1) {
-                fprintf(stderr, "dsv4 batch: --tier-limits needs S,M,L, each at least 1\n");
-                return 2;
-            }
-            sp.tier_max_running[0] = (int)a;
-            sp.tier_max_running[1] = (int)b;
-            sp.tier_max_running[2] = (int)c;
-        } else if (!strcmp(o, "--revision")) {
-            if (!cli_revision("batch", argc, argv, &i, &ep.revision)) return 2;
-        } else {
-            fprintf(stderr, "dsv4 batch: unknown option '%s'\n", o);
-            usage(stderr);
-            return 2;
-        }
-#undef INT_OPT
-    }
-    if (!dir || !prompts) {
-        usage(stderr);
-        return 2;
-    }
-    struct dsv4_err err;
-    dsv4_engine    *e = NULL;
-    if (dsv4_engine_open(&e, dir, &ep, &err)) {
-        fprintf(stderr, "dsv4 batch: %s\n", err.msg);
-        return 1;
-    }
-    struct dsv4_model_info info;
-    dsv4_engine_info(e, &info);
-    sp.spec_draft = spec >= 0 ? spec : info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
-    dsv4_tokenizer *tok = NULL;
-    if (dsv4_tokenizer_load(&tok, dir, &err)) tok = NULL; /* token-id prompts still work */
-    int32_t eos = tok ? dsv4_tokenizer_eos(tok) : info.eos_id;
+    t[0] = (int)a;
+    t[1] = (int)b;
+    return true;
+}
 
-    /* read the requests */
-    FILE *in = strcmp(prompts, "-") ? fopen(prompts, "r") : stdin;
-    if (!in) {
-        fprintf(stderr, "dsv4 batch: cannot open %s: %s\n", prompts, strerror(errno));
-        dsv4_engine_close(e);
-        return 1;
+static bool set_tier_limits(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    long long a, b, c;
+    int      *t = (int *)(void *)((char *)base + o->off);
+    if (!pair(v, &a, &b, &c) || a < 1 || b < 1 || c < 1 || a > INT32_MAX || b > INT32_MAX || c > INT32_MAX) {
+        fprintf(stderr, "dsv4 %s: --tier-limits needs S,M,L, each at least 1\n", cmd);
+        return false;
     }
-    struct breq *req = NULL;
-    size_t       n_req = 0, cap_req = 0;
-    char        *line = NULL;
-    size_t       lcap = 0;
-    int          lineno = 0, rc = 1;
-    bool         ok = true;
-    long         longest = 1;
+    t[0] = (int)a;
+    t[1] = (int)b;
+    t[2] = (int)c;
+    return true;
+}
+
+struct batch_opts {
+    const char              *dir, *prompts, *out_path, *logits_dir;
+    int                      ctx;  /* 0: the longest request's */
+    int                      spec; /* --spec-draft; -1: the default for the checkpoint */
+    bool                     stamps;
+    struct dsv4_sched_params sp;
+};
+
+#define BO(field) offsetof(struct batch_opts, field)
+static const struct cli_opt BATCH_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory", CLI_STR, BO(dir), 0, 0, NULL },
+    { "--prompts", NULL, "FILE", "JSON lines, one request each ('-' = standard input)", CLI_STR, BO(prompts), 0, 0, NULL },
+    { "--out", "-o", "FILE", "JSON lines of results (default standard output)", CLI_STR, BO(out_path), 0, 0, NULL },
+    { "--max-seqs", NULL, "N", "sequences running at once (default 8)", CLI_INT, BO(sp.max_seqs), 1, 4096, NULL },
+    { "--ctx", NULL, "N", "context per sequence (default: the longest request, at most the model's)", CLI_INT, BO(ctx), 1,
+      1 << 30, NULL },
+    { "--max-batch-tokens", NULL, "N", "token rows per step (default 512)", CLI_INT, BO(sp.max_batch_tokens), 1, 65536,
+      NULL },
+    { "--max-prefill-tokens", NULL, "N", "prefill rows per step while sequences decode (default 128; 0 = no bound)",
+      CLI_INT, BO(sp.max_prefill_tokens), 0, 65536, NULL },
+    { "--prefill-share", NULL, "F",
+      "prefill may add F x a decode step's time while sequences decode\n(default 1: inter-token latency up to about 2x; 0 "
+      "= off)",
+      CLI_FLOAT, BO(sp.prefill_share), 0, 1000, NULL },
+    { "--kv-pages", NULL, "N", "KV pages (default: enough for every sequence at full context)", CLI_INT, BO(sp.kv_pages),
+      1, 1 << 28, NULL },
+    { "--page-tokens", NULL, "N", "positions per KV page (default 256)", CLI_INT, BO(sp.page_tokens), 4, 1 << 20, NULL },
+    { "--prefix-entries", NULL, "N", "prefix-cache entries (default 4 per sequence; 0 = off)", CLI_INT,
+      BO(sp.prefix_entries), 0, 1 << 24, NULL },
+    { "--spec-draft", NULL, "K",
+      "speculative decoding: tokens the MTP block drafts per step (0 = off;\ndefault off; docs/SPECULATIVE.md)", CLI_INT,
+      BO(spec), 0, DSV4_SPEC_MAX_DRAFT, NULL },
+    { "--max-queue", NULL, "N", "waiting requests (default 256)", CLI_INT, BO(sp.max_queue), 1, 1 << 24, NULL },
+    { "--tiers", NULL, "S,M", "prompt tokens up to which a request is short, medium (default 512,4096)", CLI_CALL,
+      BO(sp.tier_tokens), 0, 0, set_tiers },
+    { "--tier-limits", NULL, "S,M,L", "running sequences per tier (default N,N,N/4)", CLI_CALL, BO(sp.tier_max_running), 0,
+      0, set_tier_limits },
+    { "--mem-limit", NULL, "MIB", "memory the plan may take (default: available RAM - weights - margin)", CLI_MIB,
+      BO(sp.mem_limit), 1, (double)(1LL << 40), NULL },
+    { "--logits-dir", NULL, "DIR", "write each request's logits rows to DIR/INDEX.f32 (float32 [n, vocab])", CLI_STR,
+      BO(logits_dir), 0, 0, NULL },
+    { "--timestamps", NULL, NULL, "add each token's time (ms since the start) to the results", CLI_FLAG, BO(stamps), 0, 0,
+      NULL },
+};
+#undef BO
+
+/* The requests read from the prompts file. */
+struct breqs {
+    struct breq *req;
+    size_t       n;
+    long         longest; /* prompt + max_tokens of the longest */
+};
+
+/* Reads the JSON lines of o->prompts; false after a message. */
+static bool read_requests(const struct batch_opts *o, const dsv4_tokenizer *tok, const struct dsv4_model_info *info,
+                          int32_t eos, struct breqs *R)
+{
+    FILE *in = strcmp(o->prompts, "-") ? fopen(o->prompts, "r") : stdin;
+    if (!in) {
+        fprintf(stderr, "dsv4 batch: cannot open %s: %s\n", o->prompts, strerror(errno));
+        return false;
+    }
+    size_t cap = 0, lcap = 0;
+    char  *line   = NULL;
+    int    lineno = 0;
+    bool   ok     = true;
+    R->longest    = 1;
     while (ok && getline(&line, &lcap, in) > 0) {
         lineno++;
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
         json_error_t je;
-        json_t      *o = json_loads(line, 0, &je);
-        if (!o) {
+        json_t      *j = json_loads(line, 0, &je);
+        if (!j) {
             fprintf(stderr, "dsv4 batch: line %d: %s\n", lineno, je.text);
             ok = false;
             break;
         }
-        if (n_req == cap_req) {
-            cap_req = cap_req ? 2 * cap_req : 64;
-            req     = realloc(req, sizeof(*req) * cap_req);
+        if (R->n == cap) {
+            cap    = cap ? 2 * cap : 64;
+            R->req = realloc(R->req, sizeof(*R->req) * cap);
         }
-        ok = parse_request(o, lineno, tok, info.vocab_size, eos, &req[n_req]);
-        json_decref(o);
-        req[n_req].vocab = info.vocab_size;
-        if (ok && (long)req[n_req].n_prompt + req[n_req].max_tokens > longest)
-            longest = (long)req[n_req].n_prompt + req[n_req].max_tokens;
-        n_req++;
+        struct breq *r = &R->req[R->n++];
+        ok             = parse_request(j, lineno, tok, info->vocab_size, eos, r);
+        json_decref(j);
+        r->vocab = info->vocab_size;
+        if (ok && (long)r->n_prompt + r->max_tokens > R->longest) R->longest = (long)r->n_prompt + r->max_tokens;
     }
     free(line);
     if (in != stdin) fclose(in);
-    FILE       *out   = NULL;
-    dsv4_sched *sched = NULL;
-    if (!ok || !n_req) {
-        if (ok) fprintf(stderr, "dsv4 batch: no requests in %s\n", prompts);
-        goto done;
-    }
-    if (!ctx_given) sp.max_ctx = (int)(longest < info.max_ctx ? longest : info.max_ctx);
-    if (dsv4_sched_create(e, &sp, &sched, &err)) {
-        fprintf(stderr, "dsv4 batch: %s\n", err.msg);
-        goto done;
-    }
-    struct dsv4_sched_plan plan;
-    dsv4_sched_get_plan(sched, &plan);
-    print_plan(&plan);
-    if (logits_dir) mkdir(logits_dir, 0777);
+    if (ok && !R->n) fprintf(stderr, "dsv4 batch: no requests in %s\n", o->prompts);
+    return ok && R->n;
+}
 
-    /* arrival order */
-    size_t *order = malloc(sizeof(size_t) * n_req);
-    for (size_t i = 0; i < n_req; i++) order[i] = i;
-    for (size_t i = 1; i < n_req; i++) /* insertion sort, stable */
-        for (size_t j = i; j > 0 && req[order[j]].arrival < req[order[j - 1]].arrival; j--) {
+/* Submits the requests whose arrival time has come, in arrival order, from *next on. */
+static void submit_due(dsv4_sched *sched, struct breqs *R, const size_t *order, size_t *next, double t0,
+                       const char *logits_dir)
+{
+    struct dsv4_err err;
+    double          now = cli_now() - t0;
+    for (size_t k = *next; k < R->n && R->req[order[k]].arrival <= now; k++) {
+        struct breq *r = &R->req[order[k]];
+        if (r->submitted) continue;
+        struct dsv4_request q = { .prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->max_tokens,
+                                  .sampling = r->sp, .stop_ids = r->stop, .n_stop = r->n_stop,
+                                  .deadline_s = r->deadline, .on_event = on_event, .ud = r };
+        if (logits_dir && !r->logits_f) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%zu.f32", logits_dir, order[k]);
+            r->logits_f = fopen(path, "wb");
+        }
+        int src = dsv4_sched_submit(sched, &q, &r->sid, &err);
+        if (src == DSV4_EFULL) {
+            r->refusals++;
+            break; /* keep the arrival order: retry after the next step */
+        }
+        r->submitted = true;
+        r->t_submit  = cli_now();
+        if (src) {
+            fprintf(stderr, "dsv4 batch: request %zu: %s\n", order[k], err.msg);
+            r->done = true;
+            r->fin  = DSV4_FINISH_ERROR;
+        }
+    }
+    while (*next < R->n && R->req[order[*next]].submitted) ++*next;
+}
+
+/* Runs every request through the scheduler as they arrive; the wall time. */
+static double run_requests(dsv4_sched *sched, struct breqs *R, const char *logits_dir, double t0)
+{
+    struct dsv4_err err;
+    size_t         *order = malloc(sizeof(size_t) * R->n);
+    for (size_t i = 0; i < R->n; i++) order[i] = i;
+    for (size_t i = 1; i < R->n; i++) /* insertion sort, stable */
+        for (size_t j = i; j > 0 && R->req[order[j]].arrival < R->req[order[j - 1]].arrival; j--) {
             size_t t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
-    double t0 = cli_now();
     size_t next = 0;
-    while (next < n_req || !dsv4_sched_is_idle(sched)) {
-        double now = cli_now() - t0;
-        for (size_t k = next; k < n_req && req[order[k]].arrival <= now; k++) {
-            struct breq *r = &req[order[k]];
-            if (r->submitted) continue;
-            struct dsv4_request q = { .prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->max_tokens,
-                                      .sampling = r->sp, .stop_ids = r->stop, .n_stop = r->n_stop,
-                                      .deadline_s = r->deadline, .on_event = on_event, .ud = r };
-            if (logits_dir && !r->logits_f) {
-                char path[4096];
-                snprintf(path, sizeof(path), "%s/%zu.f32", logits_dir, order[k]);
-                r->logits_f = fopen(path, "wb");
-            }
-            int src = dsv4_sched_submit(sched, &q, &r->sid, &err);
-            if (src == DSV4_EFULL) {
-                r->refusals++;
-                break; /* keep the arrival order: retry after the next step */
-            }
-            r->submitted = true;
-            r->t_submit  = cli_now();
-            if (src) {
-                fprintf(stderr, "dsv4 batch: request %zu: %s\n", order[k], err.msg);
-                r->done = true;
-                r->fin  = DSV4_FINISH_ERROR;
-            }
-        }
-        while (next < n_req && req[order[next]].submitted) next++;
+    while (next < R->n || !dsv4_sched_is_idle(sched)) {
+        submit_due(sched, R, order, &next, t0, logits_dir);
         if (dsv4_sched_is_idle(sched)) {
-            if (next < n_req) {
-                double wait = req[order[next]].arrival - (cli_now() - t0);
+            if (next < R->n) {
+                double wait = R->req[order[next]].arrival - (cli_now() - t0);
                 if (wait > 0) nanosleep(&(struct timespec){ (time_t)wait, (long)((wait - floor(wait)) * 1e9) }, NULL);
             }
             continue;
         }
         if (dsv4_sched_step(sched, &err)) fprintf(stderr, "dsv4 batch: step failed: %s\n", err.msg);
     }
-    double wall = cli_now() - t0;
     free(order);
+    return cli_now() - t0;
+}
 
-    out = out_path ? fopen(out_path, "w") : stdout;
-    if (!out) {
-        fprintf(stderr, "dsv4 batch: cannot create %s: %s\n", out_path, strerror(errno));
-        goto done;
-    }
-    /* per-request lines and pooled latencies */
-    size_t  n_ttft = 0, n_itl = 0, total_gap = 0;
-    long    gen = 0, prompt = 0;
-    for (size_t i = 0; i < n_req; i++) total_gap += req[i].n_out > 1 ? (size_t)(req[i].n_out - 1) : 0;
-    double *ttft = malloc(sizeof(double) * n_req), *itl = malloc(sizeof(double) * (total_gap + 1));
+/* The scheduler's counters at the end. */
+static void print_sched_summary(dsv4_sched *sched, int spec_draft)
+{
+    struct dsv4_sched_metrics mt;
+    dsv4_sched_metrics(sched, &mt);
+    fprintf(stderr,
+            "dsv4 batch: %llu steps (%.2f s busy), %llu prefill + %llu decode rows, %llu preemptions, prefix cache "
+            "%llu/%llu hits (%llu tokens), %llu refusals\n",
+            (unsigned long long)mt.steps, mt.busy_s, (unsigned long long)mt.prefill_tokens,
+            (unsigned long long)mt.decode_tokens, (unsigned long long)mt.preemptions,
+            (unsigned long long)mt.prefix_hits, (unsigned long long)mt.prefix_lookups,
+            (unsigned long long)mt.prefix_hit_tokens, (unsigned long long)mt.refused);
+    if (!mt.spec_steps) return;
+    fprintf(stderr, "dsv4 batch: speculative: %llu verify steps, %llu drafted, %llu kept (%.1f %%); kept per position:",
+            (unsigned long long)mt.spec_steps, (unsigned long long)mt.spec_drafted, (unsigned long long)mt.spec_kept,
+            100.0 * (double)mt.spec_kept / (double)mt.spec_drafted);
+    for (int i = 0; i < spec_draft; i++) fprintf(stderr, " %.2f", (double)mt.spec_kept_at[i] / (double)mt.spec_steps);
+    fprintf(stderr, "\n");
+}
+
+/* One JSON line per request, then the pooled latencies on stderr. */
+static void write_results(FILE *out, const struct breqs *R, const dsv4_tokenizer *tok, double t0, double wall,
+                          bool stamps)
+{
+    size_t n_ttft = 0, n_itl = 0, total_gap = 0;
+    long   gen = 0, prompt = 0;
+    for (size_t i = 0; i < R->n; i++) total_gap += R->req[i].n_out > 1 ? (size_t)(R->req[i].n_out - 1) : 0;
+    double *ttft = malloc(sizeof(double) * R->n), *itl = malloc(sizeof(double) * (total_gap + 1));
     double  first_tok = 1e300, last_tok = 0;
-    for (size_t i = 0; i < n_req; i++) {
-        struct breq *r = &req[i];
-        json_t      *o = result_json(r, i, tok, t0, stamps);
-        char        *s = json_dumps(o, JSON_COMPACT);
+    for (size_t i = 0; i < R->n; i++) {
+        const struct breq *r = &R->req[i];
+        json_t            *o = result_json(r, i, tok, t0, stamps);
+        char              *s = json_dumps(o, JSON_COMPACT);
         fprintf(out, "%s\n", s);
         free(s);
         json_decref(o);
@@ -511,45 +482,82 @@ int cmd_batch(int argc, char **argv)
     }
     qsort(ttft, n_ttft, sizeof(double), cmp_double);
     qsort(itl, n_itl, sizeof(double), cmp_double);
-    struct dsv4_sched_metrics mt;
-    dsv4_sched_metrics(sched, &mt);
     fprintf(stderr,
             "dsv4 batch: %zu requests in %.2f s: %ld prompt tokens, %ld generated; %.2f generated tok/s overall, "
             "%.2f tok/s from first to last token\n",
-            n_req, wall, prompt, gen, (double)gen / wall, last_tok > first_tok ? (double)gen / (last_tok - first_tok) : 0);
+            R->n, wall, prompt, gen, (double)gen / wall, last_tok > first_tok ? (double)gen / (last_tok - first_tok) : 0);
     fprintf(stderr, "dsv4 batch: TTFT P50 %.1f ms P99 %.1f ms; inter-token latency P50 %.1f ms P99 %.1f ms (%zu gaps)\n",
             pct(ttft, n_ttft, 0.5) * 1e3, pct(ttft, n_ttft, 0.99) * 1e3, pct(itl, n_itl, 0.5) * 1e3,
             pct(itl, n_itl, 0.99) * 1e3, n_itl);
-    fprintf(stderr,
-            "dsv4 batch: %llu steps (%.2f s busy), %llu prefill + %llu decode rows, %llu preemptions, prefix cache "
-            "%llu/%llu hits (%llu tokens), %llu refusals\n",
-            (unsigned long long)mt.steps, mt.busy_s, (unsigned long long)mt.prefill_tokens,
-            (unsigned long long)mt.decode_tokens, (unsigned long long)mt.preemptions,
-            (unsigned long long)mt.prefix_hits, (unsigned long long)mt.prefix_lookups,
-            (unsigned long long)mt.prefix_hit_tokens, (unsigned long long)mt.refused);
-    if (mt.spec_steps) {
-        fprintf(stderr, "dsv4 batch: speculative: %llu verify steps, %llu drafted, %llu kept (%.1f %%); kept per position:",
-                (unsigned long long)mt.spec_steps, (unsigned long long)mt.spec_drafted, (unsigned long long)mt.spec_kept,
-                100.0 * (double)mt.spec_kept / (double)mt.spec_drafted);
-        for (int i = 0; i < sp.spec_draft; i++) fprintf(stderr, " %.2f", (double)mt.spec_kept_at[i] / (double)mt.spec_steps);
-        fprintf(stderr, "\n");
-    }
     free(ttft);
     free(itl);
-    rc = 0;
-done:
+}
+
+static int batch_close(struct breqs *R, dsv4_sched *sched, dsv4_tokenizer *tok, dsv4_engine *e, FILE *out, int rc)
+{
     if (out && out != stdout) fclose(out);
     dsv4_sched_free(sched);
-    for (size_t i = 0; i < n_req; i++) {
-        if (req[i].logits_f) fclose(req[i].logits_f);
-        json_decref(req[i].id);
-        free(req[i].prompt);
-        free(req[i].stop);
-        free(req[i].out);
-        free(req[i].t_tok);
+    for (size_t i = 0; i < R->n; i++) {
+        if (R->req[i].logits_f) fclose(R->req[i].logits_f);
+        json_decref(R->req[i].id);
+        free(R->req[i].prompt);
+        free(R->req[i].stop);
+        free(R->req[i].out);
+        free(R->req[i].t_tok);
     }
-    free(req);
+    free(R->req);
     dsv4_tokenizer_free(tok);
     dsv4_engine_close(e);
     return rc;
+}
+
+int cmd_batch(int argc, char **argv)
+{
+    struct batch_opts o = { .spec = -1 };
+    dsv4_sched_params_default(&o.sp);
+    struct dsv4_engine_params ep;
+    cli_engine_params(&ep);
+    ep.log    = cli_log_stderr;
+    ep.log_ud = "batch";
+    const struct cli_group groups[] = { { NULL, BATCH_OPTS, sizeof(BATCH_OPTS) / sizeof(BATCH_OPTS[0]), &o },
+                                        cli_engine_group(&ep, true) };
+    const struct cli_spec  spec = { "batch", "usage: dsv4 batch -m DIR --prompts FILE [options]\n", groups, 2, NULL };
+    int                    rc   = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!o.dir || !o.prompts) return cli_usage_error(&spec, "-m and --prompts are required");
+    struct dsv4_err err;
+    dsv4_engine    *e = NULL;
+    if (dsv4_engine_open(&e, o.dir, &ep, &err)) {
+        fprintf(stderr, "dsv4 batch: %s\n", err.msg);
+        return 1;
+    }
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    o.sp.spec_draft     = o.spec >= 0 ? o.spec : info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
+    dsv4_tokenizer *tok = NULL;
+    if (dsv4_tokenizer_load(&tok, o.dir, &err)) tok = NULL; /* token-id prompts still work */
+    int32_t      eos   = tok ? dsv4_tokenizer_eos(tok) : info.eos_id;
+    struct breqs R     = { 0 };
+    dsv4_sched  *sched = NULL;
+    FILE        *out   = NULL;
+    if (!read_requests(&o, tok, &info, eos, &R)) return batch_close(&R, sched, tok, e, out, 1);
+    o.sp.max_ctx = o.ctx ? o.ctx : (int)(R.longest < info.max_ctx ? R.longest : info.max_ctx);
+    if (dsv4_sched_create(e, &o.sp, &sched, &err)) {
+        fprintf(stderr, "dsv4 batch: %s\n", err.msg);
+        return batch_close(&R, sched, tok, e, out, 1);
+    }
+    struct dsv4_sched_plan plan;
+    dsv4_sched_get_plan(sched, &plan);
+    print_plan(&plan);
+    if (o.logits_dir) mkdir(o.logits_dir, 0777);
+    double t0   = cli_now();
+    double wall = run_requests(sched, &R, o.logits_dir, t0);
+    out         = o.out_path ? fopen(o.out_path, "w") : stdout;
+    if (!out) {
+        fprintf(stderr, "dsv4 batch: cannot create %s: %s\n", o.out_path, strerror(errno));
+        return batch_close(&R, sched, tok, e, out, 1);
+    }
+    write_results(out, &R, tok, t0, wall, o.stamps);
+    print_sched_summary(sched, o.sp.spec_draft);
+    return batch_close(&R, sched, tok, e, out, 0);
 }

@@ -11,6 +11,7 @@
  * table on stdout, optionally CSV (--csv FILE) with machine, backend, checkpoint and commit.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,17 +144,6 @@ static int *parse_list(const char *s, int *n)
         }
     }
     return v;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: dsv4 bench -m DIR [--ctx-list 512,2048] [--batch-list 1,4,8,16] [--decode-steps N]\n"
-               "                  [--chunk N] [--csv FILE] [--threads N]\n"
-               "                  [--cpu-level all]   every level this machine runs, then a summary table\n"
-               "                  [--spec-rows K]     verify steps of 1 .. K + 1 rows and a draft row (MTP)\n"
-               "       dsv4 bench [--threads N] --gemm M,N,K[,fp8|fp4|bf16][,i16][:...]   one projection alone: M tokens,\n"
-               "                  N outputs, K inputs; i16: on interleaved 16-row tiles\n");
-    fputs(CLI_ENGINE_USAGE, f);
 }
 
 /* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
@@ -352,256 +342,308 @@ static void print_summary(const struct level_sum *s, int n, const struct bench_o
     }
 }
 
+/* One model at one level: its state and buffers, and the machine's figures. */
+struct bench_run {
+    const struct bench_opts  *o;
+    const struct dsv4_model  *m;
+    const struct dsv4_config *c;
+    struct dsv4_cpu          *cpu;
+    struct dsv4_step          S;
+    struct dsv4_seq_state    *sts;  /* [max_b] */
+    struct dsv4_fwd_seq      *fs;   /* [max_b] */
+    int32_t                  *toks; /* [max_ctx] */
+    int32_t                  *next; /* [max_b] */
+    float                    *lg;   /* [max_b, vocab] */
+    struct route_log          rl;
+    uint64_t                 *bw_buf;
+    size_t                    bw_n;
+    double                    bw, peak, peak_f32, trunk;
+    struct dsv4_model_stats   st;
+    struct utsname            un;
+    const char               *backend;
+    FILE                     *cf; /* the CSV, or NULL */
+};
+
+/* Bandwidth, arithmetic peak and the model's bytes per token, printed. */
+static bool measure_machine(struct bench_run *R)
+{
+    struct dsv4_cpu *cpu = R->cpu;
+    printf("measuring read bandwidth (1 GiB, %d threads)...\n", cpu->n_threads);
+    /* the VM's bandwidth moves with its neighbours, by 1.5x within minutes: it is measured
+     * here and again around every decode row, whose share is of the mean of the two */
+    R->bw_n   = ((size_t)1 << 30) / 8;
+    R->bw_buf = aligned_alloc(64, R->bw_n * 8);
+    if (!R->bw_buf) {
+        fprintf(stderr, "dsv4 bench: out of memory for the bandwidth buffer\n");
+        return false;
+    }
+    struct bw_job bj = { R->bw_buf, { 0 } };
+    dsv4_pool_for(cpu->pool, (int64_t)R->bw_n, 8, 1, bw_touch, &bj);
+    R->bw = measure_bandwidth(cpu->pool, R->bw_buf, R->bw_n, 5);
+    dsv4_model_stats(R->c, &R->m->ck, &R->st);
+    R->trunk = (double)(R->st.bytes_per_token - R->st.bytes_experts_per_token);
+    uname(&R->un);
+    R->backend = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
+    printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", R->un.machine, R->backend, cpu->n_threads,
+           R->bw);
+    /* prefill's share is of the peak of the kernels it runs on: bf16 dot products where the
+     * level has them, f32 FMAs otherwise (the reference runs plain C: no peak) */
+    R->peak_f32   = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->k);
+    double peak_b = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->kb);
+    R->peak       = peak_b > 0 ? peak_b : R->peak_f32;
+    printf("arithmetic peak, %d threads: f32 FMA %.1f GFLOP/s", cpu->n_threads, R->peak_f32);
+    if (peak_b > 0) printf(", bf16 dot products %.1f GFLOP/s", peak_b);
+    printf("\n");
+    printf("model %s: %.2f GB weights read per token at batch 1 (trunk %.2f GB incl. head, experts %.2f GB)\n", R->o->dir,
+           (double)R->st.bytes_per_token / 1e9, R->trunk / 1e9, (double)R->st.bytes_experts_per_token / 1e9);
+    return true;
+}
+
+/* The step, the sequence states for max_b sequences of ctx_cap, the tokens and buffers. */
+static bool alloc_run(struct bench_run *R, int max_b, int max_ctx, int ctx_cap, struct dsv4_err *err)
+{
+    const struct dsv4_config *c = R->c;
+    R->sts     = calloc((size_t)max_b, sizeof(*R->sts));
+    R->fs      = calloc((size_t)max_b, sizeof(*R->fs));
+    R->toks    = malloc(sizeof(int32_t) * (size_t)max_ctx);
+    R->next    = malloc(sizeof(int32_t) * (size_t)max_b);
+    R->lg      = malloc(sizeof(float) * (size_t)max_b * (size_t)c->vocab_size);
+    R->rl      = (struct route_log){ c->n_layer, c->n_exp, calloc((size_t)(c->n_layer + 1) * (size_t)c->n_exp, 1) };
+    int  chunk = R->o->chunk;
+    if (!R->sts || !R->fs || !R->toks || !R->next || !R->lg || !R->rl.used) {
+        dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+        return false;
+    }
+    if (dsv4_step_init(&R->S, R->m, chunk > max_b ? chunk : max_b, ctx_cap, err)) return false;
+    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(R->m);
+    for (int b = 0; b < max_b; b++)
+        if (dsv4_seq_state_init(&R->sts[b], c, ctx_cap, R->m->row_fmt, false, &kvmem, err)) return false;
+    unsigned long long seed = 12345;
+    for (int i = 0; i < max_ctx; i++) {
+        seed       = seed * 6364136223846793005ull + 1442695040888963407ull;
+        R->toks[i] = (int32_t)((seed >> 33) % (unsigned long long)c->vocab_size);
+    }
+    return true;
+}
+
+/* Sequence 0 from empty to ctx tokens, in chunks. */
+static int prefill(struct bench_run *R, int ctx, struct dsv4_err *err)
+{
+    int chunk = R->o->chunk;
+    dsv4_seq_state_reset(&R->sts[0], R->c);
+    for (int off = 0; off < ctx; off += chunk) {
+        int n     = ctx - off < chunk ? ctx - off : chunk;
+        R->fs[0]  = (struct dsv4_fwd_seq){ .st = &R->sts[0], .tokens = R->toks + off, .n = n, .n_logits = 1, .logits = R->lg };
+        int rc    = dsv4_forward(R->m, &R->S, R->fs, 1, err);
+        if (rc) return rc;
+    }
+    return DSV4_OK;
+}
+
+/* B sequences at the ctx frontier decode o->steps tokens; their time and the bytes they read
+ * (the trunk, the experts each step used, the cached rows attended). */
+static int decode_steps(struct bench_run *R, int ctx, int B, double *t_total, double *bytes_total, struct dsv4_err *err)
+{
+    const struct dsv4_config *c = R->c;
+    for (int s = 0; s < R->o->steps; s++) {
+        for (int b = 0; b < B; b++) {
+            R->next[b] = (int32_t)((R->toks[(s * 131 + b * 977) % ctx] + b * 7919 + s) % c->vocab_size);
+            R->fs[b]   = (struct dsv4_fwd_seq){ .st = &R->sts[b], .tokens = &R->next[b], .n = 1, .n_logits = 1,
+                                                .logits = R->lg + (size_t)b * (size_t)c->vocab_size };
+        }
+        memset(R->rl.used, 0, (size_t)(c->n_layer + 1) * (size_t)c->n_exp);
+        R->S.dump = (struct dsv4_dump_sink){ route_sink, &R->rl };
+        double t1 = cli_now();
+        int    rc = dsv4_forward(R->m, &R->S, R->fs, B, err);
+        if (rc) return rc;
+        *t_total += cli_now() - t1;
+        R->S.dump    = (struct dsv4_dump_sink){ NULL, NULL };
+        double bytes = R->trunk;
+        for (int il = 0; il < c->n_layer; il++) {
+            int u = 0;
+            for (int x = 0; x < c->n_exp; x++) u += R->rl.used[(size_t)il * (size_t)c->n_exp + (size_t)x];
+            bytes += u * expert_bytes(R->m, il);
+            /* cached rows attended: window + compressed */
+            int r = c->ratio[il], rows = c->window;
+            if (r == 4) rows += (ctx / 4 < c->idx_topk ? ctx / 4 : c->idx_topk);
+            else if (r) rows += ctx / r;
+            bytes += (double)B * rows * (double)R->sts[0].row_bytes;
+            if (r == 4) bytes += (double)B * (ctx / 4) * (double)R->sts[0].idx_bytes;
+        }
+        *bytes_total += bytes;
+    }
+    /* undo the decode steps so the next batch starts from the same frontier */
+    for (int b = 0; b < B; b++) R->sts[b].pos = ctx;
+    return DSV4_OK;
+}
+
+/* The decode rows of one context: each batch size from the frontier sequence 0 holds. */
+static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double prefill_gf, struct level_sum *sum,
+                       struct dsv4_err *err)
+{
+    const struct bench_opts *o   = R->o;
+    int                      ctx = o->ctxs[ci];
+    for (int bi = 0; bi < o->n_batch; bi++) {
+        int B = o->batches[bi];
+        for (int b = 1; b < B; b++) {
+            /* copy the frontier state (one allocation per sequence, same layout) */
+            memcpy(R->sts[b].mem, R->sts[0].mem, R->sts[0].mem_bytes);
+            R->sts[b].pos = R->sts[0].pos;
+        }
+        double t_total = 0, bytes_total = 0, bw_before = measure_bandwidth(R->cpu->pool, R->bw_buf, R->bw_n, 3);
+        int    rc = decode_steps(R, ctx, B, &t_total, &bytes_total, err);
+        if (rc) return rc;
+        double step = t_total / (double)o->steps, bps = bytes_total / (double)o->steps;
+        double bw_row = 0.5 * (bw_before + measure_bandwidth(R->cpu->pool, R->bw_buf, R->bw_n, 3));
+        double share  = bps / step / 1e9 / bw_row;
+        printf("%8d %6d %12.1f %12.1f %7.0f%% %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps,
+               prefill_gf, R->peak > 0 ? 100.0 * prefill_gf / R->peak : 0.0, B / step, step * 1e3, bps, bps / step / 1e9,
+               bw_row, 100.0 * share);
+        fflush(stdout);
+        if (R->cf)
+            fprintf(R->cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f,%.1f\n", R->un.machine,
+                    R->backend, R->cpu->n_threads, o->dir, DSV4_GIT_REV, bw_row, ctx, B, prefill_tps, prefill_gf, B / step,
+                    step * 1e3, bps, bps / step / 1e9, share, R->peak);
+        if (sum && ci == 0) {
+            sum->bw = R->bw, sum->peak = R->peak, sum->peak_f32 = R->peak_f32, sum->prefill_tps = prefill_tps;
+            sum->prefill_gf = prefill_gf;
+            if (bi < 8) sum->batch[bi] = B, sum->tps[bi] = B / step, sum->share[bi] = share;
+        }
+        /* the copies above restore KV contents; sequence 0's ring rows past ctx were
+         * overwritten by the decode steps, so re-prefill for the next batch size */
+        if (bi + 1 < o->n_batch && (rc = prefill(R, ctx, err))) return rc;
+    }
+    return DSV4_OK;
+}
+
+/* Every context: prefill to the frontier (timed), then its decode rows. */
+static int bench_contexts(struct bench_run *R, struct level_sum *sum, struct dsv4_err *err)
+{
+    const struct bench_opts  *o = R->o;
+    const struct dsv4_config *c = R->c;
+    printf("\n%8s %6s %12s %12s %8s %12s %10s %14s %10s %8s %8s\n", "ctx", "batch", "prefill t/s", "prefill GF/s",
+           "of peak", "decode t/s", "step ms", "bytes/step", "GB/s", "bw GB/s", "of bw");
+    for (int ci = 0; ci < o->n_ctx; ci++) {
+        int    ctx = o->ctxs[ci];
+        double t0  = cli_now();
+        int    rc  = prefill(R, ctx, err);
+        if (rc) return rc;
+        double tp = cli_now() - t0, prefill_tps = ctx / tp;
+        /* projection and expert FLOPs of every prompt token; the head runs once per chunk
+         * (only the last row's logits are asked for); attention is not counted */
+        double head_p     = (double)c->vocab_size * (double)c->d_model;
+        int    n_chunks   = (ctx + o->chunk - 1) / o->chunk;
+        double prefill_gf = 2.0 * (((double)R->st.active_params - head_p) * ctx + head_p * n_chunks) / tp / 1e9;
+        if ((rc = decode_rows(R, ci, prefill_tps, prefill_gf, sum, err))) return rc;
+    }
+    return DSV4_OK;
+}
+
 /* One model at one level (ep->cpu_level): bandwidth, peak, then prefill and decode rows;
  * sum (if given) keeps the first context's figures for the summary of --cpu-level all. */
 static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *epp, struct level_sum *sum)
 {
     struct dsv4_engine_params ep = *epp;
-    const char *dir = o->dir, *csv = o->csv;
-    const int  *ctxs = o->ctxs, *batches = o->batches;
-    int         n_ctx = o->n_ctx, n_batch = o->n_batch, steps = o->steps, chunk = o->chunk;
-    struct dsv4_err err;
-    dsv4_engine    *e;
-    if (dsv4_engine_open(&e, dir, &ep, &err)) {
+    struct dsv4_err           err;
+    dsv4_engine              *e;
+    if (dsv4_engine_open(&e, o->dir, &ep, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
-    const struct dsv4_model  *m   = dsv4_engine_model(e);
-    const struct dsv4_config *c   = &m->cfg;
-    struct dsv4_cpu          *cpu = m->backend_impl;
-    int                       max_b = 1, max_ctx = 1;
-    for (int i = 0; i < n_batch; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
-    for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
-    int ctx_cap = max_ctx + (int)steps + 1 + (o->spec ? o->spec + 2 : 0); /* --spec-rows: ctx + K + 2 */
-
-    printf("measuring read bandwidth (1 GiB, %d threads)...\n", cpu->n_threads);
-    /* the VM's bandwidth moves with its neighbours, by 1.5x within minutes: it is measured
-     * here and again around every decode row, whose share is of the mean of the two */
-    size_t    bw_n   = ((size_t)1 << 30) / 8;
-    uint64_t *bw_buf = aligned_alloc(64, bw_n * 8);
-    if (!bw_buf) {
-        fprintf(stderr, "dsv4 bench: out of memory for the bandwidth buffer\n");
-        dsv4_engine_close(e);
-        return 1;
-    }
-    struct bw_job bj = { bw_buf, { 0 } };
-    dsv4_pool_for(cpu->pool, (int64_t)bw_n, 8, 1, bw_touch, &bj);
-    double bw = measure_bandwidth(cpu->pool, bw_buf, bw_n, 5);
-    struct dsv4_model_stats st;
-    dsv4_model_stats(c, &m->ck, &st);
-    double trunk = (double)(st.bytes_per_token - st.bytes_experts_per_token);
-    struct utsname un;
-    uname(&un);
-    const char *backend = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
-    printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", un.machine, backend, cpu->n_threads, bw);
-    /* prefill's share is of the peak of the kernels it runs on: bf16 dot products where the
-     * level has them, f32 FMAs otherwise (the reference runs plain C: no peak) */
-    double peak_f32 = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->k), peak_b = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->kb);
-    double peak = peak_b > 0 ? peak_b : peak_f32;
-    printf("arithmetic peak, %d threads: f32 FMA %.1f GFLOP/s", cpu->n_threads, peak_f32);
-    if (peak_b > 0) printf(", bf16 dot products %.1f GFLOP/s", peak_b);
-    printf("\n");
-    printf("model %s: %.2f GB weights read per token at batch 1 (trunk %.2f GB incl. head, experts %.2f GB)\n", dir,
-           (double)st.bytes_per_token / 1e9, trunk / 1e9, (double)st.bytes_experts_per_token / 1e9);
-
-    FILE *cf = csv ? fopen(csv, o->csv_started ? "a" : "w") : NULL;
-    if (csv && !cf) fprintf(stderr, "dsv4 bench: cannot create %s\n", csv);
-    if (cf && !o->csv_started)
-        fprintf(cf, "machine,backend,threads,checkpoint,commit,read_gbps,ctx,batch,prefill_tok_s,prefill_gflops,"
-                    "decode_tok_s,step_ms,bytes_per_step,achieved_gbps,bw_share,peak_gflops\n");
-    o->csv_started = cf != NULL;
-
-    struct dsv4_seq_state *sts = calloc((size_t)max_b, sizeof(*sts));
-    struct dsv4_fwd_seq   *fs  = calloc((size_t)max_b, sizeof(*fs));
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_ctx), *next = malloc(sizeof(int32_t) * (size_t)max_b);
-    float   *lg   = malloc(sizeof(float) * (size_t)max_b * (size_t)c->vocab_size);
-    struct route_log rl = { c->n_layer, c->n_exp, calloc((size_t)(c->n_layer + 1) * (size_t)c->n_exp, 1) };
-    struct dsv4_step S;
-    int              rc = 1;
-    if (dsv4_step_init(&S, m, (int)chunk > max_b ? (int)chunk : max_b, ctx_cap, &err)) {
+    struct bench_run R = { .o = o, .m = dsv4_engine_model(e) };
+    R.c                = &R.m->cfg;
+    R.cpu              = R.m->backend_impl;
+    int max_b = 1, max_ctx = 1, rc = 1;
+    for (int i = 0; i < o->n_batch; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
+    for (int i = 0; i < o->n_ctx; i++) max_ctx = o->ctxs[i] > max_ctx ? o->ctxs[i] : max_ctx;
+    int ctx_cap = max_ctx + o->steps + 1 + (o->spec ? o->spec + 2 : 0); /* --spec-rows: ctx + K + 2 */
+    if (!measure_machine(&R)) goto done;
+    R.cf = o->csv ? fopen(o->csv, o->csv_started ? "a" : "w") : NULL;
+    if (o->csv && !R.cf) fprintf(stderr, "dsv4 bench: cannot create %s\n", o->csv);
+    if (R.cf && !o->csv_started)
+        fprintf(R.cf, "machine,backend,threads,checkpoint,commit,read_gbps,ctx,batch,prefill_tok_s,prefill_gflops,"
+                      "decode_tok_s,step_ms,bytes_per_step,achieved_gbps,bw_share,peak_gflops\n");
+    o->csv_started = R.cf != NULL;
+    if (!alloc_run(&R, max_b, max_ctx, ctx_cap, &err) || bench_contexts(&R, sum, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         goto done;
     }
-    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(m);
-    for (int b = 0; b < max_b; b++)
-        if (dsv4_seq_state_init(&sts[b], c, ctx_cap, m->row_fmt, false, &kvmem, &err)) {
-            fprintf(stderr, "dsv4 bench: %s\n", err.msg);
-            goto done;
-        }
-    unsigned long long seed = 12345;
-    for (int i = 0; i < max_ctx; i++) {
-        seed    = seed * 6364136223846793005ull + 1442695040888963407ull;
-        toks[i] = (int32_t)((seed >> 33) % (unsigned long long)c->vocab_size);
-    }
-    printf("\n%8s %6s %12s %12s %8s %12s %10s %14s %10s %8s %8s\n", "ctx", "batch", "prefill t/s", "prefill GF/s",
-           "of peak", "decode t/s", "step ms", "bytes/step", "GB/s", "bw GB/s", "of bw");
-    for (int ci = 0; ci < n_ctx; ci++) {
-        int ctx = ctxs[ci];
-        /* prefill one sequence to the frontier */
-        dsv4_seq_state_reset(&sts[0], c);
-        double t0 = cli_now();
-        for (int off = 0; off < ctx; off += (int)chunk) {
-            int n       = ctx - off < (int)chunk ? ctx - off : (int)chunk;
-            fs[0]       = (struct dsv4_fwd_seq){ .st = &sts[0], .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };
-            if (dsv4_forward(m, &S, fs, 1, &err)) {
-                fprintf(stderr, "dsv4 bench: %s\n", err.msg);
-                goto done;
-            }
-        }
-        double tp = cli_now() - t0, prefill_tps = ctx / tp;
-        /* projection and expert FLOPs of every prompt token; the head runs once per chunk
-         * (only the last row's logits are asked for); attention is not counted */
-        double head_p     = (double)c->vocab_size * (double)c->d_model;
-        int    n_chunks   = (ctx + (int)chunk - 1) / (int)chunk;
-        double prefill_gf = 2.0 * (((double)st.active_params - head_p) * ctx + head_p * n_chunks) / tp / 1e9;
-        for (int bi = 0; bi < n_batch; bi++) {
-            int B = batches[bi];
-            for (int b = 1; b < B; b++) {
-                /* copy the frontier state (one allocation per sequence, same layout) */
-                void *mem = sts[b].mem;
-                memcpy(mem, sts[0].mem, sts[0].mem_bytes);
-                sts[b].pos = sts[0].pos;
-            }
-            double t_total = 0, bytes_total = 0, bw_before = measure_bandwidth(cpu->pool, bw_buf, bw_n, 3);
-            for (int s = 0; s < (int)steps; s++) {
-                for (int b = 0; b < B; b++) {
-                    next[b] = (int32_t)((toks[(s * 131 + b * 977) % ctx] + b * 7919 + s) % c->vocab_size);
-                    fs[b]   = (struct dsv4_fwd_seq){ .st = &sts[b], .tokens = &next[b], .n = 1, .n_logits = 1,
-                                                     .logits = lg + (size_t)b * (size_t)c->vocab_size };
-                }
-                memset(rl.used, 0, (size_t)(c->n_layer + 1) * (size_t)c->n_exp);
-                S.dump = (struct dsv4_dump_sink){ route_sink, &rl };
-                double t1 = cli_now();
-                if (dsv4_forward(m, &S, fs, B, &err)) {
-                    fprintf(stderr, "dsv4 bench: %s\n", err.msg);
-                    goto done;
-                }
-                t_total += cli_now() - t1;
-                S.dump = (struct dsv4_dump_sink){ NULL, NULL };
-                double bytes = trunk;
-                for (int il = 0; il < c->n_layer; il++) {
-                    int u = 0;
-                    for (int x = 0; x < c->n_exp; x++) u += rl.used[(size_t)il * (size_t)c->n_exp + (size_t)x];
-                    bytes += u * expert_bytes(m, il);
-                    /* cached rows attended: window + compressed */
-                    int r = c->ratio[il], rows = c->window;
-                    if (r == 4) rows += (ctx / 4 < c->idx_topk ? ctx / 4 : c->idx_topk);
-                    else if (r) rows += ctx / r;
-                    bytes += (double)B * rows * (double)sts[0].row_bytes;
-                    if (r == 4) bytes += (double)B * (ctx / 4) * (double)sts[0].idx_bytes;
-                }
-                bytes_total += bytes;
-            }
-            /* undo the decode steps so the next batch starts from the same frontier */
-            for (int b = 0; b < B; b++) sts[b].pos = ctx;
-            double step = t_total / (double)steps, bps = bytes_total / (double)steps;
-            double bw_row = 0.5 * (bw_before + measure_bandwidth(cpu->pool, bw_buf, bw_n, 3));
-            /* the copies above restore KV contents; sequence 0's ring rows past ctx were
-             * overwritten by the decode steps, so re-prefill for the next batch size */
-            double share = bps / step / 1e9 / bw_row;
-            printf("%8d %6d %12.1f %12.1f %7.0f%% %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps,
-                   prefill_gf, peak > 0 ? 100.0 * prefill_gf / peak : 0.0, B / step, step * 1e3, bps, bps / step / 1e9,
-                   bw_row, 100.0 * share);
-            fflush(stdout);
-            if (cf)
-                fprintf(cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f,%.1f\n", un.machine, backend,
-                        cpu->n_threads, dir, DSV4_GIT_REV, bw_row, ctx, B, prefill_tps, prefill_gf, B / step, step * 1e3,
-                        bps, bps / step / 1e9, share, peak);
-            if (sum && ci == 0) {
-                sum->bw = bw, sum->peak = peak, sum->peak_f32 = peak_f32, sum->prefill_tps = prefill_tps;
-                sum->prefill_gf = prefill_gf;
-                if (bi < 8) sum->batch[bi] = B, sum->tps[bi] = B / step, sum->share[bi] = share;
-            }
-            if (bi + 1 < n_batch) {
-                dsv4_seq_state_reset(&sts[0], c);
-                for (int off = 0; off < ctx; off += (int)chunk) {
-                    int n = ctx - off < (int)chunk ? ctx - off : (int)chunk;
-                    fs[0] = (struct dsv4_fwd_seq){ .st = &sts[0], .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };
-                    if (dsv4_forward(m, &S, fs, 1, &err)) goto done;
-                }
-            }
-        }
-    }
     if (o->spec > 0) {
-        if (!m->w.has_mtp) {
+        if (!R.m->w.has_mtp) {
             fprintf(stderr, "dsv4 bench: --spec-rows needs a checkpoint with an MTP block\n");
             goto done;
         }
-        if (bench_spec(m, &S, toks, ctxs[0], o->spec, steps, &err)) {
+        if (bench_spec(R.m, &R.S, R.toks, o->ctxs[0], o->spec, o->steps, &err)) {
             fprintf(stderr, "dsv4 bench: %s\n", err.msg);
             goto done;
         }
     }
     rc = 0;
 done:
-    if (cf) fclose(cf);
-    for (int b = 0; b < max_b; b++) dsv4_seq_state_free(&sts[b]);
-    dsv4_step_free(&S);
-    free(sts);
-    free(fs);
-    free(toks);
-    free(next);
-    free(lg);
-    free(rl.used);
-    free(bw_buf);
+    if (R.cf) fclose(R.cf);
+    for (int b = 0; R.sts && b < max_b; b++) dsv4_seq_state_free(&R.sts[b]);
+    dsv4_step_free(&R.S);
+    free(R.sts);
+    free(R.fs);
+    free(R.toks);
+    free(R.next);
+    free(R.lg);
+    free(R.rl.used);
+    free(R.bw_buf);
     dsv4_engine_close(e);
     return rc;
 }
 
+/* The command line: the lists as given, and the --gemm spec (which runs alone). */
+struct bench_args {
+    const char *dir, *csv, *ctx_s, *batch_s, *gemm;
+    int         steps, chunk, spec;
+};
+
+#define BA(field) offsetof(struct bench_args, field)
+static const struct cli_opt BENCH_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory", CLI_STR, BA(dir), 0, 0, NULL },
+    { "--ctx-list", NULL, "A,B,...", "context frontiers (default 512,2048)", CLI_STR, BA(ctx_s), 0, 0, NULL },
+    { "--batch-list", NULL, "A,B,...", "decode batch sizes (default 1,4,8,16)", CLI_STR, BA(batch_s), 0, 0, NULL },
+    { "--decode-steps", NULL, "N", "decode steps per row (default 8)", CLI_INT, BA(steps), 1, 1000, NULL },
+    { "--chunk", NULL, "N", "prefill tokens per forward call (default 512)", CLI_INT, BA(chunk), 1, 65536, NULL },
+    { "--csv", NULL, "FILE", "also write the rows as CSV", CLI_STR, BA(csv), 0, 0, NULL },
+    { "--spec-rows", NULL, "K", "verify steps of 1 .. K + 1 rows and a draft row (MTP)", CLI_INT, BA(spec), 1,
+      DSV4_SPEC_MAX_DRAFT, NULL },
+    { "--gemm", NULL, "M,N,K[,fp8|fp4|bf16][,i16][:...]",
+      "one projection alone: M tokens, N outputs, K inputs; i16: on\ninterleaved 16-row tiles (no -m)", CLI_STR,
+      BA(gemm), 0, 0, NULL },
+};
+#undef BA
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *dir = NULL, *csv = NULL, *ctx_s = "512,2048", *batch_s = "1,4,8,16";
-    long long   steps = 8, chunk = 512, threads = 0, spec = 0;
+    struct bench_args a = { .ctx_s = "512,2048", .batch_s = "1,4,8,16", .steps = 8, .chunk = 512 };
     struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("bench", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m")) {
-            if (!(dir = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--csv")) {
-            if (!(csv = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ctx-list")) {
-            if (!(ctx_s = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--batch-list")) {
-            if (!(batch_s = cli_value("bench", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--decode-steps")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1000, &steps)) return 2;
-        } else if (!strcmp(a, "--spec-rows")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, DSV4_SPEC_MAX_DRAFT, &spec))
-                return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 65536, &chunk)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = cli_value("bench", argc, argv, &i)) || !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "--gemm")) {
-            if (!(v = cli_value("bench", argc, argv, &i))) return 2;
-            return bench_gemm(v, ep.cpu_level, ep.gemm_min, (int)threads);
-        } else {
-            fprintf(stderr, "dsv4 bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    int  n_ctx, n_batch;
-    int *ctxs = parse_list(ctx_s, &n_ctx), *batches = parse_list(batch_s, &n_batch);
+    cli_engine_params(&ep);
+    const struct cli_group groups[] = { { NULL, BENCH_OPTS, sizeof(BENCH_OPTS) / sizeof(BENCH_OPTS[0]), &a },
+                                        cli_engine_group(&ep, true) };
+    const struct cli_spec  spec     = { "bench",
+                                        "usage: dsv4 bench -m DIR [options]   prefill and decode rows per context and batch\n"
+                                        "       dsv4 bench --gemm SPEC [options]   one projection alone\n",
+                                        groups, 2,
+                                        "\n--cpu-level all: every level this machine runs, then a summary table\n" };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (a.gemm) return bench_gemm(a.gemm, ep.cpu_level, ep.gemm_min, ep.n_threads);
+    const char *dir = a.dir, *csv = a.csv;
+    int         steps = a.steps, chunk = a.chunk, spec_k = a.spec;
+    int         n_ctx, n_batch;
+    int        *ctxs = parse_list(a.ctx_s, &n_ctx), *batches = parse_list(a.batch_s, &n_batch);
     if (!dir || !ctxs || !batches || !n_ctx || !n_batch) {
         fprintf(stderr, "dsv4 bench: -m DIR is required; lists are positive integers separated by commas\n");
         free(ctxs);
         free(batches);
         return 2;
     }
-    ep.n_threads = (int)threads;
     ep.log       = cli_log_stderr;
     ep.log_ud    = (void *)"bench";
-    struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, (int)steps, (int)chunk, false, (int)spec };
-    int               rc = 0;
+    struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, steps, chunk, false, spec_k };
     if (!ep.cpu_level || strcmp(ep.cpu_level, "all") != 0) {
         rc = bench_model(&o, &ep, NULL);
     } else {

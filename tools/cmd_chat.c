@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,22 +26,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: dsv4 chat -m DIR [--system TEXT] [--think] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-               "                 [--min-p M] [--seed S] [--ctx N] [--revision current|initial]\n"
-               "  --system TEXT  system prompt (raw text before the first user turn)\n"
-               "  --think        thinking mode: the reply opens with <think> (default: chat mode)\n"
-               "  -n N           most tokens per reply (default 256)\n"
-               "  --temp T       temperature (default 0.8; 0 = greedy)  --top-p P (default 0.95)\n"
-               "  --seed S       sampling seed (default: from the clock)\n"
-               "  --ctx N        context length in tokens (default: the model's, at most 4096)\n"
-               "  --spec-draft K speculative decoding: tokens the MTP block drafts per step (default 0 =\n"
-               "                 off; docs/SPECULATIVE.md)\n"
-               "commands: /reset (forget the conversation), /quit, /help; Ctrl-D leaves\n");
-    fputs(CLI_ENGINE_USAGE, f);
-}
 
 /* ------------------------------------------------------------------ line editor */
 
@@ -423,98 +408,100 @@ static int exchange(struct chat *c, const char *line)
 
 /* ------------------------------------------------------------------ the command */
 
-int cmd_chat(int argc, char **argv)
-{
-    const char *dir = NULL;
-    long long   max_reply = 256, ctx = 0, spec = 0;
-    bool        seeded = false;
-    struct chat c      = { 0 };
-    dsv4_chat_params_default(&c.cp);
-    struct dsv4_sampler_params sp;
-    dsv4_sampler_params_default(&sp);
-    sp.temperature = 0.8f;
-    sp.top_p       = 0.95f;
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("chat", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        int         so = cli_sampler_option("chat", argc, argv, &i, &sp, &seeded);
-        if (so < 0) return 2;
-        if (so > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(dir = cli_value("chat", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--system")) {
-            if (!(c.system = cli_value("chat", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--think")) {
-            c.cp.mode = DSV4_CHAT_MODE_THINKING;
-        } else if (!strcmp(a, "--spec-draft")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 0, DSV4_SPEC_MAX_DRAFT, &spec))
-                return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 1, 1 << 24, &max_reply)) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = cli_value("chat", argc, argv, &i)) || !cli_parse_int("chat", a, v, 16, 1 << 30, &ctx)) return 2;
-        } else if (!strcmp(a, "--revision")) {
-            if (!cli_revision("chat", argc, argv, &i, &ep.revision)) return 2;
-        } else {
-            fprintf(stderr, "dsv4 chat: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "dsv4 chat: -m DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (!seeded) sp.seed = (uint64_t)time(NULL);
-    c.max_reply = max_reply;
-    c.spec      = (int)spec;
+struct chat_opts {
+    const char *dir, *system;
+    int         max_reply, ctx, spec;
+    bool        think;
+};
 
+#define CO(field) offsetof(struct chat_opts, field)
+static const struct cli_opt CHAT_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory (with tokenizer.json)", CLI_STR, CO(dir), 0, 0, NULL },
+    { "--system", NULL, "TEXT", "system prompt (raw text before the first user turn)", CLI_STR, CO(system), 0, 0, NULL },
+    { "--think", NULL, NULL, "thinking mode: the reply opens with <think> (default: chat mode)", CLI_FLAG, CO(think), 0,
+      0, NULL },
+    { "-n", NULL, "N", "most tokens per reply (default 256)", CLI_INT, CO(max_reply), 1, 1 << 24, NULL },
+    { "--ctx", NULL, "N", "context length in tokens (default: the model's, at most 4096)", CLI_INT, CO(ctx), 16, 1 << 30,
+      NULL },
+    { "--spec-draft", NULL, "K",
+      "speculative decoding: tokens the MTP block drafts per step (default 0 =\noff; docs/SPECULATIVE.md)", CLI_INT,
+      CO(spec), 0, DSV4_SPEC_MAX_DRAFT, NULL },
+};
+#undef CO
+
+/* The engine, a session of the context and the sampler; false after a message. */
+static bool open_chat(struct chat *c, const struct chat_opts *o, struct dsv4_engine_params *ep,
+                      const struct dsv4_sampler_params *sp)
+{
     struct dsv4_err err;
-    struct editor   ed = { .tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) };
-    int             rc = 1;
-    char           *line = malloc(LINE_MAX_BYTES);
-    if (!line) return 1;
-    if (dsv4_tokenizer_load(&c.tok, dir, &err)) {
+    if (dsv4_tokenizer_load(&c->tok, o->dir, &err)) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-        goto done;
+        return false;
     }
-    ep.log    = cli_log_stderr;
-    ep.log_ud = (void *)"chat";
-    if (dsv4_engine_open(&c.engine, dir, &ep, &err)) {
+    ep->log    = cli_log_stderr;
+    ep->log_ud = (void *)"chat";
+    if (dsv4_engine_open(&c->engine, o->dir, ep, &err)) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-        goto done;
+        return false;
     }
-    dsv4_engine_info(c.engine, &c.info);
-    c.ctx = ctx ? (int)ctx : (c.info.max_ctx < 4096 ? c.info.max_ctx : 4096);
-    if (c.ctx > c.info.max_ctx) c.ctx = c.info.max_ctx;
+    dsv4_engine_info(c->engine, &c->info);
+    c->ctx = o->ctx ? o->ctx : (c->info.max_ctx < 4096 ? c->info.max_ctx : 4096);
+    if (c->ctx > c->info.max_ctx) c->ctx = c->info.max_ctx;
     struct dsv4_session_params ssp;
     dsv4_session_params_default(&ssp);
-    ssp.max_ctx    = c.ctx;
-    ssp.mtp        = spec > 0 && c.info.has_mtp;
-    ssp.spec_draft = ssp.mtp ? (int)spec : 0;
-    if (spec > 0 && !c.info.has_mtp) fprintf(stderr, "dsv4 chat: no MTP block in this checkpoint: --spec-draft ignored\n");
-    c.held      = malloc(sizeof(int32_t) * (size_t)c.ctx);
-    if (!c.held || dsv4_session_create(c.engine, &ssp, &c.s, &err) ||
-        dsv4_sampler_create(&c.smp, c.info.vocab_size, &sp, &err)) {
-        fprintf(stderr, "dsv4 chat: %s\n", c.held ? err.msg : "out of memory");
-        goto done;
+    ssp.max_ctx    = c->ctx;
+    ssp.mtp        = c->spec > 0 && c->info.has_mtp;
+    ssp.spec_draft = ssp.mtp ? c->spec : 0;
+    if (c->spec > 0 && !c->info.has_mtp)
+        fprintf(stderr, "dsv4 chat: no MTP block in this checkpoint: --spec-draft ignored\n");
+    c->held = malloc(sizeof(int32_t) * (size_t)c->ctx);
+    if (!c->held || dsv4_session_create(c->engine, &ssp, &c->s, &err) ||
+        dsv4_sampler_create(&c->smp, c->info.vocab_size, sp, &err)) {
+        fprintf(stderr, "dsv4 chat: %s\n", c->held ? err.msg : "out of memory");
+        return false;
     }
+    return true;
+}
+
+int cmd_chat(int argc, char **argv)
+{
+    struct chat_opts    o  = { .max_reply = 256 };
+    struct cli_sampling cs = { 0 };
+    struct chat         c  = { 0 };
+    dsv4_chat_params_default(&c.cp);
+    dsv4_sampler_params_default(&cs.sp);
+    cs.sp.temperature = 0.8f;
+    cs.sp.top_p       = 0.95f;
+    struct dsv4_engine_params ep;
+    cli_engine_params(&ep);
+    const struct cli_group groups[] = { { NULL, CHAT_OPTS, sizeof(CHAT_OPTS) / sizeof(CHAT_OPTS[0]), &o },
+                                        cli_sampler_group(&cs), cli_engine_group(&ep, true) };
+    const struct cli_spec  spec     = {
+        "chat", "usage: dsv4 chat -m DIR [options]\n", groups, 3,
+        "\nsampling here defaults to --temp 0.8 --top-p 0.95, seeded from the clock\n"
+        "commands: /reset (forget the conversation), /quit, /help; Ctrl-D leaves\n"
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!o.dir) return cli_usage_error(&spec, "-m DIR is required");
+    if (!cs.seeded) cs.sp.seed = (uint64_t)time(NULL);
+    if (o.think) c.cp.mode = DSV4_CHAT_MODE_THINKING;
+    c.system    = o.system;
+    c.max_reply = o.max_reply;
+    c.spec      = o.spec;
+
+    struct editor ed   = { .tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) };
+    char         *line = malloc(LINE_MAX_BYTES);
+    rc                 = 1;
+    if (!line) return 1;
+    if (!open_chat(&c, &o, &ep, &cs.sp)) goto done;
     struct sigaction sa = { 0 }, old_sa;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
     if (ed.tty) {
         tcgetattr(STDIN_FILENO, &ed.saved);
-        fprintf(stderr, "dsv4 chat: %s (%d-token context). /help for commands, Ctrl-D to leave.\n", dir, c.ctx);
+        fprintf(stderr, "dsv4 chat: %s (%d-token context). /help for commands, Ctrl-D to leave.\n", o.dir, c.ctx);
     }
     while (read_line(&ed, "> ", line)) {
         if (line[0] == '/') {

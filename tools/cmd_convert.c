@@ -13,6 +13,7 @@
  * JSON header parse.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,32 +116,69 @@ static const void *out_bytes(const struct out_tensor *o, uint8_t **buf, size_t *
     return o->part ? *buf + wb : *buf;
 }
 
-int cmd_convert(int argc, char **argv)
+struct convert_opts {
+    const char *src, *dst;
+    bool        quiet, tiles;
+};
+
+static const struct cli_opt CONVERT_OPTS[] = {
+    { "-m", NULL, "HF_DIR", "the checkpoint in the official layout", CLI_STR, offsetof(struct convert_opts, src), 0, 0,
+      NULL },
+    { "-o", NULL, "OUT_DIR", "where to write the dsv4-native checkpoint", CLI_STR, offsetof(struct convert_opts, dst), 0,
+      0, NULL },
+    { "--tiles", NULL, NULL, "also store the interleaved 16-row tiles of the projections (AVX512-BF16 kernels)",
+      CLI_FLAG, offsetof(struct convert_opts, tiles), 0, 0, NULL },
+    { "-q", NULL, NULL, "no progress or summary", CLI_FLAG, offsetof(struct convert_opts, quiet), 0, 0, NULL },
+};
+
+/* Writes the n tensors of order (total bytes) through wr, with progress on a terminal. */
+static int write_tensors(struct dsv4_st_writer *wr, const struct out_tensor *order, size_t n, uint64_t total,
+                         bool tiles, bool quiet, struct dsv4_err *err)
 {
-    const char *src = NULL, *dst = NULL;
-    bool        quiet = false, tiles = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dsv4 convert -m HF_DIR -o OUT_DIR [--tiles] [-q]\n"
-                   "  --tiles  also store the interleaved 16-row tiles of the projections (AVX512-BF16 kernels)\n");
-            return 0;
-        } else if (!strcmp(argv[i], "-m")) {
-            if (!(src = cli_value("convert", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "-o")) {
-            if (!(dst = cli_value("convert", argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "-q")) {
-            quiet = true;
-        } else if (!strcmp(argv[i], "--tiles")) {
-            tiles = true;
-        } else {
-            fprintf(stderr, "dsv4 convert: unknown option '%s'\n", argv[i]);
-            return 2;
+    int rc = DSV4_OK;
+    dsv4_st_writer_set_alignment(wr, 4096);
+    dsv4_st_writer_set_metadata(wr, "format", "dsv4-native");
+    dsv4_st_writer_set_metadata(wr, "version", "1");
+    if (tiles) dsv4_st_writer_set_metadata(wr, "tiles", "i16");
+    for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
+        const struct out_tensor *o   = &order[i];
+        int64_t                  len = (int64_t)o->nbytes;
+        rc = o->src ? dsv4_st_writer_add(wr, o->name, o->src->dtype, o->src->ndim, o->src->shape, err)
+                    : dsv4_st_writer_add(wr, o->name, DSV4_DTYPE_U8, 1, &len, err);
+    }
+    uint64_t done = 0, shown = 0;
+    bool     tty  = !quiet && isatty(2);
+    uint8_t *buf  = NULL;
+    size_t   cap  = 0;
+    for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
+        const void *data = out_bytes(&order[i], &buf, &cap);
+        rc = data ? dsv4_st_writer_write(wr, data, (size_t)order[i].nbytes, err)
+                  : dsv4_err_set(err, DSV4_ENOMEM, "out of memory packing %s", order[i].name);
+        done += order[i].nbytes;
+        if (tty && (done - shown > ((uint64_t)256 << 20) || i + 1 == n)) {
+            fprintf(stderr, "\rdsv4 convert: %5.1f%% of %.2f GB", 100.0 * (double)done / (double)(total ? total : 1),
+                    (double)total / 1e9);
+            shown = done;
         }
     }
-    if (!src || !dst) {
-        fprintf(stderr, "usage: dsv4 convert -m HF_DIR -o OUT_DIR\n");
-        return 2;
-    }
+    free(buf);
+    if (tty) fprintf(stderr, "\n");
+    if (rc) dsv4_st_writer_abort(wr);
+    else rc = dsv4_st_writer_close(wr, err);
+    return rc;
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    struct convert_opts    co    = { 0 };
+    const struct cli_group group = { NULL, CONVERT_OPTS, sizeof(CONVERT_OPTS) / sizeof(CONVERT_OPTS[0]), &co };
+    const struct cli_spec  spec  = { "convert", "usage: dsv4 convert -m HF_DIR -o OUT_DIR [--tiles] [-q]\n", &group, 1,
+                                     NULL };
+    int                    prc   = cli_parse(&spec, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (!co.src || !co.dst) return cli_usage_error(&spec, "-m and -o are required");
+    const char *src = co.src, *dst = co.dst;
+    bool        quiet = co.quiet, tiles = co.tiles;
     struct dsv4_err        err;
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
@@ -194,37 +232,7 @@ int cmd_convert(int argc, char **argv)
     char *out = dsv4_path_join(dst, "model.safetensors");
     struct dsv4_st_writer *wr;
     rc = order ? dsv4_st_writer_open(&wr, out, &err) : dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
-    if (rc == DSV4_OK) {
-        dsv4_st_writer_set_alignment(wr, 4096);
-        dsv4_st_writer_set_metadata(wr, "format", "dsv4-native");
-        dsv4_st_writer_set_metadata(wr, "version", "1");
-        if (tiles) dsv4_st_writer_set_metadata(wr, "tiles", "i16");
-        for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
-            const struct out_tensor *o = &order[i];
-            int64_t                  len = (int64_t)o->nbytes;
-            rc = o->src ? dsv4_st_writer_add(wr, o->name, o->src->dtype, o->src->ndim, o->src->shape, &err)
-                        : dsv4_st_writer_add(wr, o->name, DSV4_DTYPE_U8, 1, &len, &err);
-        }
-        uint64_t done = 0, shown = 0;
-        bool     tty  = !quiet && isatty(2);
-        uint8_t *buf  = NULL;
-        size_t   cap  = 0;
-        for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
-            const void *data = out_bytes(&order[i], &buf, &cap);
-            rc = data ? dsv4_st_writer_write(wr, data, (size_t)order[i].nbytes, &err)
-                      : dsv4_err_set(&err, DSV4_ENOMEM, "out of memory packing %s", order[i].name);
-            done += order[i].nbytes;
-            if (tty && (done - shown > ((uint64_t)256 << 20) || i + 1 == n)) {
-                fprintf(stderr, "\rdsv4 convert: %5.1f%% of %.2f GB", 100.0 * (double)done / (double)(total ? total : 1),
-                        (double)total / 1e9);
-                shown = done;
-            }
-        }
-        free(buf);
-        if (tty) fprintf(stderr, "\n");
-        if (rc) dsv4_st_writer_abort(wr);
-        else rc = dsv4_st_writer_close(wr, &err);
-    }
+    if (rc == DSV4_OK) rc = write_tensors(wr, order, n, total, tiles, quiet, &err);
     if (rc) fprintf(stderr, "dsv4 convert: %s\n", err.msg);
     const char *extra[] = { "config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json" };
     for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]) && rc == DSV4_OK; i++) {

@@ -1,75 +1,52 @@
 /* cmd_gen.c - `dsv4 gen`: write a random-weight checkpoint in the official layout. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "gen.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: dsv4 gen --preset tiny-a|tiny-b|flash-shaped -o DIR [options]\n"
-            "  --seed N            random seed (default 1)\n"
-            "  --layers N          flash-shaped: number of main layers (default 2: one CSA, one HCA)\n"
-            "  --swiglu-limit X    override the SwiGLU clamp (e.g. 0.5 so that clamps fire)\n"
-            "  --no-mtp            leave out the MTP block\n"
-            "  --fp8-experts       routed experts as FP8 128x128 (first Flash release) instead of FP4\n"
-            "  --f32-scales        F32 scale tensors (base checkpoints) instead of E8M0\n"
-            "  --single-file       one model.safetensors instead of shards + index\n"
-            "  -q                  quiet\n");
-}
+static const char GEN_SYNOPSIS[] = "usage: dsv4 gen --preset tiny-a|tiny-b|flash-shaped -o DIR [options]\n";
+
+struct gen_args {
+    struct gen_opts g;
+    const char     *out;
+};
+
+#define GA(field) offsetof(struct gen_args, field)
+static const struct cli_opt GEN_OPTS[] = {
+    { "--preset", NULL, "NAME", "tiny-a, tiny-b or flash-shaped (default tiny-a)", CLI_STR, GA(g.preset), 0, 0, NULL },
+    { "--out", "-o", "DIR", "the checkpoint directory to write", CLI_STR, GA(out), 0, 0, NULL },
+    { "--seed", NULL, "N", "random seed (default 1)", CLI_LLONG, GA(g.seed), 0, (double)(1LL << 62), NULL },
+    { "--layers", NULL, "N", "flash-shaped: number of main layers (default 2: one CSA, one HCA)", CLI_INT, GA(g.layers), 1,
+      43, NULL },
+    { "--swiglu-limit", NULL, "X", "override the SwiGLU clamp (e.g. 0.5 so that clamps fire)", CLI_DOUBLE,
+      GA(g.swiglu_limit), 0, 1e6, NULL },
+    { "--no-mtp", NULL, NULL, "leave out the MTP block", CLI_FLAG, GA(g.no_mtp), 0, 0, NULL },
+    { "--fp8-experts", NULL, NULL, "routed experts as FP8 128x128 (first Flash release) instead of FP4", CLI_FLAG,
+      GA(g.fp8_experts), 0, 0, NULL },
+    { "--f32-scales", NULL, NULL, "F32 scale tensors (base checkpoints) instead of E8M0", CLI_FLAG, GA(g.f32_scales), 0, 0,
+      NULL },
+    { "--single-file", NULL, NULL, "one model.safetensors instead of shards + index", CLI_FLAG, GA(g.single_file), 0, 0,
+      NULL },
+    { "-q", NULL, NULL, "quiet", CLI_FLAG, GA(g.quiet), 0, 0, NULL },
+};
+#undef GA
 
 int cmd_gen(int argc, char **argv)
 {
-    struct gen_opts o;
-    gen_opts_default(&o);
-    const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long long   n;
-        double      x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--preset")) {
-            if (!(o.preset = cli_value("gen", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(out = cli_value("gen", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value("gen", argc, argv, &i)) || !cli_parse_int("gen", a, v, 0, (long long)1 << 62, &n)) return 2;
-            o.seed = (unsigned long long)n;
-        } else if (!strcmp(a, "--layers")) {
-            if (!(v = cli_value("gen", argc, argv, &i)) || !cli_parse_int("gen", a, v, 1, 43, &n)) return 2;
-            o.layers = (int)n;
-        } else if (!strcmp(a, "--swiglu-limit")) {
-            if (!(v = cli_value("gen", argc, argv, &i)) || !cli_parse_float("gen", a, v, 0, 1e6, &x)) return 2;
-            o.swiglu_limit = x;
-        } else if (!strcmp(a, "--no-mtp")) {
-            o.no_mtp = true;
-        } else if (!strcmp(a, "--fp8-experts")) {
-            o.fp8_experts = true;
-        } else if (!strcmp(a, "--f32-scales")) {
-            o.f32_scales = true;
-        } else if (!strcmp(a, "--single-file")) {
-            o.single_file = true;
-        } else if (!strcmp(a, "-q")) {
-            o.quiet = true;
-        } else {
-            fprintf(stderr, "dsv4 gen: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!out) {
-        fprintf(stderr, "dsv4 gen: -o DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
+    struct gen_args a = { .out = NULL };
+    gen_opts_default(&a.g);
+    const struct cli_group group = { NULL, GEN_OPTS, sizeof(GEN_OPTS) / sizeof(GEN_OPTS[0]), &a };
+    const struct cli_spec  spec  = { "gen", GEN_SYNOPSIS, &group, 1, NULL };
+    int                    rc    = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!a.out) return cli_usage_error(&spec, "-o DIR is required");
     struct dsv4_err err;
-    if (gen_checkpoint(&o, out, &err) != DSV4_OK) {
+    if (gen_checkpoint(&a.g, a.out, &err) != DSV4_OK) {
         fprintf(stderr, "dsv4 gen: %s\n", err.msg);
         return 1;
     }
-    if (!o.quiet) fprintf(stderr, "dsv4 gen: wrote %s checkpoint (seed %llu) to %s\n", o.preset, o.seed, out);
+    if (!a.g.quiet) fprintf(stderr, "dsv4 gen: wrote %s checkpoint (seed %llu) to %s\n", a.g.preset, a.g.seed, a.out);
     return 0;
 }

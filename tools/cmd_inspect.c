@@ -5,23 +5,13 @@
  * problem is listed and the exit status is 1.
  */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "model/model.h"
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: dsv4 inspect -m DIR [--tensors] [--json] [--ctx N] [--seqs M]\n"
-            "  -m DIR      checkpoint directory (config.json + safetensors) or a .safetensors file\n"
-            "  --tensors   list every tensor (name, dtype, shape, shard)\n"
-            "  --json      machine-readable output\n"
-            "  --ctx N     context length for the memory estimate (default 4096)\n"
-            "  --seqs M    concurrent sequences for the memory estimate (default 1)\n");
-}
 
 static double mib(double b)
 {
@@ -188,37 +178,36 @@ static void print_error_json(const char *dir, const char *msg)
     json_decref(o);
 }
 
+struct inspect_opts {
+    const char *dir;
+    bool        tensors, as_json;
+    long long   ctx, seqs;
+};
+
+#define IO(field) offsetof(struct inspect_opts, field)
+static const struct cli_opt INSPECT_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory (config.json + safetensors) or a .safetensors file", CLI_STR, IO(dir),
+      0, 0, NULL },
+    { "--tensors", NULL, NULL, "list every tensor (name, dtype, shape, shard)", CLI_FLAG, IO(tensors), 0, 0, NULL },
+    { "--json", NULL, NULL, "machine-readable output", CLI_FLAG, IO(as_json), 0, 0, NULL },
+    { "--ctx", NULL, "N", "context length for the memory estimate (default 4096)", CLI_LLONG, IO(ctx), 1,
+      (double)(1LL << 30), NULL },
+    { "--seqs", NULL, "M", "concurrent sequences for the memory estimate (default 1)", CLI_LLONG, IO(seqs), 1, 1 << 20,
+      NULL },
+};
+#undef IO
+
 int cmd_inspect(int argc, char **argv)
 {
-    const char *dir = NULL;
-    bool        tensors = false, as_json = false;
-    long long   ctx = 4096, seqs = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(dir = cli_value("inspect", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tensors")) {
-            tensors = true;
-        } else if (!strcmp(a, "--json")) {
-            as_json = true;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = cli_value("inspect", argc, argv, &i)) || !cli_parse_int("inspect", a, v, 1, 1LL << 30, &ctx)) return 2;
-        } else if (!strcmp(a, "--seqs")) {
-            if (!(v = cli_value("inspect", argc, argv, &i)) || !cli_parse_int("inspect", a, v, 1, 1 << 20, &seqs)) return 2;
-        } else {
-            fprintf(stderr, "dsv4 inspect: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "dsv4 inspect: -m DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
+    struct inspect_opts    o     = { .ctx = 4096, .seqs = 1 };
+    const struct cli_group group = { NULL, INSPECT_OPTS, sizeof(INSPECT_OPTS) / sizeof(INSPECT_OPTS[0]), &o };
+    const struct cli_spec  spec  = { "inspect", "usage: dsv4 inspect -m DIR [options]\n", &group, 1, NULL };
+    int                    prc   = cli_parse(&spec, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (!o.dir) return cli_usage_error(&spec, "-m DIR is required");
+    const char *dir = o.dir;
+    bool        tensors = o.tensors, as_json = o.as_json;
+    long long   ctx = o.ctx, seqs = o.seqs;
     struct dsv4_err        err;
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;

@@ -3,64 +3,47 @@
  * contract shared with tools/ref/dsv4_ref.py logits (float32 little-endian [T, vocab], no
  * header, row t after tokens[0..t]).
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: dsv4 logits -m DIR (--tokens LIST | --tokens-file F) [--chunk N] [--revision current|initial]\n"
-               "                   [--mtp-out FILE] --out FILE\n"
-               "  --tokens LIST      ids separated by commas, spaces or newlines\n"
-               "  --chunk N          feed the tokens in chunks of N (1 = pure decode; default: all at once)\n"
-               "  --revision R       demo revision to reproduce (default current)\n"
-               "  --mtp-out FILE     also write the MTP head's logits, [T-1, vocab]: row t predicts token t+2\n"
-               "  --out FILE         float32 little-endian [T, vocab], row t after tokens[0..t]\n");
-    fputs(CLI_ENGINE_USAGE, f);
-}
+struct logits_opts {
+    const char *dir, *out, *mtp_out, *tok_text, *tok_file;
+    int         chunk;
+};
+
+#define LO(field) offsetof(struct logits_opts, field)
+static const struct cli_opt LOGITS_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory", CLI_STR, LO(dir), 0, 0, NULL },
+    { "--tokens", NULL, "LIST", "ids separated by commas, spaces or newlines", CLI_STR, LO(tok_text), 0, 0, NULL },
+    { "--tokens-file", NULL, "F", "the ids from a file (same syntax)", CLI_STR, LO(tok_file), 0, 0, NULL },
+    { "--chunk", NULL, "N", "feed the tokens in chunks of N (1 = pure decode; default: all at once)", CLI_INT, LO(chunk),
+      1, 1 << 20, NULL },
+    { "--mtp-out", NULL, "FILE", "also write the MTP head's logits, [T-1, vocab]: row t predicts token t+2", CLI_STR,
+      LO(mtp_out), 0, 0, NULL },
+    { "--out", NULL, "FILE", "float32 little-endian [T, vocab], row t after tokens[0..t]", CLI_STR, LO(out), 0, 0, NULL },
+};
+#undef LO
 
 int cmd_logits(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *mtp_out = NULL, *tok_text = NULL, *tok_file = NULL;
-    long long   chunk = 0;
+    struct logits_opts        o = { 0 };
     struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("logits", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(dir = cli_value("logits", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(tok_text = cli_value("logits", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokens-file")) {
-            if (!(tok_file = cli_value("logits", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = cli_value("logits", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--mtp-out")) {
-            if (!(mtp_out = cli_value("logits", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!(v = cli_value("logits", argc, argv, &i)) || !cli_parse_int("logits", a, v, 1, 1 << 20, &chunk)) return 2;
-        } else if (!strcmp(a, "--revision")) {
-            if (!cli_revision("logits", argc, argv, &i, &ep.revision)) return 2;
-        } else {
-            fprintf(stderr, "dsv4 logits: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir || !out || (!tok_text == !tok_file)) {
-        fprintf(stderr, "dsv4 logits: -m, --out and one of --tokens / --tokens-file are required\n");
-        usage(stderr);
-        return 2;
-    }
+    cli_engine_params(&ep);
+    const struct cli_group groups[] = { { NULL, LOGITS_OPTS, sizeof(LOGITS_OPTS) / sizeof(LOGITS_OPTS[0]), &o },
+                                        cli_engine_group(&ep, true) };
+    const struct cli_spec  spec     = {
+        "logits", "usage: dsv4 logits -m DIR (--tokens LIST | --tokens-file F) --out FILE [options]\n", groups, 2, NULL
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    const char *dir = o.dir, *out = o.out, *mtp_out = o.mtp_out, *tok_text = o.tok_text, *tok_file = o.tok_file;
+    int         chunk = o.chunk;
+    if (!dir || !out || (!tok_text == !tok_file))
+        return cli_usage_error(&spec, "-m, --out and one of --tokens / --tokens-file are required");
     int32_t *toks;
     int      T;
     if (tok_text ? !cli_parse_tokens("logits", tok_text, &toks, &T) : !cli_read_tokens_file("logits", tok_file, &toks, &T))
@@ -81,7 +64,7 @@ int cmd_logits(int argc, char **argv)
     sp.max_ctx   = T;
     sp.max_chunk = chunk ? (int)chunk : T;
     sp.mtp       = mtp_out != NULL;
-    int           rc = 1;
+    rc               = 1;
     dsv4_session *s  = NULL;
     float        *lg = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
     float        *ml = mtp_out ? malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size) : NULL;

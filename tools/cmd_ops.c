@@ -28,23 +28,20 @@ static void print_levels(const struct dsv4_backend_kind *kind)
 int cmd_ops(int argc, char **argv)
 {
     struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        int eo = cli_engine_option("ops", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
-        if (!help) fprintf(stderr, "dsv4 ops: unknown option '%s'\n", argv[i]);
-        fprintf(help ? stdout : stderr, "usage: dsv4 ops [--backend B] [--cpu-level L] [--gemm-min A,B,C]   (or DSV4_CPU, DSV4_GEMM_MIN)\n");
-        return help ? 0 : 2;
-    }
+    cli_engine_params(&ep);
+    const struct cli_group group = cli_engine_group(&ep, false);
+    const struct cli_spec  spec  = { "ops", "usage: dsv4 ops [options]\n", &group, 1, NULL };
+    int                    rc    = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
     const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
     if (!kind) {
         fprintf(stderr, "dsv4 ops: this build has no backend '%s'\n", ep.backend);
         return 1;
     }
-    struct dsv4_backend_params bp = { .level = ep.cpu_level, .gemm_min = ep.gemm_min, .tiles = ep.tiles };
+    struct dsv4_backend_params bp = { .level     = ep.cpu_level,
+                                      .gemm_min  = ep.gemm_min,
+                                      .n_threads = ep.n_threads,
+                                      .tiles     = ep.tiles };
     struct dsv4_err            err;
     void                      *impl = NULL;
     if (kind->create(&impl, &bp, &err)) {

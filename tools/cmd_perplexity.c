@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,20 +33,32 @@ struct lgt_header {
     uint64_t n_rows;
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: dsv4 perplexity -m DIR (-f TEXT | --tokens-file F) [--ctx N] [--chunk N] [--max-tokens N]\n"
-               "                       [--save-logits F | --kl-base F] [--revision current|initial]\n"
-               "  -f TEXT           text file, tokenized with DIR/tokenizer.json\n"
-               "  --tokens-file F   token ids instead of a text (commas, spaces or newlines; no BOS)\n"
-               "  --ctx N           window length: each window is BOS + N-1 text tokens, from an empty\n"
-               "                    state (default 512, or the model's limit if smaller)\n"
-               "  --chunk N         tokens per forward call (default: the window; results do not depend on it)\n"
-               "  --max-tokens N    score only the first N text tokens\n"
-               "  --save-logits F   write the logits of every scored position (a base for --kl-base)\n"
-               "  --kl-base F       compare with saved logits: KL(base || model), top-1 agreement\n");
-    fputs(CLI_ENGINE_USAGE, f);
-}
+struct ppl_opts {
+    const char *dir, *text_path, *tok_file, *save_path, *base_path;
+    int         ctx, chunk;
+    long long   max_tokens;
+};
+
+#define PO(field) offsetof(struct ppl_opts, field)
+static const struct cli_opt PPL_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory", CLI_STR, PO(dir), 0, 0, NULL },
+    { "--file", "-f", "TEXT", "text file, tokenized with DIR/tokenizer.json", CLI_STR, PO(text_path), 0, 0, NULL },
+    { "--tokens-file", NULL, "F", "token ids instead of a text (commas, spaces or newlines; no BOS)", CLI_STR,
+      PO(tok_file), 0, 0, NULL },
+    { "--ctx", NULL, "N",
+      "window length: each window is BOS + N-1 text tokens, from an empty\nstate (default 512, or the model's limit if "
+      "smaller)",
+      CLI_INT, PO(ctx), 2, 1 << 24, NULL },
+    { "--chunk", NULL, "N", "tokens per forward call (default: the window; results do not depend on it)", CLI_INT,
+      PO(chunk), 1, 1 << 24, NULL },
+    { "--max-tokens", NULL, "N", "score only the first N text tokens", CLI_LLONG, PO(max_tokens), 1, (double)(1LL << 40),
+      NULL },
+    { "--save-logits", NULL, "F", "write the logits of every scored position (a base for --kl-base)", CLI_STR,
+      PO(save_path), 0, 0, NULL },
+    { "--kl-base", NULL, "F", "compare with saved logits: KL(base || model), top-1 agreement", CLI_STR, PO(base_path), 0,
+      0, NULL },
+};
+#undef PO
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -162,236 +175,245 @@ static void base_close(struct base_file *b)
 
 /* ------------------------------------------------------------------ the command */
 
-int cmd_perplexity(int argc, char **argv)
+/* One run: the text's ids, the engine, the buffers and the running sums. */
+struct ppl {
+    const struct ppl_opts *o;
+    dsv4_tokenizer        *tok;
+    dsv4_engine           *e;
+    dsv4_session          *s;
+    int32_t               *ids, *win;
+    int                    n_ids, V, bos, ctx, chunk, n_windows;
+    float                 *lg, *brow;
+    double                *lp, *lpb, *kls, *nlls;
+    FILE                  *save;
+    struct base_file       base;
+    bool                   bar;
+    double                 t0, nll, base_nll;
+    long long              n_scored, agree;
+};
+
+/* The text's ids (or the --tokens-file list), cut to --max-tokens; 0 or the exit status. */
+static int load_ids(struct ppl *P)
 {
-    const char *dir = NULL, *text_path = NULL, *tok_file = NULL, *save_path = NULL, *base_path = NULL;
-    long long   ctx = 0, chunk = 0, max_tokens = 0;
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("perplexity", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(dir = cli_value("perplexity", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(text_path = cli_value("perplexity", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokens-file")) {
-            if (!(tok_file = cli_value("perplexity", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--save-logits")) {
-            if (!(save_path = cli_value("perplexity", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kl-base")) {
-            if (!(base_path = cli_value("perplexity", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = cli_value("perplexity", argc, argv, &i)) || !cli_parse_int("perplexity", a, v, 2, 1 << 24, &ctx))
-                return 2;
-        } else if (!strcmp(a, "--chunk")) {
-            if (!(v = cli_value("perplexity", argc, argv, &i)) || !cli_parse_int("perplexity", a, v, 1, 1 << 24, &chunk))
-                return 2;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!(v = cli_value("perplexity", argc, argv, &i)) ||
-                !cli_parse_int("perplexity", a, v, 1, 1LL << 40, &max_tokens))
-                return 2;
-        } else if (!strcmp(a, "--revision")) {
-            if (!cli_revision("perplexity", argc, argv, &i, &ep.revision)) return 2;
-        } else {
-            fprintf(stderr, "dsv4 perplexity: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir || (!text_path == !tok_file)) {
-        fprintf(stderr, "dsv4 perplexity: -m and one of -f / --tokens-file are required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (save_path && base_path) {
-        fprintf(stderr, "dsv4 perplexity: --save-logits and --kl-base are exclusive\n");
-        return 2;
-    }
-
-    int              rc   = 1;
-    struct dsv4_err  err;
-    dsv4_tokenizer  *tok  = NULL;
-    dsv4_engine     *e    = NULL;
-    dsv4_session    *s    = NULL;
-    int32_t         *ids  = NULL, *targets = NULL, *win = NULL;
-    float           *lg   = NULL;
-    double          *lp   = NULL, *lpb = NULL, *kls = NULL, *nlls = NULL;
-    float           *brow = NULL;
-    FILE            *save = NULL;
-    struct base_file base = { 0 };
-    int              n_ids = 0;
-
+    const struct ppl_opts *o = P->o;
+    struct dsv4_err        err;
     /* The tokenizer gives BOS even for --tokens-file input; without one, the config's. */
-    int trc = dsv4_tokenizer_load(&tok, dir, &err);
-    if (trc && text_path) {
+    int trc = dsv4_tokenizer_load(&P->tok, o->dir, &err);
+    if (trc && o->text_path) {
         fprintf(stderr, "dsv4 perplexity: %s\n", err.msg);
         return 1;
     }
-    if (text_path) {
+    if (o->text_path) {
         size_t len  = 0;
-        char  *text = read_file(text_path, &len);
-        if (!text) goto done;
+        char  *text = read_file(o->text_path, &len);
+        if (!text) return 1;
         size_t cap = 3 * len + 1, n = 0;
-        ids        = malloc(sizeof(int32_t) * cap);
-        if (!ids || dsv4_tokenizer_encode(tok, text, len, 0, ids, cap, &n, &err)) {
-            fprintf(stderr, "dsv4 perplexity: %s\n", ids ? err.msg : "out of memory");
+        P->ids     = malloc(sizeof(int32_t) * cap);
+        if (!P->ids || dsv4_tokenizer_encode(P->tok, text, len, 0, P->ids, cap, &n, &err)) {
+            fprintf(stderr, "dsv4 perplexity: %s\n", P->ids ? err.msg : "out of memory");
             free(text);
-            goto done;
+            return 1;
         }
         free(text);
-        n_ids = (int)n;
-    } else if (!cli_read_tokens_file("perplexity", tok_file, &ids, &n_ids)) {
-        rc = 2;
-        goto done;
+        P->n_ids = (int)n;
+    } else if (!cli_read_tokens_file("perplexity", o->tok_file, &P->ids, &P->n_ids)) {
+        return 2;
     }
-    if (max_tokens && n_ids > max_tokens) n_ids = (int)max_tokens;
-    if (n_ids < 1) {
+    if (o->max_tokens && P->n_ids > o->max_tokens) P->n_ids = (int)o->max_tokens;
+    if (P->n_ids < 1) {
         fprintf(stderr, "dsv4 perplexity: the text has no tokens\n");
-        goto done;
+        return 1;
     }
+    return 0;
+}
 
-    ep.log    = cli_log_stderr;
-    ep.log_ud = (void *)"perplexity";
-    if (dsv4_engine_open(&e, dir, &ep, &err)) {
+/* The engine and a session of one window; the window length and chunk checked. */
+static bool open_model(struct ppl *P, struct dsv4_engine_params *ep)
+{
+    struct dsv4_err err;
+    ep->log    = cli_log_stderr;
+    ep->log_ud = (void *)"perplexity";
+    if (dsv4_engine_open(&P->e, P->o->dir, ep, &err)) {
         fprintf(stderr, "dsv4 perplexity: %s\n", err.msg);
-        goto done;
+        return false;
     }
     struct dsv4_model_info info;
-    dsv4_engine_info(e, &info);
-    int V   = info.vocab_size;
-    int bos = tok ? dsv4_tokenizer_bos(tok) : info.bos_id;
-    if (!ctx) ctx = info.max_ctx < 512 ? info.max_ctx : 512;
-    if (ctx > info.max_ctx) {
-        fprintf(stderr, "dsv4 perplexity: --ctx %lld is more than the model's %d positions\n", ctx, info.max_ctx);
-        goto done;
+    dsv4_engine_info(P->e, &info);
+    P->V   = info.vocab_size;
+    P->bos = P->tok ? dsv4_tokenizer_bos(P->tok) : info.bos_id;
+    P->ctx = P->o->ctx ? P->o->ctx : info.max_ctx < 512 ? info.max_ctx : 512;
+    if (P->ctx > info.max_ctx) {
+        fprintf(stderr, "dsv4 perplexity: --ctx %d is more than the model's %d positions\n", P->ctx, info.max_ctx);
+        return false;
     }
-    if (!chunk || chunk > ctx) chunk = ctx;
-    for (int i = 0; i < n_ids; i++)
-        if (ids[i] < 0 || ids[i] >= V) {
-            fprintf(stderr, "dsv4 perplexity: token %d (id %d) is outside the model's vocabulary of %d\n", i, ids[i], V);
-            goto done;
+    P->chunk = !P->o->chunk || P->o->chunk > P->ctx ? P->ctx : P->o->chunk;
+    for (int i = 0; i < P->n_ids; i++)
+        if (P->ids[i] < 0 || P->ids[i] >= P->V) {
+            fprintf(stderr, "dsv4 perplexity: token %d (id %d) is outside the model's vocabulary of %d\n", i, P->ids[i],
+                    P->V);
+            return false;
         }
     struct dsv4_session_params sp;
     dsv4_session_params_default(&sp);
-    sp.max_ctx   = (int)ctx;
-    sp.max_chunk = (int)chunk;
-    if (dsv4_session_create(e, &sp, &s, &err)) {
+    sp.max_ctx   = P->ctx;
+    sp.max_chunk = P->chunk;
+    if (dsv4_session_create(P->e, &sp, &P->s, &err)) {
         fprintf(stderr, "dsv4 perplexity: %s\n", err.msg);
-        goto done;
+        return false;
     }
-    int per       = (int)ctx - 1;
-    int n_windows = (n_ids + per - 1) / per;
-    win           = malloc(sizeof(int32_t) * (size_t)ctx);
-    lg            = malloc(sizeof(float) * (size_t)ctx * (size_t)V);
-    lp            = malloc(sizeof(double) * (size_t)V);
-    nlls          = malloc(sizeof(double) * (size_t)n_ids);
-    targets       = ids; /* row r predicts ids[r] */
-    if (!win || !lg || !lp || !nlls) {
-        fprintf(stderr, "dsv4 perplexity: out of memory\n");
-        goto done;
-    }
-    if (base_path) {
-        lpb  = malloc(sizeof(double) * (size_t)V);
-        brow = malloc(sizeof(float) * (size_t)V);
-        kls  = malloc(sizeof(double) * (size_t)n_ids);
-        if (!lpb || !brow || !kls) {
-            fprintf(stderr, "dsv4 perplexity: out of memory\n");
-            goto done;
-        }
-        if (!base_open(&base, base_path, V, targets, n_ids)) goto done;
-    }
-    if (save_path) {
-        save = fopen(save_path, "wb");
-        struct lgt_header h = { 1, (uint32_t)V, (uint32_t)ctx, 0, (uint64_t)n_ids };
-        if (!save || fwrite(LGT_MAGIC, 1, 8, save) != 8 || fwrite(&h, sizeof(h), 1, save) != 1 ||
-            fwrite(targets, sizeof(int32_t), (size_t)n_ids, save) != (size_t)n_ids) {
-            fprintf(stderr, "dsv4 perplexity: cannot write %s: %s\n", save_path, strerror(errno));
-            goto done;
-        }
-    }
+    return true;
+}
 
-    bool      bar = isatty(2) && n_windows > 1;
-    double    t0 = cli_now(), nll = 0, base_nll = 0;
-    long long n_scored = 0, agree = 0;
-    for (int w = 0; w < n_windows; w++) {
-        int off = w * per, n = n_ids - off < per ? n_ids - off : per, T = n + 1;
-        win[0]  = bos;
-        memcpy(win + 1, ids + off, sizeof(int32_t) * (size_t)n);
-        dsv4_session_reset(s);
-        for (int c = 0; c < T; c += (int)chunk) {
-            int m = T - c < chunk ? T - c : (int)chunk;
-            if (dsv4_session_eval(s, win + c, m, lg + (size_t)c * (size_t)V, NULL, NULL, &err)) {
-                fprintf(stderr, "%sdsv4 perplexity: %s\n", bar ? "\n" : "", err.msg);
-                goto done;
-            }
-        }
-        for (int t = 0; t < n; t++) {
-            const float *row = lg + (size_t)t * (size_t)V;
-            int          tgt = win[t + 1];
-            log_softmax(row, V, lp);
-            nlls[n_scored] = -lp[tgt];
-            nll += -lp[tgt];
-            if (save && fwrite(row, sizeof(float), (size_t)V, save) != (size_t)V) {
-                fprintf(stderr, "%sdsv4 perplexity: write error on %s\n", bar ? "\n" : "", save_path);
-                goto done;
-            }
-            if (base.f) {
-                if (fread(brow, sizeof(float), (size_t)V, base.f) != (size_t)V) {
-                    fprintf(stderr, "%sdsv4 perplexity: %s is truncated\n", bar ? "\n" : "", base_path);
-                    goto done;
-                }
-                log_softmax(brow, V, lpb);
-                double kl = 0;
-                for (int i = 0; i < V; i++) kl += exp(lpb[i]) * (lpb[i] - lp[i]);
-                kls[n_scored] = kl > 0 ? kl : 0;
-                base_nll += -lpb[tgt];
-                agree += argmax(brow, V) == argmax(row, V);
-            }
-            n_scored++;
-        }
-        if (bar) progress(w + 1, n_windows, nll, n_scored, t0);
+/* The buffers, the base logits to compare with and the logits file to write. */
+static bool open_buffers(struct ppl *P)
+{
+    const struct ppl_opts *o = P->o;
+    int                    per = P->ctx - 1;
+    P->n_windows               = (P->n_ids + per - 1) / per;
+    P->win                     = malloc(sizeof(int32_t) * (size_t)P->ctx);
+    P->lg                      = malloc(sizeof(float) * (size_t)P->ctx * (size_t)P->V);
+    P->lp                      = malloc(sizeof(double) * (size_t)P->V);
+    P->nlls                    = malloc(sizeof(double) * (size_t)P->n_ids);
+    if (o->base_path) {
+        P->lpb  = malloc(sizeof(double) * (size_t)P->V);
+        P->brow = malloc(sizeof(float) * (size_t)P->V);
+        P->kls  = malloc(sizeof(double) * (size_t)P->n_ids);
     }
-    double mean = nll / (double)n_scored, var = 0;
-    for (long long i = 0; i < n_scored; i++) var += (nlls[i] - mean) * (nlls[i] - mean);
+    if (!P->win || !P->lg || !P->lp || !P->nlls || (o->base_path && (!P->lpb || !P->brow || !P->kls))) {
+        fprintf(stderr, "dsv4 perplexity: out of memory\n");
+        return false;
+    }
+    /* row r predicts ids[r] */
+    if (o->base_path && !base_open(&P->base, o->base_path, P->V, P->ids, P->n_ids)) return false;
+    if (o->save_path) {
+        P->save             = fopen(o->save_path, "wb");
+        struct lgt_header h = { 1, (uint32_t)P->V, (uint32_t)P->ctx, 0, (uint64_t)P->n_ids };
+        if (!P->save || fwrite(LGT_MAGIC, 1, 8, P->save) != 8 || fwrite(&h, sizeof(h), 1, P->save) != 1 ||
+            fwrite(P->ids, sizeof(int32_t), (size_t)P->n_ids, P->save) != (size_t)P->n_ids) {
+            fprintf(stderr, "dsv4 perplexity: cannot write %s: %s\n", o->save_path, strerror(errno));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Scores row t of the window (target tgt): its NLL, and the KL from the base row. */
+static bool score_row(struct ppl *P, const float *row, int tgt)
+{
+    int V = P->V;
+    log_softmax(row, V, P->lp);
+    P->nlls[P->n_scored] = -P->lp[tgt];
+    P->nll += -P->lp[tgt];
+    if (P->save && fwrite(row, sizeof(float), (size_t)V, P->save) != (size_t)V) {
+        fprintf(stderr, "%sdsv4 perplexity: write error on %s\n", P->bar ? "\n" : "", P->o->save_path);
+        return false;
+    }
+    if (P->base.f) {
+        if (fread(P->brow, sizeof(float), (size_t)V, P->base.f) != (size_t)V) {
+            fprintf(stderr, "%sdsv4 perplexity: %s is truncated\n", P->bar ? "\n" : "", P->o->base_path);
+            return false;
+        }
+        log_softmax(P->brow, V, P->lpb);
+        double kl = 0;
+        for (int i = 0; i < V; i++) kl += exp(P->lpb[i]) * (P->lpb[i] - P->lp[i]);
+        P->kls[P->n_scored] = kl > 0 ? kl : 0;
+        P->base_nll += -P->lpb[tgt];
+        P->agree += argmax(P->brow, V) == argmax(row, V);
+    }
+    P->n_scored++;
+    return true;
+}
+
+/* Window w: BOS + its piece of the text from an empty state, every piece token scored. */
+static bool run_window(struct ppl *P, int w)
+{
+    struct dsv4_err err;
+    int             per = P->ctx - 1, off = w * per, n = P->n_ids - off < per ? P->n_ids - off : per, T = n + 1;
+    P->win[0]           = P->bos;
+    memcpy(P->win + 1, P->ids + off, sizeof(int32_t) * (size_t)n);
+    dsv4_session_reset(P->s);
+    for (int c = 0; c < T; c += P->chunk) {
+        int m = T - c < P->chunk ? T - c : P->chunk;
+        if (dsv4_session_eval(P->s, P->win + c, m, P->lg + (size_t)c * (size_t)P->V, NULL, NULL, &err)) {
+            fprintf(stderr, "%sdsv4 perplexity: %s\n", P->bar ? "\n" : "", err.msg);
+            return false;
+        }
+    }
+    for (int t = 0; t < n; t++)
+        if (!score_row(P, P->lg + (size_t)t * (size_t)P->V, P->win[t + 1])) return false;
+    return true;
+}
+
+static void print_results(struct ppl *P)
+{
+    long long n_scored = P->n_scored;
+    double    mean = P->nll / (double)n_scored, var = 0;
+    for (long long i = 0; i < n_scored; i++) var += (P->nlls[i] - mean) * (P->nlls[i] - mean);
     double se = n_scored > 1 ? sqrt(var / (double)(n_scored - 1) / (double)n_scored) : 0;
-    printf("perplexity: %.4f +/- %.4f over %lld tokens (%d windows, ctx %lld)\n", exp(mean), exp(mean) * se, n_scored,
-           n_windows, ctx);
+    printf("perplexity: %.4f +/- %.4f over %lld tokens (%d windows, ctx %d)\n", exp(mean), exp(mean) * se, n_scored,
+           P->n_windows, P->ctx);
     printf("mean nll: %.6f nats/token\n", mean);
-    if (base.f) {
-        double ks = 0;
+    if (P->base.f) {
+        double ks = 0, *kls = P->kls;
         for (long long i = 0; i < n_scored; i++) ks += kls[i];
         qsort(kls, (size_t)n_scored, sizeof(double), cmp_double);
-        printf("base perplexity: %.4f (ratio %.5f)\n", exp(base_nll / (double)n_scored),
-               exp(mean - base_nll / (double)n_scored));
+        printf("base perplexity: %.4f (ratio %.5f)\n", exp(P->base_nll / (double)n_scored),
+               exp(mean - P->base_nll / (double)n_scored));
         printf("KL divergence (base || model): mean %.6f  median %.6f  p99 %.6f  max %.6f\n", ks / (double)n_scored,
                kls[n_scored / 2], kls[(long long)((double)(n_scored - 1) * 0.99)], kls[n_scored - 1]);
-        printf("top-1 agreement: %.2f%%\n", 100.0 * (double)agree / (double)n_scored);
+        printf("top-1 agreement: %.2f%%\n", 100.0 * (double)P->agree / (double)n_scored);
     }
-    fprintf(stderr, "%lld tokens in %.1f s\n", n_scored, cli_now() - t0);
-    rc = 0;
-done:
-    if (save && fclose(save) != 0 && rc == 0) {
-        fprintf(stderr, "dsv4 perplexity: write error on %s\n", save_path);
+    fprintf(stderr, "%lld tokens in %.1f s\n", n_scored, cli_now() - P->t0);
+}
+
+static int ppl_close(struct ppl *P, int rc)
+{
+    if (P->save && fclose(P->save) != 0 && rc == 0) {
+        fprintf(stderr, "dsv4 perplexity: write error on %s\n", P->o->save_path);
         rc = 1;
     }
-    base_close(&base);
-    free(win);
-    free(lg);
-    free(lp);
-    free(lpb);
-    free(brow);
-    free(kls);
-    free(nlls);
-    free(ids);
-    dsv4_session_free(s);
-    dsv4_engine_close(e);
-    dsv4_tokenizer_free(tok);
+    base_close(&P->base);
+    free(P->win);
+    free(P->lg);
+    free(P->lp);
+    free(P->lpb);
+    free(P->brow);
+    free(P->kls);
+    free(P->nlls);
+    free(P->ids);
+    dsv4_session_free(P->s);
+    dsv4_engine_close(P->e);
+    dsv4_tokenizer_free(P->tok);
     return rc;
+}
+
+int cmd_perplexity(int argc, char **argv)
+{
+    struct ppl_opts           o = { 0 };
+    struct dsv4_engine_params ep;
+    cli_engine_params(&ep);
+    const struct cli_group groups[] = { { NULL, PPL_OPTS, sizeof(PPL_OPTS) / sizeof(PPL_OPTS[0]), &o },
+                                        cli_engine_group(&ep, true) };
+    const struct cli_spec  spec     = {
+        "perplexity", "usage: dsv4 perplexity -m DIR (-f TEXT | --tokens-file F) [options]\n", groups, 2, NULL
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!o.dir || (!o.text_path == !o.tok_file))
+        return cli_usage_error(&spec, "-m and one of -f / --tokens-file are required");
+    if (o.save_path && o.base_path) {
+        fprintf(stderr, "dsv4 perplexity: --save-logits and --kl-base are exclusive\n");
+        return 2;
+    }
+    struct ppl P = { .o = &o };
+    if ((rc = load_ids(&P))) return ppl_close(&P, rc);
+    if (!open_model(&P, &ep) || !open_buffers(&P)) return ppl_close(&P, 1);
+    P.bar = isatty(2) && P.n_windows > 1;
+    P.t0  = cli_now();
+    for (int w = 0; w < P.n_windows; w++) {
+        if (!run_window(&P, w)) return ppl_close(&P, 1);
+        if (P.bar) progress(w + 1, P.n_windows, P.nll, P.n_scored, P.t0);
+    }
+    print_results(&P);
+    return ppl_close(&P, 0);
 }

@@ -8,6 +8,7 @@
  * --drain-timeout, then exit 0. A second one exits at once (status 128 + signal).
  */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,53 +18,110 @@
 #include "cli.h"
 #include "server/server.h"
 
-static void usage(FILE *f)
+/* Everything the options set: the server's parameters (the engine's among them) and the
+ * process's own. */
+struct serve_opts {
+    struct srv_params p;
+    double            drain_s;
+    bool              verbose;
+    bool              no_key_ok;
+};
+
+static bool set_tiers(const struct cli_opt *o, const char *cmd, const char *v, void *base)
 {
-    fprintf(f,
-            "usage: dsv4 serve -m DIR [options]\n"
-            "  -m DIR                 checkpoint directory (tokenizer.json in it for chat)\n"
-            "  --host ADDR            address to bind (default 127.0.0.1)\n"
-            "  --port N               TCP port (default 8000; 0 = any free port, printed at start)\n"
-            "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (or env DSV4_API_KEY);\n"
-            "                         an empty key is an error\n"
-            "  --insecure-no-key      serve a non-loopback --host without an API key, without the warning\n"
-            "  --cors-origin ORIGIN   allow browsers from ORIGIN ('*' for any) on /v1/*, with preflight (default off)\n"
-            "  --special-tokens-in-messages  trusted callers only: special-token text in chat messages\n"
-            "                         becomes control tokens (default: it is ordinary text)\n"
-            "  --served-model-name S  model id in the API (default: the directory's name)\n"
-            "  --max-seqs N           sequences generated at once (default 8)\n"
-            "  --ctx N                tokens per sequence, prompt + completion (default 4096)\n"
-            "  --max-queue N          accepted requests that may wait; more get 429 (default 64)\n"
-            "  --max-batch-tokens N   token rows per step: decode rows + prefill chunks (default 512)\n"
-            "  --max-prefill-tokens N prefill rows per step while others decode (default 128, 0 = no bound)\n"
-            "  --prefill-share F      prefill time per step, as a share of a decode step (default 1, 0 = off)\n"
-            "  --kv-pages N           KV pages of 256 positions (default: every sequence at full context)\n"
-            "  --prefix-cache N       prefix-cache entries (default 4 per sequence, 0 = off)\n"
-            "  --keep-finished N      finished sequences kept as they ended, so that the next turn of a\n"
-            "                         conversation resumes at their end (default: max-seqs, 0 = off)\n"
-            "  --spec-draft K         speculative decoding: tokens the MTP block drafts per step (0 = off;\n"
-            "                         default off; per request \"speculative\": {\"draft\": K})\n"
-            "  --tier-tokens A,B      prompts up to A tokens are short, up to B medium, longer long (512,4096)\n"
-            "  --mem-limit MIB        memory the KV plan may take (default: free memory less the weights)\n"
-            "  --threads N            engine CPU threads (default: all)\n"
-            "  --max-conns N          open HTTP connections (default 256; 4 more are kept for /health, /metrics)\n"
-            "  --max-conns-per-ip N   open connections from one client address (default 64, 0 = no bound)\n"
-            "  --idle-timeout S       close connections idle or stalled for S seconds (default 60)\n"
-            "  --request-timeout S    a request (headers and body) must arrive within S seconds (default 30)\n"
-            "  --max-body BYTES       request body limit, 413 above (default 4194304)\n"
-            "  --max-json-depth N     JSON nesting limit, 400 above (default 64)\n"
-            "  --responses-store N    /v1/responses kept for previous_response_id (default 256)\n"
-            "  --responses-store-mb M and at most M MiB of their conversations (default 64)\n"
-            "  --keepalive S          SSE comment after S seconds without output (default 5)\n"
-            "  --stream-buffer N      unsent tokens a stream may lag before it is cut (default 4096)\n"
-            "  --send-buffer BYTES    kernel send buffer per connection (default 65536)\n"
-            "  --drain-timeout S      on SIGTERM, wait up to S seconds for in-flight requests (default 30)\n"
-            "  -v                     log debug messages\n" CLI_ENGINE_USAGE);
+    int *t = (int *)(void *)((char *)base + o->off);
+    if (sscanf(v, "%d,%d", &t[0], &t[1]) != 2 || t[0] < 1 || t[1] < t[0]) {
+        fprintf(stderr, "dsv4 %s: --tier-tokens wants A,B with 1 <= A <= B\n", cmd);
+        return false;
+    }
+    return true;
 }
+
+static bool set_cors(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    if (!v[0] || strpbrk(v, "\r\n")) {
+        fprintf(stderr, "dsv4 %s: --cors-origin wants an origin such as https://app.example or '*'\n", cmd);
+        return false;
+    }
+    *(const char **)(void *)((char *)base + o->off) = v;
+    return true;
+}
+
+#define SO(field) offsetof(struct serve_opts, field)
+static const struct cli_opt SERVE_OPTS[] = {
+    { "--model", "-m", "DIR", "checkpoint directory (tokenizer.json in it for chat)", CLI_STR, SO(p.model_dir), 0, 0, NULL },
+    { "--host", NULL, "ADDR", "address to bind (default 127.0.0.1)", CLI_STR, SO(p.host), 0, 0, NULL },
+    { "--port", NULL, "N", "TCP port (default 8000; 0 = any free port, printed at start)", CLI_INT, SO(p.port), 0, 65535,
+      NULL },
+    { "--api-key", NULL, "KEY",
+      "require 'Authorization: Bearer KEY' on /v1/* (or env DSV4_API_KEY);\nan empty key is an error", CLI_STR,
+      SO(p.api_key), 0, 0, NULL },
+    { "--insecure-no-key", NULL, NULL, "serve a non-loopback --host without an API key, without the warning", CLI_FLAG,
+      SO(no_key_ok), 0, 0, NULL },
+    { "--cors-origin", NULL, "ORIGIN", "allow browsers from ORIGIN ('*' for any) on /v1/*, with preflight (default off)",
+      CLI_CALL, SO(p.cors_origin), 0, 0, set_cors },
+    { "--special-tokens-in-messages", NULL, NULL,
+      "trusted callers only: special-token text in chat messages\nbecomes control tokens (default: it is ordinary text)",
+      CLI_FLAG, SO(p.special_in_messages), 0, 0, NULL },
+    { "--served-model-name", NULL, "S", "model id in the API (default: the directory's name)", CLI_STR, SO(p.model_name),
+      0, 0, NULL },
+    { "--max-seqs", NULL, "N", "sequences generated at once (default 8)", CLI_INT, SO(p.max_seqs), 1, 4096, NULL },
+    { "--ctx", NULL, "N", "tokens per sequence, prompt + completion (default 4096)", CLI_INT, SO(p.ctx), 2, 1 << 30, NULL },
+    { "--max-queue", NULL, "N", "accepted requests that may wait; more get 429 (default 64)", CLI_INT, SO(p.max_queue), 1,
+      1 << 20, NULL },
+    { "--max-batch-tokens", NULL, "N", "token rows per step: decode rows + prefill chunks (default 512)", CLI_INT,
+      SO(p.max_batch_tokens), 1, 1 << 20, NULL },
+    { "--max-prefill-tokens", NULL, "N", "prefill rows per step while others decode (default 128, 0 = no bound)", CLI_INT,
+      SO(p.max_prefill_tokens), 0, 1 << 20, NULL },
+    { "--prefill-share", NULL, "F", "prefill time per step, as a share of a decode step (default 1, 0 = off)", CLI_FLOAT,
+      SO(p.prefill_share), 0, 1000, NULL },
+    { "--kv-pages", NULL, "N", "KV pages of 256 positions (default: every sequence at full context)", CLI_INT,
+      SO(p.kv_pages), 1, 1 << 30, NULL },
+    { "--prefix-cache", NULL, "N", "prefix-cache entries (default 4 per sequence, 0 = off)", CLI_INT,
+      SO(p.prefix_entries), 0, 1 << 24, NULL },
+    { "--keep-finished", NULL, "N",
+      "finished sequences kept as they ended, so that the next turn of a\nconversation resumes at their end (default: "
+      "max-seqs, 0 = off)",
+      CLI_INT, SO(p.keep_finished), 0, 4096, NULL },
+    { "--spec-draft", NULL, "K",
+      "speculative decoding: tokens the MTP block drafts per step (0 = off;\ndefault off; per request \"speculative\": "
+      "{\"draft\": K})",
+      CLI_INT, SO(p.spec_draft), 0, DSV4_SPEC_MAX_DRAFT, NULL },
+    { "--tier-tokens", NULL, "A,B", "prompts up to A tokens are short, up to B medium, longer long (512,4096)", CLI_CALL,
+      SO(p.tier_tokens), 0, 0, set_tiers },
+    { "--mem-limit", NULL, "MIB", "memory the KV plan may take (default: free memory less the weights)", CLI_MIB,
+      SO(p.mem_limit), 1, 1 << 30, NULL },
+    { "--max-conns", NULL, "N", "open HTTP connections (default 256; 4 more are kept for /health, /metrics)", CLI_INT,
+      SO(p.max_conns), 1, 1 << 16, NULL },
+    { "--max-conns-per-ip", NULL, "N", "open connections from one client address (default 64, 0 = no bound)", CLI_INT,
+      SO(p.max_conns_per_ip), 0, 1 << 16, NULL },
+    { "--idle-timeout", NULL, "S", "close connections idle or stalled for S seconds (default 60)", CLI_INT,
+      SO(p.idle_timeout_s), 1, 86400, NULL },
+    { "--request-timeout", NULL, "S", "a request (headers and body) must arrive within S seconds (default 30)",
+      CLI_DOUBLE, SO(p.request_timeout_s), 0.1, 86400, NULL },
+    { "--max-body", NULL, "BYTES", "request body limit, 413 above (default 4194304)", CLI_SIZE, SO(p.max_body), 1,
+      (double)(1LL << 34), NULL },
+    { "--max-json-depth", NULL, "N", "JSON nesting limit, 400 above (default 64)", CLI_INT, SO(p.max_json_depth), 1,
+      10000, NULL },
+    { "--responses-store", NULL, "N", "/v1/responses kept for previous_response_id (default 256)", CLI_INT,
+      SO(p.responses_store), 1, 1 << 20, NULL },
+    { "--responses-store-mb", NULL, "M", "and at most M MiB of their conversations (default 64)", CLI_INT,
+      SO(p.responses_store_mb), 1, 1 << 20, NULL },
+    { "--keepalive", NULL, "S", "SSE comment after S seconds without output (default 5)", CLI_DOUBLE, SO(p.keepalive_s),
+      0.01, 3600, NULL },
+    { "--stream-buffer", NULL, "N", "unsent tokens a stream may lag before it is cut (default 4096)", CLI_INT,
+      SO(p.stream_buffer), 1, 1 << 24, NULL },
+    { "--send-buffer", NULL, "BYTES", "kernel send buffer per connection (default 65536)", CLI_INT, SO(p.send_buffer),
+      4096, 1 << 30, NULL },
+    { "--drain-timeout", NULL, "S", "on SIGTERM, wait up to S seconds for in-flight requests (default 30)", CLI_DOUBLE,
+      SO(drain_s), 0, 86400, NULL },
+    { "-v", NULL, NULL, "log debug messages", CLI_FLAG, SO(verbose), 0, 0, NULL },
+};
+#undef SO
 
 static void log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
 {
-    int verbose = *(const int *)ud;
+    bool verbose = *(const bool *)ud;
     if (level > DSV4_LOG_INFO && !verbose) return;
     static const char *const names[] = { "error", "warning", "info", "debug" };
     fprintf(stderr, "dsv4 serve: %s: %s\n", names[level], msg);
@@ -77,155 +135,32 @@ static bool is_loopback(const char *host)
            !strcmp(host, "[::1]");
 }
 
-int cmd_serve(int argc, char **argv)
+/* The options after parsing: the checks that span several, and the warnings. 2 on an error. */
+static int check_opts(const struct cli_spec *spec, struct serve_opts *o)
 {
-    struct srv_params p;
-    srv_params_default(&p);
-    p.api_key         = getenv("DSV4_API_KEY");
-    struct dsv4_engine_params ep; /* the backend choices: environment, then flags */
-    dsv4_engine_params_default(&ep);
-    cli_engine_env(&ep);
-    double drain_s    = 30;
-    int    verbose    = 0;
-    bool   no_key_ok  = false;
-    long long iv;
-    double    fv;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int         eo = cli_engine_option("serve", argc, argv, &i, &ep);
-        if (eo < 0) return 2;
-        if (eo > 0) continue;
-        struct {
-            const char *name;
-            int        *dst;
-            long long   lo, hi;
-        } ints[] = {
-            { "--port", &p.port, 0, 65535 },
-            { "--max-seqs", &p.max_seqs, 1, 4096 },
-            { "--ctx", &p.ctx, 2, 1 << 30 },
-            { "--max-queue", &p.max_queue, 1, 1 << 20 },
-            { "--max-batch-tokens", &p.max_batch_tokens, 1, 1 << 20 },
-            { "--max-prefill-tokens", &p.max_prefill_tokens, 0, 1 << 20 },
-            { "--kv-pages", &p.kv_pages, 1, 1 << 30 },
-            { "--prefix-cache", &p.prefix_entries, 0, 1 << 24 },
-            { "--keep-finished", &p.keep_finished, 0, 4096 },
-            { "--spec-draft", &p.spec_draft, 0, DSV4_SPEC_MAX_DRAFT },
-            { "--threads", &p.n_threads, 0, 4096 },
-            { "--max-conns", &p.max_conns, 1, 1 << 16 },
-            { "--max-conns-per-ip", &p.max_conns_per_ip, 0, 1 << 16 },
-            { "--idle-timeout", &p.idle_timeout_s, 1, 86400 },
-            { "--max-json-depth", &p.max_json_depth, 1, 10000 },
-            { "--stream-buffer", &p.stream_buffer, 1, 1 << 24 },
-            { "--send-buffer", &p.send_buffer, 4096, 1 << 30 },
-            { "--responses-store", &p.responses_store, 1, 1 << 20 },
-            { "--responses-store-mb", &p.responses_store_mb, 1, 1 << 20 },
-        };
-        bool done = false;
-        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !done; k++) {
-            if (strcmp(a, ints[k].name)) continue;
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_int("serve", a, v, ints[k].lo, ints[k].hi, &iv))
-                return 2;
-            *ints[k].dst = (int)iv;
-            done         = true;
-        }
-        if (done) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(p.model_dir = cli_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--host")) {
-            if (!(p.host = cli_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(p.api_key = cli_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--served-model-name")) {
-            if (!(p.model_name = cli_value("serve", argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--max-body")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_int("serve", a, v, 1, 1LL << 34, &iv)) return 2;
-            p.max_body = (size_t)iv;
-        } else if (!strcmp(a, "--tier-tokens")) {
-            if (!(v = cli_value("serve", argc, argv, &i))) return 2;
-            if (sscanf(v, "%d,%d", &p.tier_tokens[0], &p.tier_tokens[1]) != 2 || p.tier_tokens[0] < 1 ||
-                p.tier_tokens[1] < p.tier_tokens[0]) {
-                fprintf(stderr, "dsv4 serve: --tier-tokens wants A,B with 1 <= A <= B\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--prefill-share")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0, 1000, &fv)) return 2;
-            p.prefill_share = (float)fv;
-        } else if (!strcmp(a, "--mem-limit")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_int("serve", a, v, 1, 1LL << 30, &iv)) return 2;
-            p.mem_limit = (size_t)iv << 20;
-        } else if (!strcmp(a, "--keepalive")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0.01, 3600, &fv)) return 2;
-            p.keepalive_s = fv;
-        } else if (!strcmp(a, "--request-timeout")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0.1, 86400, &fv)) return 2;
-            p.request_timeout_s = fv;
-        } else if (!strcmp(a, "--cors-origin")) {
-            if (!(p.cors_origin = cli_value("serve", argc, argv, &i))) return 2;
-            if (!p.cors_origin[0] || strpbrk(p.cors_origin, "\r\n")) {
-                fprintf(stderr, "dsv4 serve: --cors-origin wants an origin such as https://app.example or '*'\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--insecure-no-key")) {
-            no_key_ok = true;
-        } else if (!strcmp(a, "--special-tokens-in-messages")) {
-            p.special_in_messages = true;
-        } else if (!strcmp(a, "--drain-timeout")) {
-            if (!(v = cli_value("serve", argc, argv, &i)) || !cli_parse_float("serve", a, v, 0, 86400, &fv)) return 2;
-            drain_s = fv;
-        } else if (!strcmp(a, "-v")) {
-            verbose = 1;
-        } else {
-            fprintf(stderr, "dsv4 serve: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!p.model_dir) {
-        fprintf(stderr, "dsv4 serve: -m DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
+    struct srv_params *p = &o->p;
+    if (!p->model_dir) return cli_usage_error(spec, "-m DIR is required");
     /* Authentication fails closed: an empty key would silently turn it off. */
-    if (p.api_key && !p.api_key[0]) {
+    if (p->api_key && !p->api_key[0]) {
         fprintf(stderr, "dsv4 serve: the API key is empty (--api-key \"\" or DSV4_API_KEY=): give a key, or unset "
                         "it to serve without authentication\n");
         return 2;
     }
-    if (!p.api_key && !no_key_ok && !is_loopback(p.host))
+    if (!p->api_key && !o->no_key_ok && !is_loopback(p->host))
         fprintf(stderr, "dsv4 serve: warning: listening on %s without an API key: anyone who can reach it can use "
-                        "the model (--api-key KEY, or --insecure-no-key to accept this)\n", p.host);
-    p.backend      = ep.backend;
-    p.cpu_level    = ep.cpu_level;
-    p.tiles        = ep.tiles;
-    p.profile_path = ep.profile_path;
-    p.log          = log_stderr;
-    p.log_ud = &verbose;
+                        "the model (--api-key KEY, or --insecure-no-key to accept this)\n", p->host);
+    return 0;
+}
 
-    /* Before any thread exists: every thread inherits the blocked signals. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    struct srv     *s;
+/* Waits for signals and the worker until the server is drained or failed; the exit status. */
+static int run_server(struct srv *s, sigset_t *set, double drain_s)
+{
     struct dsv4_err err;
-    if (srv_start(&s, &p, &err)) {
-        fprintf(stderr, "dsv4 serve: %s\n", err.msg);
-        return 1;
-    }
-    printf("dsv4 serve: listening on http://%s:%d (model %s loading)\n", p.host, srv_port(s), p.model_dir);
-    fflush(stdout);
-
-    bool   ready = false, draining = false;
-    double deadline = 0;
+    bool            ready = false, draining = false;
+    double          deadline = 0;
     for (;;) {
         struct timespec tick = { 0, 100 * 1000 * 1000 };
-        int             sig  = sigtimedwait(&set, NULL, &tick);
+        int             sig  = sigtimedwait(set, NULL, &tick);
         if (sig > 0) {
             if (draining) {
                 fprintf(stderr, "dsv4 serve: second signal: exiting now\n");
@@ -257,4 +192,40 @@ int cmd_serve(int argc, char **argv)
             }
         }
     }
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct serve_opts o = { .drain_s = 30 };
+    srv_params_default(&o.p);
+    o.p.api_key = getenv("DSV4_API_KEY");
+    cli_engine_params(&o.p.engine); /* the backend choices: defaults, environment, then flags */
+    const struct cli_group groups[] = {
+        { NULL, SERVE_OPTS, sizeof(SERVE_OPTS) / sizeof(SERVE_OPTS[0]), &o },
+        cli_engine_group(&o.p.engine, true),
+    };
+    const struct cli_spec spec = { "serve", "usage: dsv4 serve -m DIR [options]\n", groups, 2, NULL };
+    int                   rc   = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if ((rc = check_opts(&spec, &o))) return rc;
+    o.p.log    = log_stderr;
+    o.p.log_ud = &o.verbose;
+
+    /* Before any thread exists: every thread inherits the blocked signals. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct srv     *s;
+    struct dsv4_err err;
+    if (srv_start(&s, &o.p, &err)) {
+        fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+        return 1;
+    }
+    printf("dsv4 serve: listening on http://%s:%d (model %s loading)\n", o.p.host, srv_port(s), o.p.model_dir);
+    fflush(stdout);
+    return run_server(s, &set, o.drain_s);
 }

@@ -9,6 +9,7 @@
  * separated by any whitespace and writes the bytes they stand for, adding nothing.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,52 +40,41 @@ static char *read_all(FILE *f, size_t *n)
     return buf;
 }
 
-static void usage(FILE *f, const char *cmd)
-{
-    if (strcmp(cmd, "tokenize") == 0)
-        fprintf(f, "usage: dsv4 tokenize --tokenizer FILE [--bos] < text\n"
-                   "  --tokenizer FILE  tokenizer.json (or a model directory holding one)\n"
-                   "  --bos             put the BOS id first\n"
-                   "Encodes all of standard input as one text and prints one id per line.\n");
-    else
-        fprintf(f, "usage: dsv4 detokenize --tokenizer FILE < ids\n"
-                   "  --tokenizer FILE  tokenizer.json (or a model directory holding one)\n"
-                   "Reads whitespace-separated ids and writes exactly the bytes they decode to.\n");
-}
+struct tok_opts {
+    const char *path;
+    bool        bos;
+};
 
-/* Parses the shared options; returns 0 to go on, or an exit status. */
-static int parse_args(const char *cmd, int argc, char **argv, const char **path, bool *bos)
+/* detokenize takes the first option alone. */
+static const struct cli_opt TOK_OPTS[] = {
+    { "--tokenizer", "-t", "FILE", "tokenizer.json (or a model directory holding one)", CLI_STR,
+      offsetof(struct tok_opts, path), 0, 0, NULL },
+    { "--bos", NULL, NULL, "put the BOS id first", CLI_FLAG, offsetof(struct tok_opts, bos), 0, 0, NULL },
+};
+
+/* Parses the shared options; CLI_PARSED to go on, or an exit status. */
+static int parse_args(const char *cmd, int argc, char **argv, struct tok_opts *o)
 {
-    *path = NULL;
-    *bos  = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout, cmd);
-            return -1;
-        } else if (!strcmp(argv[i], "--tokenizer") || !strcmp(argv[i], "-t")) {
-            if (!(*path = cli_value(cmd, argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--bos") && !strcmp(cmd, "tokenize")) {
-            *bos = true;
-        } else {
-            fprintf(stderr, "dsv4 %s: unknown option '%s'\n", cmd, argv[i]);
-            usage(stderr, cmd);
-            return 2;
-        }
-    }
-    if (!*path) {
-        fprintf(stderr, "dsv4 %s: --tokenizer FILE is required\n", cmd);
-        usage(stderr, cmd);
-        return 2;
-    }
-    return 0;
+    bool                   tok   = !strcmp(cmd, "tokenize");
+    const struct cli_group group = { NULL, TOK_OPTS, tok ? 2 : 1, o };
+    const struct cli_spec  spec  = {
+        cmd, tok ? "usage: dsv4 tokenize --tokenizer FILE [--bos] < text\n" : "usage: dsv4 detokenize --tokenizer FILE < ids\n",
+        &group, 1,
+        tok ? "Encodes all of standard input as one text and prints one id per line.\n" : "Reads whitespace-separated ids and writes exactly the bytes they decode to.\n"
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!o->path) return cli_usage_error(&spec, "--tokenizer FILE is required");
+    return CLI_PARSED;
 }
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *path;
-    bool        bos;
-    int         rc = parse_args("tokenize", argc, argv, &path, &bos);
-    if (rc) return rc < 0 ? 0 : rc;
+    struct tok_opts o  = { 0 };
+    int             rc = parse_args("tokenize", argc, argv, &o);
+    if (rc != CLI_PARSED) return rc;
+    const char *path = o.path;
+    bool        bos  = o.bos;
 
     struct dsv4_err err;
     dsv4_tokenizer *tok;
@@ -118,10 +108,10 @@ int cmd_tokenize(int argc, char **argv)
 
 int cmd_detokenize(int argc, char **argv)
 {
-    const char *path;
-    bool        bos;
-    int         rc = parse_args("detokenize", argc, argv, &path, &bos);
-    if (rc) return rc < 0 ? 0 : rc;
+    struct tok_opts o  = { 0 };
+    int             rc = parse_args("detokenize", argc, argv, &o);
+    if (rc != CLI_PARSED) return rc;
+    const char *path = o.path;
 
     struct dsv4_err err;
     dsv4_tokenizer *tok;

@@ -358,6 +358,13 @@ struct dsv4_plan_dims {
 /* What a buffer holds, for the backend's pools and memory accounting. */
 enum dsv4_mem_kind { DSV4_MEM_WEIGHTS, DSV4_MEM_KV, DSV4_MEM_ACT };
 
+/* What a created backend runs with (struct dsv4_engine_settings reports it). */
+struct dsv4_backend_settings {
+    const char *level;       /* its code path, "" when it has no levels */
+    int         n_threads;
+    int         gemm_min[3]; /* the crossovers of dsv4_backend_params.gemm_min, 0 when it has none */
+};
+
 struct dsv4_backend_kind {
     const char *name;
     int  (*create)(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err);
@@ -365,6 +372,7 @@ struct dsv4_backend_kind {
     const struct dsv4_backend_ops *(*ops)(void *impl);
     /* one line for logs: "avx2, 2 threads" */
     void (*describe)(void *impl, char *buf, size_t cap);
+    void (*settings)(void *impl, struct dsv4_backend_settings *s);
     int  (*prepare_weights)(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
                             struct dsv4_err *err);
     /* floats of scratch (struct dsv4_backend.scratch) one execution context needs for a plan */

@@ -25,6 +25,7 @@ struct dsv4_model {
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
+    bool                           tiles;       /* params.tiles: the backend may repack projections */
     size_t                         tiles_replaced; /* checkpoint bytes the backend's copies stand in for (no longer read) */
 };
 

@@ -120,6 +120,7 @@ struct stream {
 void srv_params_default(struct srv_params *p)
 {
     memset(p, 0, sizeof(*p));
+    dsv4_engine_params_default(&p->engine);
     p->host                           = "127.0.0.1";
     p->port                           = 8000;
     p->max_seqs                       = 8;
@@ -132,7 +133,6 @@ void srv_params_default(struct srv_params *p)
     p->spec_draft                     = -1;
     p->tier_tokens[0]                 = 512;
     p->tier_tokens[1]                 = 4096;
-    p->tiles                          = 1;
     p->max_conns                      = 256;
     p->max_conns_per_ip               = 64;
     p->idle_timeout_s                 = 60;
@@ -957,11 +957,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
-        .n_threads     = p->n_threads,
-        .backend       = p->backend,
-        .cpu_level     = p->cpu_level,
-        .tiles         = p->tiles,
-        .profile_path  = p->profile_path,
+        .engine        = p->engine,
         .metrics       = s->m,
         .log           = p->log,
         .log_ud        = p->log_ud,

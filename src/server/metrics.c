@@ -196,6 +196,21 @@ static void label_value(struct srv_buf *b, const char *s)
     }
 }
 
+/* The engine's options in effect (the worker's startup line says the same). */
+static void render_engine(struct srv_buf *b, const struct srv_worker_stats *ws)
+{
+    if (!ws->has_engine) return;
+    const struct dsv4_engine_settings *es = &ws->engine;
+    head(b, "dsv4_engine_info", "gauge", "Constant 1, labelled with the options the engine runs with.");
+    srv_buf_puts(b, "dsv4_engine_info{backend=\"");
+    label_value(b, es->backend);
+    srv_buf_puts(b, "\",level=\"");
+    label_value(b, es->level);
+    srv_buf_printf(b, "\",threads=\"%d\",gemm_min=\"%d,%d,%d\",tiles=\"%s\",revision=\"%s\",profile=\"%s\"} 1\n",
+                   es->n_threads, es->gemm_min[0], es->gemm_min[1], es->gemm_min[2], es->tiles ? "on" : "off",
+                   es->revision == DSV4_REVISION_INITIAL ? "initial" : "current", es->profiling ? "on" : "off");
+}
+
 char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *ws, const char *model, size_t *len)
 {
     static const char *const tier[SRV_N_TIERS] = { "short", "medium", "long" };
@@ -207,6 +222,7 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     srv_buf_puts(&b, "dsv4_info{model=\"");
     label_value(&b, model ? model : "");
     srv_buf_puts(&b, "\",version=\"" DSV4_VERSION_STRING "\"} 1\n");
+    render_engine(&b, ws);
 
     head(&b, "dsv4_server_state", "gauge", "1 for the server's current state, 0 for the others.");
     static const char *const st_name[] = { "loading", "ready", "draining", "failed" };

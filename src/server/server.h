@@ -64,11 +64,9 @@ struct srv_params {
                                     (DSV4_SPEC_DRAFT_DEFAULT with an MTP block), 0 = off */
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
     size_t      mem_limit;       /* bytes the KV plan may take, 0 = from the free memory */
-    int         n_threads;       /* engine CPU threads, 0 = all */
-    const char *backend;         /* dsv4_engine_params.backend (NULL = cpu) */
-    const char *cpu_level;       /* dsv4_engine_params.cpu_level (NULL = best) */
-    int         tiles;           /* dsv4_engine_params.tiles */
-    const char *profile_path;    /* dsv4_engine_params.profile_path */
+    /* The engine's options, carried whole to the worker's dsv4_engine_open (its log: the
+     * server's log below when NULL). */
+    struct dsv4_engine_params engine;
     int         max_conns;       /* open HTTP connections (plus SRV_PROBE_CONNS for probes) */
     int         max_conns_per_ip; /* open connections from one client address, 0 = no bound */
     int         idle_timeout_s;  /* close a connection idle (or stalled) this long */
@@ -199,9 +197,8 @@ struct srv_metrics;
 
 struct srv_worker_params {
     const char         *model_dir;
-    int                 max_seqs, ctx, max_queue, n_threads;
-    const char         *backend, *cpu_level, *profile_path; /* the engine's backend choices */
-    int                 tiles;
+    int                 max_seqs, ctx, max_queue;
+    struct dsv4_engine_params engine; /* srv_params.engine, as given */
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
     int                 keep_finished;
     int                 spec_draft; /* -1: the default for the model */
@@ -219,6 +216,8 @@ struct srv_worker_stats {
     int                       waiting[SRV_N_TIERS];
     int                       max_seqs, ctx, max_queue, page_tokens;
     struct dsv4_sched_metrics sched; /* as of the last step */
+    bool                        has_engine; /* the model is loaded: engine is set */
+    struct dsv4_engine_settings engine;     /* the options it runs with */
 };
 
 struct srv_worker;

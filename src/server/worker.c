@@ -44,25 +44,36 @@ struct srv_worker {
     dsv4_tokenizer        *tok;
     dsv4_sched            *sched;
     struct dsv4_model_info info;
+    struct dsv4_engine_settings settings; /* the engine's options in effect */
     struct dsv4_sched_plan plan;
     int32_t                eos;
     int                    ctx;           /* the scheduler's max_ctx */
 };
 
+/* One startup line with every engine option in effect (the test of the serve options
+ * reads it, and /metrics has the same as dsv4_engine_info). */
+static void log_settings(const struct srv_worker *w)
+{
+    const struct dsv4_engine_settings *es = &w->settings;
+    srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO,
+            "engine: backend %s, level %s, %d threads, gemm-min %d,%d,%d, tiles %s, revision %s, profile %s",
+            es->backend, es->level, es->n_threads, es->gemm_min[0], es->gemm_min[1], es->gemm_min[2],
+            es->tiles ? "on" : "off", es->revision == DSV4_REVISION_INITIAL ? "initial" : "current",
+            es->profiling ? "on" : "off");
+}
+
 static int load(struct srv_worker *w, struct dsv4_err *err)
 {
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    ep.log       = w->p.log;
-    ep.log_ud    = w->p.log_ud;
-    ep.n_threads    = w->p.n_threads;
-    ep.backend      = w->p.backend;
-    ep.cpu_level    = w->p.cpu_level;
-    ep.tiles        = w->p.tiles;
-    ep.profile_path = w->p.profile_path;
-    int rc          = dsv4_engine_open(&w->e, w->p.model_dir, &ep, err);
+    struct dsv4_engine_params ep = w->p.engine;
+    if (!ep.log) {
+        ep.log    = w->p.log;
+        ep.log_ud = w->p.log_ud;
+    }
+    int rc = dsv4_engine_open(&w->e, w->p.model_dir, &ep, err);
     if (rc) return rc;
     dsv4_engine_info(w->e, &w->info);
+    dsv4_engine_settings(w->e, &w->settings);
+    log_settings(w);
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", w->p.model_dir);
     if (access(path, R_OK) == 0) {
@@ -357,6 +368,8 @@ void srv_worker_stats(struct srv_worker *w, struct srv_worker_stats *st)
     st->ctx         = w->ctx;
     st->max_queue   = w->p.max_queue;
     st->page_tokens = w->plan.page_tokens;
+    st->has_engine  = true;
+    st->engine      = w->settings;
     for (int t = 0; t < SRV_N_TIERS; t++) {
         st->running[t] = st->sched.running_by_tier[t];
         st->waiting[t] = live[t] > st->running[t] ? live[t] - st->running[t] : 0;

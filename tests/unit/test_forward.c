@@ -129,6 +129,48 @@ static void chunk_invariance(struct test_ctx *t, const char *preset, int T)
     dsv4_engine_close(e);
 }
 
+/* The GEMV/GEMM crossovers are each engine's own: a second engine in the process keeps the
+ * first one's, and the two (GEMM from one token, GEMV up to 64) give the same bits. */
+static void test_engines_keep_own_gemm_min(struct test_ctx *t)
+{
+    char dir[256];
+    if (!make_model(t, "tiny-a", 13, "gmin", dir, sizeof(dir))) return;
+    static const char *const spec[2] = { "1,1,1", "64,64,64" };
+    dsv4_engine             *e[2]    = { NULL, NULL };
+    struct dsv4_err          err;
+    for (int i = 0; i < 2; i++) {
+        struct dsv4_engine_params ep;
+        dsv4_engine_params_default(&ep);
+        ep.gemm_min  = spec[i];
+        ep.n_threads = 2;
+        CHECKF(dsv4_engine_open(&e[i], dir, &ep, &err) == DSV4_OK, "open with gemm_min %s: %s", spec[i], err.msg);
+        if (!e[i]) goto done;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct dsv4_engine_settings es;
+        dsv4_engine_settings(e[i], &es);
+        int want = i ? 64 : 1;
+        CHECKF(es.gemm_min[0] == want && es.gemm_min[1] == want && es.gemm_min[2] == want,
+               "engine %d (gemm_min %s) reports %d,%d,%d after the other opened", i, spec[i], es.gemm_min[0],
+               es.gemm_min[1], es.gemm_min[2]);
+        CHECK(es.n_threads == 2 && es.tiles && es.revision == DSV4_REVISION_CURRENT && !es.profiling);
+        CHECK(!strcmp(es.backend, "cpu") && es.level[0]);
+    }
+    struct dsv4_model_info info;
+    dsv4_engine_info(e[0], &info);
+    int      T    = 24;
+    int32_t *toks = random_tokens(T, info.vocab_size, 5);
+    float   *a = run_chunked(t, e[0], toks, T, T, NULL), *b = run_chunked(t, e[1], toks, T, T, NULL);
+    CHECKF(a && b && memcmp(a, b, sizeof(float) * (size_t)T * (size_t)info.vocab_size) == 0,
+           "the GEMM and the GEMV engines' logits differ");
+    free(a);
+    free(b);
+    free(toks);
+done:
+    dsv4_engine_close(e[0]);
+    dsv4_engine_close(e[1]);
+}
+
 static void test_chunk_invariance_tiny_a(struct test_ctx *t)
 {
     /* window 16 wraps several times; CSA blocks of 4 and HCA blocks of 16 complete inside
@@ -295,5 +337,6 @@ const struct test_case test_group_forward[] = {
     { "errors_change_nothing", test_errors_change_nothing },
     { "convert_roundtrip", test_convert_roundtrip },
     { "no_alloc_while_decoding", test_no_alloc_while_decoding },
+    { "engines_keep_own_gemm_min", test_engines_keep_own_gemm_min },
     { NULL, NULL },
 };

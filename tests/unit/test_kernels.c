@@ -152,25 +152,25 @@ static void test_projection_kernels(struct test_ctx *t)
         }
         for (int lv = 0; lv < 3 && lv <= (int)top; lv++) {
             const struct dsv4_kernels *k = dsv4_cpu_kernels((enum dsv4_cpu_level)lv);
-            void (*f)(const struct dsv4_linear *, int, int, int, const float *, int, float *, int) =
+            void (*f)(const struct dsv4_linear *, int, int, int, const float *, int, float *, int, int) =
                 r.l.fmt == DSV4_WFMT_FP8 ? k->dot_fp8 : r.l.fmt == DSV4_WFMT_FP4 ? k->dot_fp4
                 : r.l.fmt == DSV4_WFMT_BF16 ? k->dot_bf16 : k->dot_f32;
             for (int nt = 1; nt <= nmax; nt++) {
                 memset(y, 0, sizeof(float) * (size_t)nmax * O);
-                f(&r.l, 0, O, nt, x, K, y, O);
+                f(&r.l, 0, O, nt, x, K, y, O, DSV4_F32_GEMM_MIN_TOKENS);
                 check_dot(t, k->name, &r.l, 0, O, nt, x, y);
             }
             memset(y, 0, sizeof(float) * (size_t)nmax * O);
-            f(&view, 1, view.n_out, 2, x, K, y, view.n_out);
+            f(&view, 1, view.n_out, 2, x, K, y, view.n_out, DSV4_F32_GEMM_MIN_TOKENS);
             check_dot(t, k->name, &view, 1, view.n_out, 2, x, y);
             /* many tokens (the f32 levels' batched path: token groups, tiles of 3, leftover
              * rows) give every row the bits one token alone gets (batch invariance) */
-            if (k->set_gemm_min) {
+            if (k->gemm_tn > 0) {
                 /* the GEMV everywhere (crossovers above every count here) and the GEMM
                  * everywhere (from one token): the same bits as the level's own crossovers, at
                  * token counts below, at and above each of them */
                 static const int ntv[] = { 1, 3, 4, 5, 8, 13, 16, 17, 24, 53 };
-                int              own[4], all_gemv[4] = { 64, 64, 64, 64 }, all_gemm[4] = { 1, 1, 1, 1 };
+                int              own[4], all_gemv = DSV4_F32_GEMM_MIN_MAX, all_gemm = 1;
                 struct dsv4_err  gerr;
                 CHECK(dsv4_cpu_gemm_min((enum dsv4_cpu_level)lv, NULL, own, &gerr) == DSV4_OK);
                 const struct dsv4_linear *l = view.row_off ? &view : &r.l;
@@ -180,15 +180,13 @@ static void test_projection_kernels(struct test_ctx *t)
                 for (int i = 0; i < ntm * K; i++) xg[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2.0f);
                 bool same = true;
                 for (size_t i = 0; i < sizeof(ntv) / sizeof(ntv[0]); i++) {
-                    k->set_gemm_min(own);
-                    f(l, 0, n_o, ntv[i], xg, K, ya, n_o);
+                    int kind = r.l.fmt == DSV4_WFMT_FP8 ? 0 : r.l.fmt == DSV4_WFMT_FP4 ? 1 : r.l.fmt == DSV4_WFMT_BF16 ? 2 : 3;
+                    f(l, 0, n_o, ntv[i], xg, K, ya, n_o, own[kind]);
                     for (int m = 0; m < 2; m++) {
-                        k->set_gemm_min(m ? all_gemm : all_gemv);
-                        f(l, 0, n_o, ntv[i], xg, K, yb, n_o);
+                        f(l, 0, n_o, ntv[i], xg, K, yb, n_o, m ? all_gemm : all_gemv);
                         same = same && memcmp(ya, yb, sizeof(float) * (size_t)ntv[i] * (size_t)n_o) == 0;
                     }
                 }
-                k->set_gemm_min(own);
                 CHECKF(same, "%s %s %dx%d: the GEMV and the GEMM differ in bits", k->name, dsv4_wfmt_name(r.l.fmt), O, K);
                 free(xg);
                 free(ya);
@@ -202,11 +200,11 @@ static void test_projection_kernels(struct test_ctx *t)
                 float *y1 = malloc(sizeof(float) * (size_t)n_o);
                 for (int i = 0; i < ntg * K; i++) xg[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2.0f);
                 memset(yg, 0, sizeof(float) * (size_t)ntg * n_o);
-                f(l, o0, n_o, ntg, xg, K, yg, n_o);
+                f(l, o0, n_o, ntg, xg, K, yg, n_o, DSV4_F32_GEMM_MIN_TOKENS);
                 check_dot(t, k->name, l, o0, n_o, ntg, xg, yg);
                 bool same = true;
                 for (int tt = 0; tt < ntg; tt++) {
-                    f(l, o0, n_o, 1, xg + (size_t)tt * K, K, y1, n_o);
+                    f(l, o0, n_o, 1, xg + (size_t)tt * K, K, y1, n_o, DSV4_F32_GEMM_MIN_TOKENS);
                     same = same && memcmp(y1 + o0, yg + (size_t)tt * n_o + o0, sizeof(float) * (size_t)(n_o - o0)) == 0;
                 }
                 CHECKF(same, "%s %s %dx%d: %d tokens and one token differ in bits", k->name, dsv4_wfmt_name(r.l.fmt), O, K,
@@ -293,7 +291,7 @@ static void test_fp8_all_codes(struct test_ctx *t)
         const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(lv[i]) ? dsv4_cpu_kernels_bf16(lv[i]) : dsv4_cpu_kernels(lv[i]);
         memset(y, 0, 256 * 2 * sizeof(float));
         if (k->dotb_fp8) k->dotb_fp8(&r.l, 0, 1, 256, xb, 256, y, 2);
-        else k->dot_fp8(&r.l, 0, 1, 256, x, 256, y, 2);
+        else k->dot_fp8(&r.l, 0, 1, 256, x, 256, y, 2, DSV4_F32_GEMM_MIN_TOKENS);
         for (int c = 0; c < 256; c++) {
             float want = r.w[c] == 0 ? 0.0f : dsv4_f32_from_e4m3(r.w[c]);
             CHECKF(y[c * 2] == want, "%s: e4m3 code 0x%02x gives %g, want %g", k->name, c, y[c * 2], want);

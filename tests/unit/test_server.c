@@ -997,6 +997,16 @@ static void test_anthropic_client(struct test_ctx *t)
     run_node_client(t, "anthropic_client.mjs", "");
 }
 
+static void test_engine_options(struct test_ctx *t)
+{
+    if (model_dir(t)) tsrv_test_engine_options(t, g_dir);
+}
+
+static void test_model_commands_options(struct test_ctx *t)
+{
+    if (model_dir(t)) tsrv_test_model_commands_options(t, g_dir);
+}
+
 /* The main server, after all of the above, drains and exits 0 (and, in sanitizer builds,
  * without leaks or errors). */
 static void test_clean_exit(struct test_ctx *t)
@@ -1030,6 +1040,8 @@ const struct test_case test_group_server[] = {
     { "slow_client", test_slow_client },
     { "timeouts_and_load_failure", test_timeouts_and_load_failure },
     { "sigterm_drain", test_sigterm_drain },
+    { "engine_options", test_engine_options },
+    { "model_commands_options", test_model_commands_options },
     { "openai_client", test_openai_client, TEST_NEEDS_NPM_SERVER },
     { "messages_api", test_messages_api },
     { "responses_api", test_responses_api },

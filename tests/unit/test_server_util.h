@@ -97,5 +97,9 @@ void tsrv_test_out_stop_strings(struct test_ctx *t);
 void tsrv_test_out_no_markup(struct test_ctx *t);
 void tsrv_test_job_ring(struct test_ctx *t);
 void tsrv_test_prom_validator(struct test_ctx *t);
+/* Every engine option of `dsv4 serve --help` reaches the engine (test_server_options.c). */
+void tsrv_test_engine_options(struct test_ctx *t, const char *model_dir);
+/* Every command that opens a model takes the engine options (test_server_options.c). */
+void tsrv_test_model_commands_options(struct test_ctx *t, const char *model_dir);
 
 #endif

@@ -200,7 +200,7 @@ static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, co
     }
     cpu->k         = dsv4_cpu_kernels(cpu->level);
     cpu->kb        = dsv4_cpu_kernels_bf16(cpu->level);
-    if (cpu->k->set_gemm_min) cpu->k->set_gemm_min(gmin);
+    memcpy(cpu->gemm_min, gmin, sizeof(gmin));
     cpu->n_threads = dsv4_pool_threads(cpu->pool);
     *out           = cpu;
     return DSV4_OK;

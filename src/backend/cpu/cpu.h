@@ -80,14 +80,17 @@ struct dsv4_idx_bf16;
 struct dsv4_kernels {
     const char *name;
     int         gemm_tn; /* tokens per GEMM register tile (simd_kernels.inc K_TN; `dsv4 ops`) */
-    /* The token counts (fp8, fp4, bf16, f32) from which the f32 dot kernels take their GEMM
-     * instead of the GEMV (simd_kernels.inc; NULL for scalar): process-wide, same bits. */
-    void (*set_gemm_min)(const int min[4]);
-    void (*get_gemm_min)(int min[4]);
-    void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
-    void (*dot_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
-    void (*dot_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
-    void (*dot_f32)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy);
+    /* gmin: the token count from which the SIMD kernels take their GEMM instead of the GEMV
+     * (the same bits either way; the caller's backend state, struct dsv4_cpu.gemm_min, so
+     * two engines in one process keep their own); the scalar kernels ignore it. */
+    void (*dot_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                    int gmin);
+    void (*dot_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                    int gmin);
+    void (*dot_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                     int gmin);
+    void (*dot_f32)(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                    int gmin);
     /* The same on bf16 activations (levels with VDPBF16PS; NULL elsewhere): x [nt, ldx]
      * uint16 bf16 patterns, exact copies of the f32 values (to_bf16). */
     void (*dotb_fp8)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
@@ -282,6 +285,9 @@ struct dsv4_cpu {
     const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
     struct dsv4_pool           *pool;
     int                         n_threads;
+    /* The token counts (fp8, fp4, bf16, f32) from which the f32 dot kernels take their GEMM
+     * (dsv4_cpu_gemm_min at creation; this backend's own, not the process's). */
+    int                         gemm_min[4];
     void                       *tiles;       /* interleaved copies of the projections (mmap), or NULL */
     size_t                      tiles_bytes;
 };
@@ -311,6 +317,12 @@ const char *dsv4_cpu_level_at(int i, bool *here);
 /* Token count from which a projection on the bf16 levels takes the panel GEMM instead of the
  * GEMV (both give the same bits), on interleaved tiles or on the release layout; the
  * measurements behind the numbers are at their use in ops_fast.c. `dsv4 ops` prints them. */
+/* The f32 kernels' crossover for a weight format (struct dsv4_cpu.gemm_min). */
+static inline int dsv4_cpu_f32_gemm_min(const struct dsv4_cpu *cpu, enum dsv4_wfmt fmt)
+{
+    return cpu->gemm_min[fmt == DSV4_WFMT_FP8 ? 0 : fmt == DSV4_WFMT_FP4 ? 1 : fmt == DSV4_WFMT_BF16 ? 2 : 3];
+}
+
 static inline int dsv4_cpu_gemm_min_tokens(enum dsv4_wfmt fmt, bool tiles)
 {
     if (tiles) return fmt == DSV4_WFMT_FP8 ? 24 : fmt == DSV4_WFMT_FP4 ? 56 : 128;

@@ -192,6 +192,14 @@ static void cpu_describe(void *impl, char *buf, size_t cap)
     snprintf(buf, cap, "cpu %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level), cpu->n_threads);
 }
 
+static void cpu_settings(void *impl, struct dsv4_backend_settings *s)
+{
+    const struct dsv4_cpu *cpu = impl;
+    s->level                   = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
+    s->n_threads               = cpu->n_threads;
+    for (int i = 0; i < 3; i++) s->gemm_min[i] = cpu->gemm_min[i];
+}
+
 static size_t cpu_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
 {
     const struct dsv4_cpu *cpu = impl;
@@ -229,6 +237,7 @@ static void cpu_sync(void *impl)
 /* Every entry but the name and host_visible, shared by the two CPU kinds below. */
 #define CPU_KIND_ENTRIES                                                                                           \
     .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
+    .settings = cpu_settings,                                                                                       \
     .prepare_weights = cpu_prepare_weights, .scratch_floats = cpu_scratch_floats,                                   \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \

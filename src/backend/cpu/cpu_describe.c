@@ -49,9 +49,7 @@ static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
             snprintf(buf, cap, "%s dot kernels (GEMV at every token count); FP8 activation quantiser in plain C", k->name);
             return 1;
         }
-        int gmin[4] = { DSV4_F32_GEMM_MIN_TOKENS, DSV4_F32_GEMM_MIN_TOKENS, DSV4_F32_GEMM_MIN_TOKENS,
-                        DSV4_F32_GEMM_MIN_TOKENS };
-        if (k->get_gemm_min) k->get_gemm_min(gmin);
+        const int *gmin = cpu->gemm_min;
         snprintf(buf, cap,
                  "%s dot kernels: GEMV of 4 rows x up to 4 tokens (weights decoded again every 4 tokens) below %d "
                  "(fp8) / %d (fp4) / %d (bf16) tokens, then 4 rows decoded once per 256 inputs for tiles of 4 rows x "

@@ -30,8 +30,10 @@ static float wscale(const struct dsv4_linear *w, size_t idx)
     return e8m0_tab[((const uint8_t *)w->scale)[idx]];
 }
 
-static void dot_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy)
+static void dot_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                   int gmin)
 {
+    (void)gmin; /* one path at every token count */
     tables();
     int n_kb = (w->n_in + 127) / 128;
     for (int o = o0; o < o1; o++) {
@@ -51,8 +53,10 @@ static void dot_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const f
     }
 }
 
-static void dot_fp4(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy)
+static void dot_fp4(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                   int gmin)
 {
+    (void)gmin; /* one path at every token count */
     tables();
     for (int o = o0; o < o1; o++) {
         int            ow = o + w->row_off;
@@ -73,8 +77,10 @@ static void dot_fp4(const struct dsv4_linear *w, int o0, int o1, int nt, const f
     }
 }
 
-static void dot_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy)
+static void dot_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                    int gmin)
 {
+    (void)gmin; /* one path at every token count */
     for (int o = o0; o < o1; o++) {
         const uint16_t *wr = (const uint16_t *)w->w + (size_t)(o + w->row_off) * (size_t)w->n_in;
         for (int t = 0; t < nt; t++) {
@@ -86,8 +92,10 @@ static void dot_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const 
     }
 }
 
-static void dot_f32(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy)
+static void dot_f32(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                   int gmin)
 {
+    (void)gmin; /* one path at every token count */
     for (int o = o0; o < o1; o++) {
         const float *wr = (const float *)w->w + (size_t)(o + w->row_off) * (size_t)w->n_in;
         for (int t = 0; t < nt; t++) {

@@ -130,6 +130,7 @@ struct lin_job {
     uint16_t                  *panels; /* per-thread GEMM panels, or NULL (GEMV kernels) */
     size_t                     panel_len;
     bool                       i16; /* the weights' interleaved tiles (w->wi) */
+    int                        gmin; /* the f32 kernels' GEMM crossover (dsv4_cpu_f32_gemm_min) */
 };
 
 /* Whether a projection runs on its interleaved tiles at this level. */
@@ -155,10 +156,10 @@ static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)
         default: j->k->dotb_bf16(j->w, (int)o0, (int)o1, j->nt, j->xb, j->ldx, j->y, j->ldy); break;
         }
     } else switch (j->w->fmt) {
-    case DSV4_WFMT_FP8: j->k->dot_fp8(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
-    case DSV4_WFMT_FP4: j->k->dot_fp4(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
-    case DSV4_WFMT_BF16: j->k->dot_bf16(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
-    case DSV4_WFMT_F32: j->k->dot_f32(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy); break;
+    case DSV4_WFMT_FP8: j->k->dot_fp8(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy, j->gmin); break;
+    case DSV4_WFMT_FP4: j->k->dot_fp4(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy, j->gmin); break;
+    case DSV4_WFMT_BF16: j->k->dot_bf16(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy, j->gmin); break;
+    case DSV4_WFMT_F32: j->k->dot_f32(j->w, (int)o0, (int)o1, j->nt, j->x, j->ldx, j->y, j->ldy, j->gmin); break;
     }
     if (j->out == DSV4_OUT_BF16)
         for (int t = 0; t < j->nt; t++) {
@@ -253,7 +254,8 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
                         float *y, int ldy, enum dsv4_act act, enum dsv4_out out)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
-    struct lin_job   j   = { .k = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out };
+    struct lin_job   j   = { .k    = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out,
+                             .gmin = dsv4_cpu_f32_gemm_min(cpu, w->fmt) };
     float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
     DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)act_ld(w->n_in));
     bool bf = cpu->kb && w->fmt != DSV4_WFMT_F32;
@@ -346,12 +348,12 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
             else if (w->fmt == DSV4_WFMT_FP4) J->cpu->kb->dotb_fp4(w, row0, row1, nt, x, K, y, ldy);
             else J->cpu->kb->dotb_bf16(w, row0, row1, nt, x, K, y, ldy);
         } else {
-            int          ldq = act_ld(K);
-            const float *x   = J->xq + (size_t)J->off[g] * (size_t)ldq;
-            if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, ldq, y, ldy);
-            else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, ldq, y, ldy);
-            else if (w->fmt == DSV4_WFMT_BF16) k->dot_bf16(w, row0, row1, nt, x, ldq, y, ldy);
-            else k->dot_f32(w, row0, row1, nt, x, ldq, y, ldy);
+            int          ldq  = act_ld(K), gmin = dsv4_cpu_f32_gemm_min(J->cpu, w->fmt);
+            const float *x    = J->xq + (size_t)J->off[g] * (size_t)ldq;
+            if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, ldq, y, ldy, gmin);
+            else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, ldq, y, ldy, gmin);
+            else if (w->fmt == DSV4_WFMT_BF16) k->dot_bf16(w, row0, row1, nt, x, ldq, y, ldy, gmin);
+            else k->dot_f32(w, row0, row1, nt, x, ldq, y, ldy, gmin);
         }
         for (int t = 0; t < nt; t++)
             for (int o = row0; o < row1; o++) {
