@@ -132,7 +132,7 @@ struct dsv4_model_info {
 void dsv4_engine_info(const dsv4_engine *engine, struct dsv4_model_info *info);
 
 /* ==================================================================================== */
-/* Sessions: one token timeline each (src/engine.c)                                     */
+/* Sessions: one token timeline each (src/engine/engine.c)                              */
 /* ==================================================================================== */
 
 struct dsv4_session_params {

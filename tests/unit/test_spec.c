@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/session.h"
 #include "gen.h"
-#include "session.h"
 #include "test_cases.h"
 
 #define DEMO_MODEL "models/kjv-v4-tiny"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session.h"
+#include "engine/session.h"
 
 void dsv4_engine_params_default(struct dsv4_engine_params *p)
 {
