@@ -278,7 +278,7 @@ static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int
     struct dsv4_seq_state     st;
     struct dsv4_spec_undo     u;
     float *lg = malloc(sizeof(float) * (size_t)c->vocab_size * (size_t)(K + 1));
-    int    rc = lg ? dsv4_seq_state_init(&st, c, ctx + K + 2, m->row_fmt, true, &kvmem, err)
+    int    rc = lg ? dsv4_seq_state_init(&st, &c->kv, ctx + K + 2, m->row_fmt, true, &kvmem, err)
                    : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     if (rc) {
         free(lg);
@@ -424,7 +424,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
     }
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(m);
     for (int b = 0; b < max_b; b++)
-        if (dsv4_seq_state_init(&sts[b], c, ctx_cap, m->row_fmt, false, &kvmem, &err)) {
+        if (dsv4_seq_state_init(&sts[b], &c->kv, ctx_cap, m->row_fmt, false, &kvmem, &err)) {
             fprintf(stderr, "dsv4 bench: %s\n", err.msg);
             goto done;
         }
@@ -438,7 +438,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
     for (int ci = 0; ci < n_ctx; ci++) {
         int ctx = ctxs[ci];
         /* prefill one sequence to the frontier */
-        dsv4_seq_state_reset(&sts[0], c);
+        dsv4_seq_state_reset(&sts[0], &c->kv);
         double t0 = cli_now();
         for (int off = 0; off < ctx; off += (int)chunk) {
             int n       = ctx - off < (int)chunk ? ctx - off : (int)chunk;
@@ -513,7 +513,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
                 if (bi < 8) sum->batch[bi] = B, sum->tps[bi] = B / step, sum->share[bi] = share;
             }
             if (bi + 1 < n_batch) {
-                dsv4_seq_state_reset(&sts[0], c);
+                dsv4_seq_state_reset(&sts[0], &c->kv);
                 for (int off = 0; off < ctx; off += (int)chunk) {
                     int n = ctx - off < (int)chunk ? ctx - off : (int)chunk;
                     fs[0] = (struct dsv4_fwd_seq){ .st = &sts[0], .tokens = toks + off, .n = n, .n_logits = 1, .logits = lg };

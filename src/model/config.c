@@ -144,6 +144,21 @@ static void parse_quant(struct cfg_parse *p, struct dsv4_config *c)
     if (ed && !c->fp8) bad(p, "expert_dtype", "needs quantization_config (fp8 activations)");
 }
 
+/* The KV layer's copy of the widths it lays the state out by (kv/kv_dims.h). */
+static void fill_kv_dims(struct dsv4_config *c)
+{
+    struct dsv4_kv_dims *d = &c->kv;
+    d->n_layer    = c->n_layer;
+    d->n_mtp      = c->n_mtp;
+    d->window     = c->window;
+    d->d_model    = c->d_model;
+    d->hc         = c->hc;
+    d->d_head     = c->d_head;
+    d->d_rope     = c->d_rope;
+    d->d_idx_head = c->d_idx_head;
+    memcpy(d->ratio, c->ratio, sizeof(d->ratio));
+}
+
 static void parse_rope(struct cfg_parse *p, struct dsv4_config *c)
 {
     c->rope_theta          = get_float(p, p->root, "rope_theta", true, 0, 1, 1e12);
@@ -293,6 +308,7 @@ int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const
                 "must leave num_attention_heads * head_dim / o_groups a multiple of 128");
         require(&p, c->d_ff_exp % 128 == 0, "moe_intermediate_size", "must be a multiple of 128 (FP8 activation blocks)");
     }
+    if (p.rc == DSV4_OK) fill_kv_dims(c);
 out:
     json_decref(root);
     return p.rc;

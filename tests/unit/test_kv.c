@@ -104,7 +104,7 @@ static void test_pool_random(struct test_ctx *t)
     struct dsv4_kv_pool        pool;
     struct dsv4_kv_pool_params pp = { .max_ctx = 200, .max_seqs = 6, .page_tokens = 16, .n_pages = 40, .n_snapshots = 0 };
     struct dsv4_err            err;
-    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, NULL, &err)) {
+    if (dsv4_kv_pool_init(&pool, &m->cfg.kv, m->row_fmt, &pp, NULL, &err)) {
         CHECKF(0, "%s", err.msg);
         dsv4_engine_close(e);
         return;
@@ -158,7 +158,7 @@ static void test_prefix_cache_random(struct test_ctx *t)
     struct dsv4_kv_pool        pool;
     struct dsv4_kv_pool_params pp = { .max_ctx = 128, .max_seqs = 4, .page_tokens = 16, .n_pages = 24, .n_snapshots = 10 };
     struct dsv4_err            err;
-    if (dsv4_kv_pool_init(&pool, &m->cfg, m->row_fmt, &pp, NULL, &err)) {
+    if (dsv4_kv_pool_init(&pool, &m->cfg.kv, m->row_fmt, &pp, NULL, &err)) {
         CHECKF(0, "%s", err.msg);
         dsv4_engine_close(e);
         return;
@@ -215,8 +215,8 @@ static void test_layout_and_snapshot(struct test_ctx *t)
 {
     dsv4_engine *e = open_tiny(t, "tiny-a");
     if (!e) return;
-    const struct dsv4_model  *m = dsv4_engine_model(e);
-    const struct dsv4_config *c = &m->cfg;
+    const struct dsv4_model    *m = dsv4_engine_model(e);
+    const struct dsv4_kv_dims  *c = &m->cfg.kv;
     /* tiny-a: ratios 0, 4, 16, 4; 64 compressed rows + 64 keys per CSA layer per 256 positions */
     size_t rb = (size_t)dsv4_row_bytes(m->row_fmt, c->d_head, c->d_rope), ib = (size_t)dsv4_idx_key_bytes(c->d_idx_head);
     size_t want = 2 * (((64 * rb + 63) & ~(size_t)63) + ((64 * ib + 63) & ~(size_t)63)) + ((16 * rb + 63) & ~(size_t)63);
