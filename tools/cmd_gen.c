@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gen.h"
+#include "support/gen.h"
 
 static void usage(FILE *f)
 {

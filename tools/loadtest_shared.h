@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "http_client.h"
+#include "support/http_client.h"
 
 enum { LT_N_CLASS = 3, LT_N_QUARTER = 4 };
 extern const char *const lt_class_name[LT_N_CLASS];

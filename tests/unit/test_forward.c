@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "io/io.h"
 #include "test_cases.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen.h"
+#include "support/gen.h"
 #include "kv/kv_pool.h"
 #include "model/runtime.h"
 #include "test_cases.h"

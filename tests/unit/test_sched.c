@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "test_cases.h"
 
 enum { MAX_OUT = 64 };

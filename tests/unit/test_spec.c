@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "engine/session.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "test_cases.h"
 
 #define DEMO_MODEL "models/kjv-v4-tiny"
