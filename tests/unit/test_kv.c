@@ -227,11 +227,11 @@ static void test_layout_and_snapshot(struct test_ctx *t)
     /* a snapshot restores rings and previous blocks exactly */
     struct dsv4_seq_state a, b;
     struct dsv4_err       err;
-    int ra = dsv4_seq_state_init(&a, c, 64, m->row_fmt, false, NULL, &err);
-    int rb_ = ra ? ra : dsv4_seq_state_init(&b, c, 64, m->row_fmt, false, NULL, &err);
-    CHECKF(ra == DSV4_OK && rb_ == DSV4_OK, "state: %s", err.msg);
-    if (ra || rb_) { /* no states to snapshot */
-        if (!ra) dsv4_seq_state_free(&a);
+    int rc_a = dsv4_seq_state_init(&a, c, 64, m->row_fmt, false, NULL, &err);
+    int rc_b = rc_a ? rc_a : dsv4_seq_state_init(&b, c, 64, m->row_fmt, false, NULL, &err);
+    CHECKF(rc_a == DSV4_OK && rc_b == DSV4_OK, "state: %s", err.msg);
+    if (rc_a || rc_b) { /* no states to snapshot */
+        if (!rc_a) dsv4_seq_state_free(&a);
         dsv4_engine_close(e);
         return;
     }
