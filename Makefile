@@ -59,12 +59,17 @@ LIB_SRC   := $(filter-out $(ARM_SRC),$(LIB_SRC))
 DEFS      += -DDSV4_HAVE_NEON=0
 endif
 TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
+# tools/support/: what both the commands and the tests call (checkpoint generator, HTTP
+# client), an archive of its own, so the test runner links no command object.
+SUPPORT_SRC := $(shell find tools/support -name '*.c' | sort)
 TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' | sort)
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libdsv4.a
+SUPPORT   := $(BUILD)/libdsv4-support.a
 
 BIN := dsv4
 ifneq ($(BUILD),build)
@@ -108,7 +113,11 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(BUILD)/tools/main.o $(TOOL_OBJ) $(LIB)
+$(SUPPORT): $(SUPPORT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/tools/main.o $(TOOL_OBJ) $(SUPPORT) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The allocation guard's malloc hook goes into the test runner only (and into DSV4_DEBUG
@@ -117,7 +126,7 @@ $(BUILD)/tests/alloc_interpose.o: src/core/alloc_interpose.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CPPFLAGS) -DDSV4_ALLOC_INTERPOSE $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/tests/alloc_interpose.o $(TOOL_OBJ) $(LIB)
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/tests/alloc_interpose.o $(SUPPORT) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%.o: ALL_CPPFLAGS += -Itests

@@ -8,7 +8,7 @@
 # senders, bad requests), with a report line every REPORT_S seconds (server RSS through
 # --server-pid, KV pool occupancy and fragmentation from /metrics, P50/P99 TTFT and ITL
 # of the window, requests and errors by kind) and a final one; loadtest then judges the
-# run (RSS growth after warm-up, lost requests, P99 ITL drift: tools/loadtest_soak.c).
+# run (RSS growth after warm-up, lost requests, P99 ITL drift: tools/support/soak.c).
 # Last the server gets SIGTERM and must drain and exit 0.
 #
 # usage: bench/soak.sh DSV4_BIN MODEL_DIR MINUTES REPORT_S

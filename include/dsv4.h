@@ -148,7 +148,7 @@ struct dsv4_engine_settings {
 void dsv4_engine_settings(const dsv4_engine *engine, struct dsv4_engine_settings *settings);
 
 /* ==================================================================================== */
-/* Sessions: one token timeline each (src/engine.c)                                     */
+/* Sessions: one token timeline each (src/engine/engine.c)                              */
 /* ==================================================================================== */
 
 struct dsv4_session_params {

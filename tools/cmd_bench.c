@@ -268,7 +268,7 @@ static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int
     struct dsv4_seq_state     st;
     struct dsv4_spec_undo     u;
     float *lg = malloc(sizeof(float) * (size_t)c->vocab_size * (size_t)(K + 1));
-    int    rc = lg ? dsv4_seq_state_init(&st, c, ctx + K + 2, m->row_fmt, true, &kvmem, err)
+    int    rc = lg ? dsv4_seq_state_init(&st, &c->kv, ctx + K + 2, m->row_fmt, true, &kvmem, err)
                    : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     if (rc) {
         free(lg);
@@ -417,7 +417,7 @@ static bool alloc_run(struct bench_run *R, int max_b, int max_ctx, int ctx_cap, 
     if (dsv4_step_init(&R->S, R->m, chunk > max_b ? chunk : max_b, ctx_cap, err)) return false;
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(R->m);
     for (int b = 0; b < max_b; b++)
-        if (dsv4_seq_state_init(&R->sts[b], c, ctx_cap, R->m->row_fmt, false, &kvmem, err)) return false;
+        if (dsv4_seq_state_init(&R->sts[b], &c->kv, ctx_cap, R->m->row_fmt, false, &kvmem, err)) return false;
     unsigned long long seed = 12345;
     for (int i = 0; i < max_ctx; i++) {
         seed       = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -430,7 +430,7 @@ static bool alloc_run(struct bench_run *R, int max_b, int max_ctx, int ctx_cap, 
 static int prefill(struct bench_run *R, int ctx, struct dsv4_err *err)
 {
     int chunk = R->o->chunk;
-    dsv4_seq_state_reset(&R->sts[0], R->c);
+    dsv4_seq_state_reset(&R->sts[0], &R->c->kv);
     for (int off = 0; off < ctx; off += chunk) {
         int n     = ctx - off < chunk ? ctx - off : chunk;
         R->fs[0]  = (struct dsv4_fwd_seq){ .st = &R->sts[0], .tokens = R->toks + off, .n = n, .n_logits = 1, .logits = R->lg };

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gen.h"
+#include "support/gen.h"
 
 static const char GEN_SYNOPSIS[] = "usage: dsv4 gen --preset tiny-a|tiny-b|flash-shaped -o DIR [options]\n";
 

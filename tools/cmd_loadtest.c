@@ -36,7 +36,7 @@
 #include <jansson.h>
 
 #include "cli.h"
-#include "http_client.h"
+#include "support/http_client.h"
 #include "loadtest_shared.h"
 
 /* The mix --soak sets unless --kinds, --completions-share or --slow-clients say otherwise. */

@@ -60,8 +60,8 @@ export LDFLAGS="-L$LINKDIR"
 XMAKE=(make --no-print-directory -j"$JOBS" CC="$CROSS_CC" BUILD=build-aarch64 WERROR=1)
 if ! "${XMAKE[@]}" build-aarch64/dsv4 build-aarch64/run_tests; then
     # Without the target's libraries nothing links; every object must still compile.
-    echo "== link failed (target libraries missing?): compiling the library and tool objects only"
-    "${XMAKE[@]}" build-aarch64/libdsv4.a
+    echo "== link failed (target libraries missing?): compiling the library, support and tool objects only"
+    "${XMAKE[@]}" build-aarch64/libdsv4.a build-aarch64/libdsv4-support.a
     "${XMAKE[@]}" $(find tools -maxdepth 1 -name '*.c' | sed 's|^\(.*\)\.c$|build-aarch64/\1.o|')
     missing "objects built; no binaries to run"
 fi

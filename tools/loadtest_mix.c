@@ -49,39 +49,6 @@ enum { CONNECT_BACKOFF_MS = 100 };
  * the oversized one from its header keeps it until its own request timeout. */
 static const double BAD_TIMEOUT_S = 60;
 
-const char *const lt_class_name[LT_N_CLASS] = { "short", "medium", "long" };
-const char *const lt_kind_name[LT_N_KIND]   = { "stream", "plain", "disconnect", "bad", "slow" };
-const char *const lt_outcome_name[LT_N_OUT] = {
-    "done",     "client_cut", "server_cut",  "bad_4xx", "connect", "no_response",
-    "http_4xx", "http_5xx",   "http_other", "error_event", "no_done", "bad_body",
-};
-
-void lt_samples_add(struct lt_samples *s, double x)
-{
-    if (s->n == s->cap) {
-        size_t  cap = s->cap ? s->cap * 2 : 1024;
-        double *p   = realloc(s->v, cap * sizeof(double));
-        if (!p) return;
-        s->v   = p;
-        s->cap = cap;
-    }
-    s->v[s->n++] = x;
-}
-
-long lt_count_outcome(const struct lt_shared *sh, enum lt_outcome o)
-{
-    long n = 0;
-    for (int k = 0; k < LT_N_KIND; k++) n += sh->count[k][o];
-    return n;
-}
-
-long lt_count_kind(const struct lt_shared *sh, enum lt_kind k)
-{
-    long n = 0;
-    for (int o = 0; o < LT_N_OUT; o++) n += sh->count[k][o];
-    return n;
-}
-
 /* ------------------------------------------------------------------ requests */
 
 static const char *const WORDS[] = {

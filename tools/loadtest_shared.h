@@ -2,8 +2,11 @@
  * loadtest_shared.h - what the files of `dsv4 loadtest` share: the options, the counters
  * and latency samples every client thread adds to, and the entry points of
  * loadtest_mix.c (the client threads and the request kinds they send) and
- * loadtest_soak.c (the periodic reports, server RSS and KV metrics, the soak verdict).
- * cmd_loadtest.c parses the options, starts the threads and prints the summary.
+ * loadtest_soak.c (the periodic reports, server RSS and KV metrics, the soak verdict's
+ * lines), and what both read, in loadtest_common.c (names, counts, quarters); neither of
+ * the two calls the other. The latency samples and the verdict's rules are in
+ * tools/support/soak.h, where the test runner reaches them too. cmd_loadtest.c parses the
+ * options, starts the threads and prints the summary.
  *
  * Every request ends in exactly one outcome (enum lt_outcome), counted by request kind,
  * so the counts of a report always add up to the requests finished. Outcomes are of three
@@ -20,9 +23,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "http_client.h"
+#include "support/http_client.h"
+#include "support/soak.h"
 
-enum { LT_N_CLASS = 3, LT_N_QUARTER = 4 };
+enum { LT_N_CLASS = 3 };
 extern const char *const lt_class_name[LT_N_CLASS];
 
 /* What a request does. Slow senders run on threads of their own (--slow-clients); the
@@ -108,14 +112,6 @@ static inline double lt_rand_unit(unsigned long long *s)
     return (double)(lt_rand(s) >> 11) * 0x1.0p-53;
 }
 
-struct lt_samples {
-    double *v;
-    size_t  n, cap;
-};
-void   lt_samples_add(struct lt_samples *s, double x);
-/* Nearest-rank percentile in milliseconds (sorts the samples); NAN without samples. */
-double lt_samples_pct_ms(struct lt_samples *s, double p);
-
 struct lt_shared {
     const struct lt_opts *o;
     char                  model[256];
@@ -143,7 +139,8 @@ struct lt_thread {
 };
 void *lt_client_main(void *arg);
 
-/* The quarter of --duration time t falls in (after the end: the last), -1 with --requests. */
+/* loadtest_common.c: the quarter of --duration time t falls in (after the end: the last),
+ * -1 with --requests. */
 int  lt_quarter(const struct lt_shared *sh, double t);
 /* Sums over kinds and outcomes (call with mu held or after the threads ended). */
 long lt_count_outcome(const struct lt_shared *sh, enum lt_outcome o);

@@ -12,16 +12,9 @@
  *   errors=0 lost=0 done=198 client_cut=29 ... (every outcome of loadtest_shared.h)
  * A value that could not be measured (no server PID, no /metrics, no samples) reads "-".
  *
- * The soak verdict (--soak, which needs --duration: the run is cut into quarters by time):
- *   rss   the largest RSS sampled in the last quarter must not exceed the largest in the
- *         first quarter by more than RSS_GROWTH_SHARE + RSS_GROWTH_MIB (see there), and
- *         the server process must not disappear;
- *   lost  no accepted request lost (loadtest_shared.h: a 200 stream without [DONE] and
- *         without an error event, or a 200 body cut short or not JSON; the client's own
- *         cuts excluded);
- *   itl   P99 inter-token latency of the last quarter at most ITL_DRIFT above the first
- *         quarter's;
- *   and at least one request completed.
+ * The soak verdict (--soak, which needs --duration: the run is cut into quarters by time)
+ * is tools/support/soak.c's soak_judge over the RSS maxima and ITL samples per quarter and
+ * the outcome counts; this file gathers them and prints one line per rule and the verdict.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,45 +24,6 @@
 
 #include "cli.h"
 #include "loadtest_shared.h"
-
-/*
- * The RSS rule's margin. The first quarter is the warm-up: the weights are mapped and the
- * KV pool is allocated and touched at start-up, but weight pages become resident as they
- * are first read, and glibc gives threads that allocate arenas of their own which grow to
- * their working size. After that a server without leaks keeps a flat RSS; what still
- * moves is allocator noise: fragmentation, which scales with the heap (the 5%), and a few
- * arenas or thread stacks touched late, whatever the heap's size (the 8 MiB). Over a
- * 15-minute run at the demo model's rate that still catches a leak of a few KiB per
- * request or ~100 bytes per generated token.
- */
-static const double RSS_GROWTH_SHARE = 0.05;
-static const double RSS_GROWTH_MIB   = 8;
-/* The ITL rule: P99 of the last quarter may be up to 20% above the first quarter's. */
-static const double ITL_DRIFT = 0.20;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double lt_samples_pct_ms(struct lt_samples *s, double p)
-{
-    if (!s->n) return NAN;
-    qsort(s->v, s->n, sizeof(double), cmp_double);
-    size_t k = (size_t)ceil(p / 100.0 * (double)s->n);
-    if (k < 1) k = 1;
-    return s->v[k - 1] * 1e3;
-}
-
-int lt_quarter(const struct lt_shared *sh, double t)
-{
-    const struct lt_opts *o = sh->o;
-    if (o->requests > 0) return -1;
-    double f = (t - sh->t_start) / o->duration_s;
-    int    q = (int)(f * LT_N_QUARTER);
-    return q < 0 ? 0 : q >= LT_N_QUARTER ? LT_N_QUARTER - 1 : q;
-}
 
 /* ------------------------------------------------------------------ measurements */
 
@@ -97,8 +51,7 @@ static void sample_rss(struct lt_shared *sh, struct lt_watch *w, double now)
         return;
     }
     w->rss_kib = kib;
-    int q      = lt_quarter(sh, now);
-    if (q >= 0 && kib > w->rss_max_kib[q]) w->rss_max_kib[q] = kib;
+    soak_rss_sample(w->rss_max_kib, lt_quarter(sh, now), kib);
 }
 
 /* The value of an unlabelled sample `name VALUE` in Prometheus text; NAN if absent. */
@@ -215,61 +168,44 @@ void lt_watch_final(struct lt_shared *sh, struct lt_watch *w)
 
 /* ------------------------------------------------------------------ verdict */
 
-/* Appends why to the comma-separated list of failed rules. */
-static void failed(char *reasons, size_t cap, const char *why)
-{
-    size_t n = strlen(reasons);
-    snprintf(reasons + n, cap - n, "%s%s", n ? ", " : "", why);
-}
-
 bool lt_soak_verdict(struct lt_shared *sh, const struct lt_watch *w)
 {
-    const struct lt_opts *o = sh->o;
-    char                  reasons[256] = "";
+    const struct lt_opts *o  = sh->o;
+    struct soak_input     in = {
+            .rss_checked = o->server_pid > 0,
+            .rss_gone    = w->rss_gone,
+            .itl_first   = &sh->q_itl[0],
+            .itl_last    = &sh->q_itl[LT_N_QUARTER - 1],
+            .no_done     = lt_count_outcome(sh, LT_OUT_NO_DONE),
+            .bad_body    = lt_count_outcome(sh, LT_OUT_BAD_BODY),
+            .done        = lt_count_outcome(sh, LT_OUT_DONE),
+    };
+    memcpy(in.rss_max_kib, w->rss_max_kib, sizeof(in.rss_max_kib));
+    struct soak_result r;
+    soak_judge(&in, &r);
 
-    long first = w->rss_max_kib[0], last = w->rss_max_kib[LT_N_QUARTER - 1];
-    if (o->server_pid <= 0) {
-        printf("soak rss: not checked (no --server-pid)\n");
-    } else if (w->rss_gone) {
-        printf("soak rss: FAIL: the server process %d is gone\n", o->server_pid);
-        failed(reasons, sizeof(reasons), "server gone");
-    } else if (first < 0 || last < 0) {
-        printf("soak rss: FAIL: no RSS sample in the first or the last quarter\n");
-        failed(reasons, sizeof(reasons), "rss not measured");
-    } else {
-        double limit = (double)first / 1024 * (1 + RSS_GROWTH_SHARE) + RSS_GROWTH_MIB;
-        bool   ok    = (double)last / 1024 <= limit;
+    switch (r.rss) {
+    case SOAK_RSS_UNCHECKED: printf("soak rss: not checked (no --server-pid)\n"); break;
+    case SOAK_RSS_GONE: printf("soak rss: FAIL: the server process %d is gone\n", o->server_pid); break;
+    case SOAK_RSS_UNMEASURED: printf("soak rss: FAIL: no RSS sample in the first or the last quarter\n"); break;
+    case SOAK_RSS_OK:
+    case SOAK_RSS_GREW:
         printf("soak rss: max %.1f MiB in the first quarter, %.1f MiB in the last, limit %.1f MiB (+%.0f%% +%.0f MiB): "
                "%s\n",
-               (double)first / 1024, (double)last / 1024, limit, RSS_GROWTH_SHARE * 100, RSS_GROWTH_MIB,
-               ok ? "ok" : "FAIL");
-        if (!ok) failed(reasons, sizeof(reasons), "rss grew");
+               r.rss_first_mib, r.rss_last_mib, r.rss_limit_mib, r.rss_share * 100, r.rss_mib,
+               r.rss == SOAK_RSS_OK ? "ok" : "FAIL");
+        break;
     }
-
-    long no_done = lt_count_outcome(sh, LT_OUT_NO_DONE), bad_body = lt_count_outcome(sh, LT_OUT_BAD_BODY);
     printf("soak lost: %ld accepted requests lost (%ld streams without [DONE], %ld bodies cut or not JSON): %s\n",
-           no_done + bad_body, no_done, bad_body, no_done + bad_body ? "FAIL" : "ok");
-    if (no_done + bad_body) failed(reasons, sizeof(reasons), "lost requests");
-
-    struct lt_samples q0 = sh->q_itl[0], q3 = sh->q_itl[LT_N_QUARTER - 1];
-    double            p0 = lt_samples_pct_ms(&q0, 99), p3 = lt_samples_pct_ms(&q3, 99);
-    if (isnan(p0) || isnan(p3)) {
+           r.lost, in.no_done, in.bad_body, r.lost ? "FAIL" : "ok");
+    if (!r.itl_measured)
         printf("soak itl: FAIL: no inter-token samples in the first or the last quarter\n");
-        failed(reasons, sizeof(reasons), "itl not measured");
-    } else {
-        double limit = p0 * (1 + ITL_DRIFT);
-        bool   ok    = p3 <= limit;
-        printf("soak itl: p99 %.1f ms in the first quarter, %.1f ms in the last, limit %.1f ms (+%.0f%%): %s\n", p0, p3,
-               limit, ITL_DRIFT * 100, ok ? "ok" : "FAIL");
-        if (!ok) failed(reasons, sizeof(reasons), "itl p99 drifted");
-    }
-
-    if (lt_count_outcome(sh, LT_OUT_DONE) == 0) {
-        printf("soak done: FAIL: no request completed\n");
-        failed(reasons, sizeof(reasons), "nothing completed");
-    }
-    if (reasons[0]) printf("soak: FAIL (%s)\n", reasons);
-    else printf("soak: PASS\n");
+    else
+        printf("soak itl: p99 %.1f ms in the first quarter, %.1f ms in the last, limit %.1f ms (+%.0f%%): %s\n",
+               r.itl_first_ms, r.itl_last_ms, r.itl_limit_ms, r.itl_drift * 100, r.itl_ok ? "ok" : "FAIL");
+    if (!r.done_ok) printf("soak done: FAIL: no request completed\n");
+    if (r.pass) printf("soak: PASS\n");
+    else printf("soak: FAIL (%s)\n", r.reasons);
     fflush(stdout);
-    return !reasons[0];
+    return r.pass;
 }

@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-struct dsv4_config; /* model/model.h: the widths the state is laid out by */
+#include "kv/kv_dims.h"
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
 
@@ -109,23 +109,23 @@ struct dsv4_seq_state {
 /* ------------------------------------------------------------------ sizes */
 
 /* Bytes of one slot, one page and one snapshot for this model (64-byte aligned parts). */
-size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp);
-size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, int page_tokens);
-size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp);
-/* True when page_tokens is a power of two that every compression ratio of cfg divides. */
-bool   dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens);
+size_t dsv4_kv_slot_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, bool mtp);
+size_t dsv4_kv_page_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, int page_tokens);
+size_t dsv4_kv_snap_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, bool mtp);
+/* True when page_tokens is a power of two that every compression ratio of dims divides. */
+bool   dsv4_kv_page_tokens_ok(const struct dsv4_kv_dims *dims, int page_tokens);
 
 /* ------------------------------------------------------------------ sessions (private pages) */
 
 /* Bytes one session sequence needs (the figure behind the public memory estimate). */
-size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp);
+size_t dsv4_seq_state_bytes(const struct dsv4_kv_dims *dims, int max_ctx, enum dsv4_row_fmt fmt, bool mtp);
 /* One allocation holding the slot and every page of the context, zero-filled on purpose so
  * that page faults happen here and not in the token loop; all pages mapped. */
-int    dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
+int    dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims, int max_ctx,
                            enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, struct dsv4_err *err);
 void   dsv4_seq_state_free(struct dsv4_seq_state *st);
 /* Back to position 0: compressor frontiers to (value 0, gate -inf). Pages stay mapped. */
-void   dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg);
+void   dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims);
 /* Copies the whole state of src into dst (both from dsv4_seq_state_init, same parameters). */
 void   dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state *src);
 
@@ -133,7 +133,7 @@ void   dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_sta
 
 /* Points st at a slot of dsv4_kv_slot_bytes() bytes (caller-owned) with an empty page table
  * of ceil(max_ctx / page_tokens) entries; allocates only the table (start-up). */
-int  dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
+int  dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims, int max_ctx, int page_tokens,
                          enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, void *slot,
                          struct dsv4_err *err);
 void dsv4_seq_state_unbind(struct dsv4_seq_state *st);

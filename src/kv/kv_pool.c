@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "kv/kv_pool.h"
-#include "model/model.h"
 
 static const uint64_t CHAIN_SEED = 0x6a09e667f3bcc908ull;
 
@@ -28,10 +27,10 @@ static size_t a64(size_t v)
 
 /* ------------------------------------------------------------------ plan and allocation */
 
-static size_t table_bytes(const struct dsv4_config *cfg, const struct dsv4_kv_pool_params *p, int pages_per_seq,
+static size_t table_bytes(const struct dsv4_kv_dims *dims, const struct dsv4_kv_pool_params *p, int pages_per_seq,
                           int n_bucket)
 {
-    size_t per_slot = sizeof(struct dsv4_seq_state) + sizeof(struct dsv4_layer_state) * (size_t)(cfg->n_layer + 1) +
+    size_t per_slot = sizeof(struct dsv4_seq_state) + sizeof(struct dsv4_layer_state) * (size_t)(dims->n_layer + 1) +
                       (sizeof(uint8_t *) + sizeof(int32_t)) * (size_t)pages_per_seq + 16;
     size_t per_page = 3 * sizeof(int32_t);
     size_t per_node = sizeof(struct dsv4_pc_node) + sizeof(int32_t) * (size_t)p->page_tokens;
@@ -46,14 +45,14 @@ static int bucket_count(int n_snapshots)
     return n;
 }
 
-int dsv4_kv_pool_plan(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, const struct dsv4_kv_pool_params *p,
+int dsv4_kv_pool_plan(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, const struct dsv4_kv_pool_params *p,
                       struct dsv4_kv_plan *plan, struct dsv4_err *err)
 {
     memset(plan, 0, sizeof(*plan));
     if (p->max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length %d must be at least 1", p->max_ctx);
     if (p->max_seqs < 1 || p->max_seqs > (1 << 16))
         return dsv4_err_set(err, DSV4_EINVAL, "sequence count %d outside [1, 65536]", p->max_seqs);
-    if (!dsv4_kv_page_tokens_ok(cfg, p->page_tokens))
+    if (!dsv4_kv_page_tokens_ok(dims, p->page_tokens))
         return dsv4_err_set(err, DSV4_EINVAL, "page size %d is not a power of two that every compression ratio divides",
                             p->page_tokens);
     if (p->n_pages < 1 || p->n_pages > (1 << 28))
@@ -61,13 +60,13 @@ int dsv4_kv_pool_plan(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, cons
     if (p->n_snapshots < 0 || p->n_snapshots > (1 << 24))
         return dsv4_err_set(err, DSV4_EINVAL, "prefix-cache entry count %d outside [0, 2^24]", p->n_snapshots);
     int pps          = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
-    plan->slot_bytes = dsv4_kv_slot_bytes(cfg, fmt, p->mtp);
-    plan->page_bytes = dsv4_kv_page_bytes(cfg, fmt, p->page_tokens);
-    plan->snap_bytes = dsv4_kv_snap_bytes(cfg, fmt, p->mtp);
+    plan->slot_bytes = dsv4_kv_slot_bytes(dims, fmt, p->mtp);
+    plan->page_bytes = dsv4_kv_page_bytes(dims, fmt, p->page_tokens);
+    plan->snap_bytes = dsv4_kv_snap_bytes(dims, fmt, p->mtp);
     plan->slots      = plan->slot_bytes * (size_t)p->max_seqs;
     plan->pages      = plan->page_bytes * (size_t)p->n_pages;
     plan->snapshots  = plan->snap_bytes * (size_t)p->n_snapshots;
-    plan->tables     = table_bytes(cfg, p, pps, bucket_count(p->n_snapshots));
+    plan->tables     = table_bytes(dims, p, pps, bucket_count(p->n_snapshots));
     plan->total      = plan->slots + plan->pages + plan->snapshots + plan->tables;
     return DSV4_OK;
 }
@@ -82,15 +81,15 @@ static void *zalloc(size_t bytes)
     return p;
 }
 
-int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, enum dsv4_row_fmt fmt,
+int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt,
                       const struct dsv4_kv_pool_params *p, const struct dsv4_kv_mem *mem, struct dsv4_err *err)
 {
     memset(pool, 0, sizeof(*pool));
     if (mem) pool->kvmem = *mem;
-    int rc = dsv4_kv_pool_plan(cfg, fmt, p, &pool->plan, err);
+    int rc = dsv4_kv_pool_plan(dims, fmt, p, &pool->plan, err);
     if (rc) return rc;
     pool->p             = *p;
-    pool->cfg           = cfg;
+    pool->dims          = dims;
     pool->fmt           = fmt;
     pool->pages_per_seq = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
     pool->n_bucket      = bucket_count(p->n_snapshots);
@@ -119,7 +118,7 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, 
                             (double)pool->plan.total / 1048576.0);
     }
     for (size_t i = 0; i < ns; i++) {
-        rc = dsv4_seq_state_bind(&pool->seq[i], cfg, p->max_ctx, p->page_tokens, fmt, p->mtp, &pool->kvmem,
+        rc = dsv4_seq_state_bind(&pool->seq[i], dims, p->max_ctx, p->page_tokens, fmt, p->mtp, &pool->kvmem,
                                  pool->slot_mem + i * pool->plan.slot_bytes, err);
         if (rc) {
             dsv4_kv_pool_free(pool);
@@ -291,7 +290,7 @@ int dsv4_kv_slot_acquire(struct dsv4_kv_pool *pool)
     pool->slot_node[slot]   = -1;
     pool->slot_depth[slot]  = 0;
     pool->slot_pc_off[slot] = pool->p.n_snapshots == 0;
-    dsv4_seq_state_reset(&pool->seq[slot], pool->cfg);
+    dsv4_seq_state_reset(&pool->seq[slot], pool->dims);
     return slot;
 }
 

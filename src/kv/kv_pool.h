@@ -68,7 +68,7 @@ struct dsv4_pc_node {
 struct dsv4_kv_pool {
     struct dsv4_kv_pool_params p;
     struct dsv4_kv_plan        plan;
-    const struct dsv4_config  *cfg;
+    const struct dsv4_kv_dims *dims;     /* the model's (cfg.kv), outlives the pool */
     enum dsv4_row_fmt          fmt;
     int                        pages_per_seq;
     struct dsv4_kv_mem         kvmem;     /* where slots, pages and snapshots live */
@@ -99,10 +99,10 @@ struct dsv4_kv_pool {
 };
 
 /* The plan (sizes) for these parameters; DSV4_EINVAL names a bad parameter. */
-int  dsv4_kv_pool_plan(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, const struct dsv4_kv_pool_params *p,
+int  dsv4_kv_pool_plan(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, const struct dsv4_kv_pool_params *p,
                        struct dsv4_kv_plan *plan, struct dsv4_err *err);
 /* Allocates and zero-fills everything (pages touched now, not while serving). */
-int  dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_config *cfg, enum dsv4_row_fmt fmt,
+int  dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt,
                        const struct dsv4_kv_pool_params *p, const struct dsv4_kv_mem *mem, struct dsv4_err *err);
 void dsv4_kv_pool_free(struct dsv4_kv_pool *pool);
 void dsv4_kv_pool_counters(const struct dsv4_kv_pool *pool, struct dsv4_kv_counters *c);

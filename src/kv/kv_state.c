@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "kv/kv.h"
-#include "model/model.h"
 
 static size_t align64(size_t v)
 {
@@ -22,7 +21,7 @@ struct kv_sizes {
     size_t slot, page, snap;
 };
 
-static int n_states_of(const struct dsv4_config *c, bool mtp)
+static int n_states_of(const struct dsv4_kv_dims *c, bool mtp)
 {
     return c->n_layer + (mtp ? 1 : 0);
 }
@@ -38,7 +37,7 @@ static size_t frontier_floats(int ratio, int d)
  * Walks the layout once. With st != NULL it also points st's layers into `slot` and records
  * the page offsets; otherwise it only measures.
  */
-static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, int page_tokens,
+static void walk(const struct dsv4_kv_dims *c, enum dsv4_row_fmt fmt, bool mtp, int page_tokens,
                  struct dsv4_seq_state *st, uint8_t *slot, struct kv_sizes *sz)
 {
     size_t rb = (size_t)dsv4_row_bytes(fmt, c->d_head, c->d_rope), ib = (size_t)dsv4_idx_key_bytes(c->d_idx_head);
@@ -82,32 +81,32 @@ static void walk(const struct dsv4_config *c, enum dsv4_row_fmt fmt, bool mtp, i
     }
 }
 
-size_t dsv4_kv_slot_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp)
+size_t dsv4_kv_slot_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, bool mtp)
 {
     struct kv_sizes sz;
-    walk(cfg, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
+    walk(dims, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
     return sz.slot;
 }
 
-size_t dsv4_kv_page_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, int page_tokens)
+size_t dsv4_kv_page_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, int page_tokens)
 {
     struct kv_sizes sz;
-    walk(cfg, fmt, false, page_tokens, NULL, NULL, &sz);
+    walk(dims, fmt, false, page_tokens, NULL, NULL, &sz);
     return sz.page;
 }
 
-size_t dsv4_kv_snap_bytes(const struct dsv4_config *cfg, enum dsv4_row_fmt fmt, bool mtp)
+size_t dsv4_kv_snap_bytes(const struct dsv4_kv_dims *dims, enum dsv4_row_fmt fmt, bool mtp)
 {
     struct kv_sizes sz;
-    walk(cfg, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
+    walk(dims, fmt, mtp, DSV4_KV_PAGE_TOKENS, NULL, NULL, &sz);
     return sz.snap;
 }
 
-bool dsv4_kv_page_tokens_ok(const struct dsv4_config *cfg, int page_tokens)
+bool dsv4_kv_page_tokens_ok(const struct dsv4_kv_dims *dims, int page_tokens)
 {
     if (page_tokens < 4 || page_tokens > (1 << 20) || (page_tokens & (page_tokens - 1))) return false;
-    for (int il = 0; il < cfg->n_layer + cfg->n_mtp; il++)
-        if (cfg->ratio[il] && page_tokens % cfg->ratio[il]) return false;
+    for (int il = 0; il < dims->n_layer + dims->n_mtp; il++)
+        if (dims->ratio[il] && page_tokens % dims->ratio[il]) return false;
     return true;
 }
 
@@ -149,17 +148,17 @@ static void kv_fill(const struct dsv4_kv_mem *m, float *dst, float v, size_t n)
 
 /* ------------------------------------------------------------------ binding */
 
-int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx, int page_tokens,
+int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims, int max_ctx, int page_tokens,
                         enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *mem, void *slot,
                         struct dsv4_err *err)
 {
     memset(st, 0, sizeof(*st));
     if (mem) st->kvmem = *mem;
     if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
-    if (!dsv4_kv_page_tokens_ok(cfg, page_tokens))
+    if (!dsv4_kv_page_tokens_ok(dims, page_tokens))
         return dsv4_err_set(err, DSV4_EINVAL,
                             "page size %d is not a power of two that every compression ratio divides", page_tokens);
-    int    n       = n_states_of(cfg, mtp);
+    int    n       = n_states_of(dims, mtp);
     int    n_pages = (max_ctx + page_tokens - 1) / page_tokens;
     size_t lb      = align64(sizeof(struct dsv4_layer_state) * (size_t)n);
     uint8_t *meta  = calloc(1, lb + sizeof(int32_t) * (size_t)n_pages);
@@ -172,18 +171,18 @@ int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_config *cfg
     st->page_tokens = page_tokens;
     st->max_ctx     = max_ctx;
     st->fmt         = fmt;
-    st->row_bytes   = dsv4_row_bytes(fmt, cfg->d_head, cfg->d_rope);
-    st->idx_bytes   = dsv4_idx_key_bytes(cfg->d_idx_head);
-    st->window      = cfg->window;
-    st->ring_rows   = cfg->window + DSV4_SPEC_MAX_DRAFT;
-    st->d_head      = cfg->d_head;
-    st->d_idx_head  = cfg->d_idx_head;
+    st->row_bytes   = dsv4_row_bytes(fmt, dims->d_head, dims->d_rope);
+    st->idx_bytes   = dsv4_idx_key_bytes(dims->d_idx_head);
+    st->window      = dims->window;
+    st->ring_rows   = dims->window + DSV4_SPEC_MAX_DRAFT;
+    st->d_head      = dims->d_head;
+    st->d_idx_head  = dims->d_idx_head;
     st->n_states    = n;
     st->has_mtp     = mtp;
-    st->mtp_floats  = cfg->hc * cfg->d_model;
+    st->mtp_floats  = dims->hc * dims->d_model;
     struct kv_sizes sz;
-    walk(cfg, fmt, mtp, page_tokens, st, slot, &sz);
-    dsv4_seq_state_reset(st, cfg);
+    walk(dims, fmt, mtp, page_tokens, st, slot, &sz);
+    dsv4_seq_state_reset(st, dims);
     return DSV4_OK;
 }
 
@@ -195,35 +194,35 @@ void dsv4_seq_state_unbind(struct dsv4_seq_state *st)
 
 /* ------------------------------------------------------------------ sessions */
 
-static size_t session_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
+static size_t session_bytes(const struct dsv4_kv_dims *dims, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
 {
     size_t n_pages = (size_t)(max_ctx + DSV4_KV_PAGE_TOKENS - 1) / DSV4_KV_PAGE_TOKENS;
-    return dsv4_kv_slot_bytes(cfg, fmt, mtp) + n_pages * dsv4_kv_page_bytes(cfg, fmt, DSV4_KV_PAGE_TOKENS);
+    return dsv4_kv_slot_bytes(dims, fmt, mtp) + n_pages * dsv4_kv_page_bytes(dims, fmt, DSV4_KV_PAGE_TOKENS);
 }
 
-size_t dsv4_seq_state_bytes(const struct dsv4_config *cfg, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
+size_t dsv4_seq_state_bytes(const struct dsv4_kv_dims *dims, int max_ctx, enum dsv4_row_fmt fmt, bool mtp)
 {
     size_t n_pages = (size_t)(max_ctx + DSV4_KV_PAGE_TOKENS - 1) / DSV4_KV_PAGE_TOKENS;
-    return session_bytes(cfg, max_ctx, fmt, mtp) + sizeof(int32_t) * n_pages +
-           sizeof(struct dsv4_layer_state) * (size_t)n_states_of(cfg, mtp);
+    return session_bytes(dims, max_ctx, fmt, mtp) + sizeof(int32_t) * n_pages +
+           sizeof(struct dsv4_layer_state) * (size_t)n_states_of(dims, mtp);
 }
 
-int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_config *cfg, int max_ctx,
+int dsv4_seq_state_init(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims, int max_ctx,
                         enum dsv4_row_fmt fmt, bool mtp, const struct dsv4_kv_mem *kvmem, struct dsv4_err *err)
 {
     memset(st, 0, sizeof(*st));
     if (max_ctx < 1) return dsv4_err_set(err, DSV4_EINVAL, "context length must be at least 1 (got %d)", max_ctx);
-    size_t bytes = session_bytes(cfg, max_ctx, fmt, mtp);
+    size_t bytes = session_bytes(dims, max_ctx, fmt, mtp);
     void  *mem   = dsv4_kv_mem_alloc(kvmem, bytes);
     if (!mem)
         return dsv4_err_set(err, DSV4_ENOMEM, "cannot allocate %.1f MiB of KV state for a %d-token context",
                             (double)bytes / 1048576.0, max_ctx);
-    int rc = dsv4_seq_state_bind(st, cfg, max_ctx, DSV4_KV_PAGE_TOKENS, fmt, mtp, kvmem, mem, err);
+    int rc = dsv4_seq_state_bind(st, dims, max_ctx, DSV4_KV_PAGE_TOKENS, fmt, mtp, kvmem, mem, err);
     if (rc) {
         dsv4_kv_mem_free(kvmem, mem, bytes);
         return rc;
     }
-    size_t slot = dsv4_kv_slot_bytes(cfg, fmt, mtp), page = dsv4_kv_page_bytes(cfg, fmt, DSV4_KV_PAGE_TOKENS);
+    size_t slot = dsv4_kv_slot_bytes(dims, fmt, mtp), page = dsv4_kv_page_bytes(dims, fmt, DSV4_KV_PAGE_TOKENS);
     st->page_base  = (uint8_t *)mem + slot;
     st->page_bytes = page;
     for (int k = 0; k < st->n_pages; k++) st->page[k] = k;
@@ -253,15 +252,15 @@ static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, in
     kv_fill(m, sc, -INFINITY, n);
 }
 
-void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_config *cfg)
+void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_kv_dims *dims)
 {
     st->pos     = 0;
     st->mtp_pos = 0;
     for (int il = 0; il < st->n_states; il++) {
         struct dsv4_layer_state *ls = &st->layers[il];
         if (!ls->ratio) continue;
-        reset_frontier(&st->kvmem, ls->ckv, ls->csc, ls->ratio, cfg->d_head);
-        if (ls->ratio == 4) reset_frontier(&st->kvmem, ls->ikv, ls->isc, ls->ratio, cfg->d_idx_head);
+        reset_frontier(&st->kvmem, ls->ckv, ls->csc, ls->ratio, dims->d_head);
+        if (ls->ratio == 4) reset_frontier(&st->kvmem, ls->ikv, ls->isc, ls->ratio, dims->d_idx_head);
     }
 }
 

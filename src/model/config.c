@@ -144,6 +144,21 @@ static void parse_quant(struct cfg_parse *p, struct dsv4_config *c)
     if (ed && !c->fp8) bad(p, "expert_dtype", "needs quantization_config (fp8 activations)");
 }
 
+/* The KV layer's copy of the widths it lays the state out by (kv/kv_dims.h). */
+static void fill_kv_dims(struct dsv4_config *c)
+{
+    struct dsv4_kv_dims *d = &c->kv;
+    d->n_layer    = c->n_layer;
+    d->n_mtp      = c->n_mtp;
+    d->window     = c->window;
+    d->d_model    = c->d_model;
+    d->hc         = c->hc;
+    d->d_head     = c->d_head;
+    d->d_rope     = c->d_rope;
+    d->d_idx_head = c->d_idx_head;
+    memcpy(d->ratio, c->ratio, sizeof(d->ratio));
+}
+
 static void parse_rope(struct cfg_parse *p, struct dsv4_config *c)
 {
     c->rope_theta          = get_float(p, p->root, "rope_theta", true, 0, 1, 1e12);
@@ -173,6 +188,123 @@ static void parse_rope(struct cfg_parse *p, struct dsv4_config *c)
     }
 }
 
+/* The integer and real fields; *n_kv: num_key_value_heads (checked with the shapes). */
+static void parse_dims(struct cfg_parse *p, struct dsv4_config *c, int *n_kv)
+{
+    json_t   *root = p->root;
+    const int BIG  = 1 << 24;
+    c->vocab_size   = get_int(p, root, "vocab_size", true, 0, 1, 1 << 22);
+    c->d_model      = get_int(p, root, "hidden_size", true, 0, 1, 1 << 16);
+    c->n_layer      = get_int(p, root, "num_hidden_layers", true, 0, 1, DSV4_MAX_LAYERS - 2);
+    c->n_head       = get_int(p, root, "num_attention_heads", true, 0, 1, 1024);
+    *n_kv           = get_int(p, root, "num_key_value_heads", false, 1, 1, 1024);
+    c->d_head       = get_int(p, root, "head_dim", true, 0, 2, 4096);
+    c->d_rope       = get_int(p, root, "qk_rope_head_dim", true, 0, 2, 4096);
+    c->q_lora_rank  = get_int(p, root, "q_lora_rank", true, 0, 1, 1 << 16);
+    c->o_lora_rank  = get_int(p, root, "o_lora_rank", true, 0, 1, 1 << 16);
+    c->o_groups     = get_int(p, root, "o_groups", true, 0, 1, 1024);
+    c->window       = get_int(p, root, "sliding_window", true, 0, 1, 1 << 16);
+    c->max_ctx      = get_int(p, root, "max_position_embeddings", true, 0, 1, 1 << 30);
+    c->n_idx_head   = get_int(p, root, "index_n_heads", true, 0, 1, 1024);
+    c->d_idx_head   = get_int(p, root, "index_head_dim", true, 0, 1, 4096);
+    c->idx_topk     = get_int(p, root, "index_topk", true, 0, 1, BIG);
+    c->n_exp        = get_int(p, root, "n_routed_experts", true, 0, 1, 4096);
+    c->n_exp_shared = get_int(p, root, "n_shared_experts", true, 0, 1, 1);
+    c->n_exp_used   = get_int(p, root, "num_experts_per_tok", true, 0, 1, 64);
+    c->d_ff_exp     = get_int(p, root, "moe_intermediate_size", true, 0, 1, 1 << 18);
+    c->n_hash_layer = get_int(p, root, "num_hash_layers", false, 0, 0, DSV4_MAX_LAYERS);
+    c->route_scale  = get_double(p, root, "routed_scaling_factor", true, 1, 0, 1e6);
+    c->swiglu_limit = get_double(p, root, "swiglu_limit", false, 0, 0, 1e9);
+    c->hc           = get_int(p, root, "hc_mult", true, 0, 1, DSV4_MAX_HC);
+    c->hc_sinkhorn_iters = get_int(p, root, "hc_sinkhorn_iters", true, 0, 1, 1000);
+    c->hc_eps       = get_double(p, root, "hc_eps", true, 0, 0, 1);
+    c->norm_eps     = get_double(p, root, "rms_norm_eps", true, 0, 0, 1);
+    c->n_mtp        = get_int(p, root, "num_nextn_predict_layers", false, 0, 0, 1);
+    c->bos_id       = get_int(p, root, "bos_token_id", false, 0, 0, 1 << 22);
+    c->eos_id       = get_int(p, root, "eos_token_id", false, 1, 0, 1 << 22);
+}
+
+/* The fields whose only accepted value is DeepSeek-V4's (routing, activation, no tying). */
+static void check_fixed(struct cfg_parse *p)
+{
+    json_t     *root = p->root;
+    const char *sf   = get_str(p, root, "scoring_func", true);
+    if (sf && strcmp(sf, "sqrtsoftplus") != 0) bad(p, "scoring_func", "must be \"sqrtsoftplus\"");
+    const char *tm = get_str(p, root, "topk_method", false);
+    if (tm && strcmp(tm, "noaux_tc") != 0) bad(p, "topk_method", "must be \"noaux_tc\"");
+    json_t *ntp = json_object_get(root, "norm_topk_prob");
+    if (ntp && json_is_false(ntp)) bad(p, "norm_topk_prob", "must be true");
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (tie && json_is_true(tie)) bad(p, "tie_word_embeddings", "must be false");
+    const char *act = get_str(p, root, "hidden_act", false);
+    if (act && strcmp(act, "silu") != 0) bad(p, "hidden_act", "must be \"silu\"");
+    if (json_object_get(root, "n_group") && !json_is_null(json_object_get(root, "n_group")))
+        if (json_integer_value(json_object_get(root, "n_group")) > 1)
+            bad(p, "n_group", "group-limited routing is not part of DeepSeek-V4");
+    if (json_object_get(root, "first_k_dense_replace"))
+        if (json_integer_value(json_object_get(root, "first_k_dense_replace")) > 0)
+            bad(p, "first_k_dense_replace", "dense FFN layers are not part of DeepSeek-V4");
+}
+
+/* compress_ratios: one entry per layer and MTP layer, 0 (window only), 4 (CSA) or a power of
+ * two up to 256; MTP layers 0. */
+static void parse_ratios(struct cfg_parse *p, struct dsv4_config *c)
+{
+    json_t *cr   = json_object_get(p->root, "compress_ratios");
+    int     need = c->n_layer + c->n_mtp;
+    if (!json_is_array(cr)) {
+        bad(p, "compress_ratios", "is missing or not an array");
+        return;
+    }
+    if ((int)json_array_size(cr) < need || json_array_size(cr) > DSV4_MAX_LAYERS) {
+        char why[128];
+        snprintf(why, sizeof(why), "has %zu entries, needs at least %d (layers + MTP layers)",
+                 json_array_size(cr), need);
+        bad(p, "compress_ratios", why);
+        return;
+    }
+    for (int i = 0; i < need; i++) {
+        json_t *v = json_array_get(cr, (size_t)i);
+        int     r = json_is_integer(v) ? (int)json_integer_value(v) : -1;
+        if (!json_is_integer(v) || !(r == 0 || (is_pow2(r) && r >= 4 && r <= 256))) {
+            bad(p, "compress_ratios", "entries must be 0, 4 or a power of two up to 256");
+            return;
+        }
+        if (i >= c->n_layer && r != 0) {
+            bad(p, "compress_ratios", "entries of MTP layers must be 0 (sliding window)");
+            return;
+        }
+        c->ratio[i] = r;
+    }
+}
+
+/* The shapes the kernels and the FP8 activation blocks rely on. */
+static void check_shapes(struct cfg_parse *p, const struct dsv4_config *c, int n_kv)
+{
+    require(p, n_kv == 1, "num_key_value_heads", "must be 1 (one shared latent KV head)");
+    require(p, c->d_rope % 2 == 0 && c->d_rope < c->d_head, "qk_rope_head_dim",
+            "must be even and smaller than head_dim");
+    require(p, c->d_nope % 64 == 0, "head_dim", "minus qk_rope_head_dim must be a multiple of 64");
+    require(p, c->n_exp_used <= c->n_exp, "num_experts_per_tok", "must not exceed n_routed_experts");
+    require(p, c->n_hash_layer <= c->n_layer, "num_hash_layers", "must not exceed num_hidden_layers");
+    require(p, (c->n_head * c->d_head) % c->o_groups == 0, "o_groups",
+            "must divide num_attention_heads * head_dim");
+    require(p, c->n_head % c->o_groups == 0, "o_groups", "must divide num_attention_heads");
+    require(p, is_pow2(c->d_idx_head) && c->d_idx_head % 32 == 0 && c->d_idx_head > c->d_rope,
+            "index_head_dim", "must be a power of two, a multiple of 32 and larger than qk_rope_head_dim");
+    require(p, c->vocab_size > c->bos_id && c->vocab_size > c->eos_id, "vocab_size",
+            "must exceed bos_token_id and eos_token_id");
+    if (c->fp8) {
+        require(p, c->d_model % 128 == 0, "hidden_size", "must be a multiple of 128 (FP8 activation blocks)");
+        require(p, c->q_lora_rank % 128 == 0, "q_lora_rank", "must be a multiple of 128 (FP8 activation blocks)");
+        require(p, (c->o_groups * c->o_lora_rank) % 128 == 0, "o_lora_rank",
+                "times o_groups must be a multiple of 128 (FP8 activation blocks)");
+        require(p, (c->n_head * c->d_head / c->o_groups) % 128 == 0, "o_groups",
+                "must leave num_attention_heads * head_dim / o_groups a multiple of 128");
+        require(p, c->d_ff_exp % 128 == 0, "moe_intermediate_size", "must be a multiple of 128 (FP8 activation blocks)");
+    }
+}
+
 int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const char *what,
                       struct dsv4_err *err)
 {
@@ -192,107 +324,18 @@ int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const
         bad(&p, "model_type", "must be \"deepseek_v4\" (other models are not supported)");
         goto out;
     }
-    const int BIG = 1 << 24;
-    c->vocab_size   = get_int(&p, root, "vocab_size", true, 0, 1, 1 << 22);
-    c->d_model      = get_int(&p, root, "hidden_size", true, 0, 1, 1 << 16);
-    c->n_layer      = get_int(&p, root, "num_hidden_layers", true, 0, 1, DSV4_MAX_LAYERS - 2);
-    c->n_head       = get_int(&p, root, "num_attention_heads", true, 0, 1, 1024);
-    int n_kv        = get_int(&p, root, "num_key_value_heads", false, 1, 1, 1024);
-    c->d_head       = get_int(&p, root, "head_dim", true, 0, 2, 4096);
-    c->d_rope       = get_int(&p, root, "qk_rope_head_dim", true, 0, 2, 4096);
-    c->q_lora_rank  = get_int(&p, root, "q_lora_rank", true, 0, 1, 1 << 16);
-    c->o_lora_rank  = get_int(&p, root, "o_lora_rank", true, 0, 1, 1 << 16);
-    c->o_groups     = get_int(&p, root, "o_groups", true, 0, 1, 1024);
-    c->window       = get_int(&p, root, "sliding_window", true, 0, 1, 1 << 16);
-    c->max_ctx      = get_int(&p, root, "max_position_embeddings", true, 0, 1, 1 << 30);
-    c->n_idx_head   = get_int(&p, root, "index_n_heads", true, 0, 1, 1024);
-    c->d_idx_head   = get_int(&p, root, "index_head_dim", true, 0, 1, 4096);
-    c->idx_topk     = get_int(&p, root, "index_topk", true, 0, 1, BIG);
-    c->n_exp        = get_int(&p, root, "n_routed_experts", true, 0, 1, 4096);
-    c->n_exp_shared = get_int(&p, root, "n_shared_experts", true, 0, 1, 1);
-    c->n_exp_used   = get_int(&p, root, "num_experts_per_tok", true, 0, 1, 64);
-    c->d_ff_exp     = get_int(&p, root, "moe_intermediate_size", true, 0, 1, 1 << 18);
-    c->n_hash_layer = get_int(&p, root, "num_hash_layers", false, 0, 0, DSV4_MAX_LAYERS);
-    c->route_scale  = get_double(&p, root, "routed_scaling_factor", true, 1, 0, 1e6);
-    c->swiglu_limit = get_double(&p, root, "swiglu_limit", false, 0, 0, 1e9);
-    c->hc           = get_int(&p, root, "hc_mult", true, 0, 1, DSV4_MAX_HC);
-    c->hc_sinkhorn_iters = get_int(&p, root, "hc_sinkhorn_iters", true, 0, 1, 1000);
-    c->hc_eps       = get_double(&p, root, "hc_eps", true, 0, 0, 1);
-    c->norm_eps     = get_double(&p, root, "rms_norm_eps", true, 0, 0, 1);
-    c->n_mtp        = get_int(&p, root, "num_nextn_predict_layers", false, 0, 0, 1);
-    c->bos_id       = get_int(&p, root, "bos_token_id", false, 0, 0, 1 << 22);
-    c->eos_id       = get_int(&p, root, "eos_token_id", false, 1, 0, 1 << 22);
+    int n_kv;
+    parse_dims(&p, c, &n_kv);
     if (p.rc) goto out;
-    const char *sf = get_str(&p, root, "scoring_func", true);
-    if (sf && strcmp(sf, "sqrtsoftplus") != 0) bad(&p, "scoring_func", "must be \"sqrtsoftplus\"");
-    const char *tm = get_str(&p, root, "topk_method", false);
-    if (tm && strcmp(tm, "noaux_tc") != 0) bad(&p, "topk_method", "must be \"noaux_tc\"");
-    json_t *ntp = json_object_get(root, "norm_topk_prob");
-    if (ntp && json_is_false(ntp)) bad(&p, "norm_topk_prob", "must be true");
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    if (tie && json_is_true(tie)) bad(&p, "tie_word_embeddings", "must be false");
-    const char *act = get_str(&p, root, "hidden_act", false);
-    if (act && strcmp(act, "silu") != 0) bad(&p, "hidden_act", "must be \"silu\"");
-    if (json_object_get(root, "n_group") && !json_is_null(json_object_get(root, "n_group")))
-        if (json_integer_value(json_object_get(root, "n_group")) > 1)
-            bad(&p, "n_group", "group-limited routing is not part of DeepSeek-V4");
-    if (json_object_get(root, "first_k_dense_replace"))
-        if (json_integer_value(json_object_get(root, "first_k_dense_replace")) > 0)
-            bad(&p, "first_k_dense_replace", "dense FFN layers are not part of DeepSeek-V4");
+    check_fixed(&p);
     parse_rope(&p, c);
     parse_quant(&p, c);
     if (p.rc) goto out;
-
-    json_t *cr = json_object_get(root, "compress_ratios");
-    int     need = c->n_layer + c->n_mtp;
-    if (!json_is_array(cr)) {
-        bad(&p, "compress_ratios", "is missing or not an array");
-        goto out;
-    }
-    if ((int)json_array_size(cr) < need || json_array_size(cr) > DSV4_MAX_LAYERS) {
-        char why[128];
-        snprintf(why, sizeof(why), "has %zu entries, needs at least %d (layers + MTP layers)",
-                 json_array_size(cr), need);
-        bad(&p, "compress_ratios", why);
-        goto out;
-    }
-    for (int i = 0; i < need; i++) {
-        json_t *v = json_array_get(cr, (size_t)i);
-        int     r = json_is_integer(v) ? (int)json_integer_value(v) : -1;
-        if (!json_is_integer(v) || !(r == 0 || (is_pow2(r) && r >= 4 && r <= 256))) {
-            bad(&p, "compress_ratios", "entries must be 0, 4 or a power of two up to 256");
-            goto out;
-        }
-        if (i >= c->n_layer && r != 0) {
-            bad(&p, "compress_ratios", "entries of MTP layers must be 0 (sliding window)");
-            goto out;
-        }
-        c->ratio[i] = r;
-    }
-
+    parse_ratios(&p, c);
+    if (p.rc) goto out;
     c->d_nope = c->d_head - c->d_rope;
-    require(&p, n_kv == 1, "num_key_value_heads", "must be 1 (one shared latent KV head)");
-    require(&p, c->d_rope % 2 == 0 && c->d_rope < c->d_head, "qk_rope_head_dim",
-            "must be even and smaller than head_dim");
-    require(&p, c->d_nope % 64 == 0, "head_dim", "minus qk_rope_head_dim must be a multiple of 64");
-    require(&p, c->n_exp_used <= c->n_exp, "num_experts_per_tok", "must not exceed n_routed_experts");
-    require(&p, c->n_hash_layer <= c->n_layer, "num_hash_layers", "must not exceed num_hidden_layers");
-    require(&p, (c->n_head * c->d_head) % c->o_groups == 0, "o_groups",
-            "must divide num_attention_heads * head_dim");
-    require(&p, c->n_head % c->o_groups == 0, "o_groups", "must divide num_attention_heads");
-    require(&p, is_pow2(c->d_idx_head) && c->d_idx_head % 32 == 0 && c->d_idx_head > c->d_rope,
-            "index_head_dim", "must be a power of two, a multiple of 32 and larger than qk_rope_head_dim");
-    require(&p, c->vocab_size > c->bos_id && c->vocab_size > c->eos_id, "vocab_size",
-            "must exceed bos_token_id and eos_token_id");
-    if (c->fp8) {
-        require(&p, c->d_model % 128 == 0, "hidden_size", "must be a multiple of 128 (FP8 activation blocks)");
-        require(&p, c->q_lora_rank % 128 == 0, "q_lora_rank", "must be a multiple of 128 (FP8 activation blocks)");
-        require(&p, (c->o_groups * c->o_lora_rank) % 128 == 0, "o_lora_rank",
-                "times o_groups must be a multiple of 128 (FP8 activation blocks)");
-        require(&p, (c->n_head * c->d_head / c->o_groups) % 128 == 0, "o_groups",
-                "must leave num_attention_heads * head_dim / o_groups a multiple of 128");
-        require(&p, c->d_ff_exp % 128 == 0, "moe_intermediate_size", "must be a multiple of 128 (FP8 activation blocks)");
-    }
+    check_shapes(&p, c, n_kv);
+    if (p.rc == DSV4_OK) fill_kv_dims(c);
 out:
     json_decref(root);
     return p.rc;

@@ -15,6 +15,7 @@
 #include "backend/backend.h" /* the weight descriptors the ops read: dsv4_linear, dsv4_expert_w */
 #include "core/core.h"
 #include "io/io.h"
+#include "kv/kv_dims.h"
 
 
 
@@ -57,6 +58,7 @@ struct dsv4_config {
     bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */
     enum dsv4_wfmt wfmt;     /* format of the quantised dense projections (FP8 or BF16) */
     enum dsv4_wfmt expert_wfmt; /* routed experts: FP4, FP8 or BF16 */
+    struct dsv4_kv_dims kv;  /* the widths above that the KV state is laid out by (src/kv reads only these) */
 };
 
 /* Parses and validates a HF config.json text. err names the field at fault. */

@@ -188,7 +188,7 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
     if (!(p->prefill_share >= 0) || p->prefill_share > 1000)
         return dsv4_err_set(err, DSV4_EINVAL, "prefill_share %g outside [0, 1000]", (double)p->prefill_share);
     if (p->page_tokens == 0) p->page_tokens = DSV4_KV_PAGE_TOKENS;
-    if (!dsv4_kv_page_tokens_ok(&m->cfg, p->page_tokens))
+    if (!dsv4_kv_page_tokens_ok(&m->cfg.kv, p->page_tokens))
         return dsv4_err_set(err, DSV4_EINVAL, "page size %d is not a power of two that every compression ratio divides",
                             p->page_tokens);
     int pps = (p->max_ctx + p->page_tokens - 1) / p->page_tokens;
@@ -245,7 +245,7 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
     struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries,
                                       p->spec_draft > 0 };
     struct dsv4_kv_plan        kv;
-    int                        rc = dsv4_kv_pool_plan(&m->cfg, m->row_fmt, &kp, &kv, err);
+    int                        rc = dsv4_kv_pool_plan(&m->cfg.kv, m->row_fmt, &kp, &kv, err);
     if (rc) return rc;
     plan->page_tokens      = p->page_tokens;
     plan->n_slots          = p->max_seqs;
@@ -342,7 +342,7 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     struct dsv4_kv_pool_params kp = { p->max_ctx, p->max_seqs, p->page_tokens, p->kv_pages, p->prefix_entries,
                                       p->spec_draft > 0 };
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(s->m);
-    rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg, s->m->row_fmt, &kp, &kvmem, err);
+    rc = dsv4_kv_pool_init(&s->kv, &s->m->cfg.kv, s->m->row_fmt, &kp, &kvmem, err);
     if (rc) {
         free(s);
         return rc;

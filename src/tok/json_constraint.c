@@ -439,6 +439,143 @@ static bool utf8_step(struct frame *f, int c, bool raw)
     return true;
 }
 
+/* F_LITERAL: the next byte of the literal; the frame ends with its last byte. */
+static bool literal_step(struct jstate *s, struct frame *f, int c)
+{
+    if ((unsigned char)f->lit[f->pos] != c) return false;
+    if (f->lit[++f->pos] == '\0') s->sp--;
+    return true;
+}
+
+/* F_ENUM: keeps the values whose next byte is c; the frame ends when one is complete. */
+static bool enum_step(struct jstate *s, struct frame *f, int c)
+{
+    uint64_t keep = 0;
+    bool     done = false;
+    for (int i = 0; i < f->n->n && i < 64; i++) {
+        if (!(f->cand >> i & 1)) continue;
+        const char *l = f->n->lit[i];
+        if ((unsigned char)l[f->pos] == c) {
+            keep |= 1ull << i;
+            if (l[f->pos + 1] == '\0') done = true;
+        }
+    }
+    if (!keep) return false;
+    f->cand = keep;
+    f->pos++;
+    if (done) { /* no value is a prefix of another (compile) */
+        int kind = f->phase; /* 1: a tool's name, 2: after an invoke (call_step) */
+        s->sp--;
+        if (kind == 1) s->f[s->sp - 1].pos = (uint16_t)__builtin_ctzll(keep);
+        if (kind == 2) call_next(s, __builtin_ctzll(keep));
+    }
+    return true;
+}
+
+/* F_RAW: a DSML string parameter's raw text, ended by "</" + ｜DSML｜ (the parent reads the
+ * rest of the closing tag); phases: 0 text, 1 after '<', 2 after "</". Code points are counted
+ * for min/maxLength once they are known to be text (a '<' or "</" that does not start the
+ * closing tag counts when the next byte shows it). */
+static bool raw_step(struct jstate *s, struct frame *f, int c)
+{
+    int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+    if (c == DSML_MARK) {
+        if (f->phase != 2 || (lo >= 0 && (int)f->count < lo)) return false;
+        s->sp--;
+        return step(s, c);
+    }
+    if (f->phase == 1 && c == '/') return f->phase = 2, true;
+    uint32_t held = f->phase; /* '<' or "</" turned out to be text */
+    if (c == '<' && !f->pos) {
+        f->count += held;
+        f->phase = 1;
+        return hi < 0 || (int)f->count < hi || (int)f->count == hi; /* may still close */
+    }
+    f->phase = 0;
+    if (!f->pos) f->count += held + 1;
+    if (hi >= 0 && (int)f->count > hi) return false;
+    return utf8_step(f, c, true);
+}
+
+/* F_STRING: phases 0 text, 1 after a backslash, 2 the \u digits (pos: digits left). */
+static bool string_step(struct jstate *s, struct frame *f, int c)
+{
+    if (f->phase == 1) { /* after a backslash */
+        if (c == 'u') return f->phase = 2, f->pos = 4, true;
+        if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
+        f->phase = 0;
+        return true;
+    }
+    if (f->phase == 2) { /* \u digits */
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
+        if (--f->pos == 0) f->phase = 0;
+        return true;
+    }
+    int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+    if (f->pos) return utf8_step(f, c, false);
+    if (c == '"') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
+    if (c < 0x20) return false;
+    if (hi >= 0 && (int)f->count >= hi) return false;
+    f->count++;
+    if (c == '\\') return f->phase = 1, true;
+    return utf8_step(f, c, false);
+}
+
+/* F_OBJECT (a schema's object): phases 0 after '{' (a key or, with no properties, '}'), 1
+ * after a value (',' or '}'), 2 the key literal is next (after ','), 3 ':' expected. */
+static bool object_step(struct jstate *s, struct frame *f, int c)
+{
+    const struct jnode *n = f->n;
+    if (f->phase == 0 || f->phase == 2) {
+        if (f->phase == 0 && n->n == 0) return c == '}' && (s->sp--, true);
+        if (c != '"') return false;
+        f->phase = 3;
+        return push_lit(s, n->lit[f->pos]) && step(s, c);
+    }
+    if (f->phase == 3) {
+        if (c != ':') return false;
+        f->phase = 1;
+        return push_value(s, n->props[f->pos++]);
+    }
+    if (f->pos < n->n) return c == ',' && (f->phase = 2, true);
+    return c == '}' && (s->sp--, true);
+}
+
+/* F_ANYOBJ (any object): phases 0 after '{', 1 after a value, 2 after ',', 3 after a key. */
+static bool anyobj_step(struct jstate *s, struct frame *f, int c)
+{
+    if (f->phase == 0 && c == '}') return s->sp--, true;
+    if (f->phase == 0 || f->phase == 2) {
+        if (c != '"') return false;
+        f->phase = 3;
+        return push(s, (struct frame){ .type = F_STRING });
+    }
+    if (f->phase == 3) {
+        if (c != ':') return false;
+        f->phase = 1;
+        return push_value(s, &ANY_NODE);
+    }
+    if (c == ',') return f->phase = 2, true;
+    return c == '}' && (s->sp--, true);
+}
+
+/* F_ARRAY: phases 0 after '[', 1 after a value; count: the items so far. */
+static bool array_step(struct jstate *s, struct frame *f, int c)
+{
+    const struct jnode *item = f->n ? f->n->items : &ANY_NODE;
+    int                 lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
+    if (c == ']') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
+    if (f->phase == 0) {
+        if (hi == 0) return false;
+        f->phase = 1;
+        f->count = 1;
+        return push_value(s, item) && step(s, c);
+    }
+    if (c != ',' || (hi >= 0 && (int)f->count >= hi)) return false;
+    f->count++;
+    return push_value(s, item);
+}
+
 /* Feeds one byte; false once the text cannot be accepted (the state is then dead). */
 static bool step(struct jstate *s, int c)
 {
@@ -450,79 +587,12 @@ static bool step(struct jstate *s, int c)
         return c == '\n' ? s->ws == 0 && ++s->nl <= 1 : ++s->ws <= (s->nl ? 2 * s->sp + 2 : 1);
     s->ws = s->nl = 0;
     switch (f->type) {
-    case F_VALUE: return start_value(s, f->n, c);
-    case F_LITERAL:
-        if ((unsigned char)f->lit[f->pos] != c) return false;
-        if (f->lit[++f->pos] == '\0') s->sp--;
-        return true;
-    case F_ENUM: {
-        uint64_t keep = 0;
-        bool     done = false;
-        for (int i = 0; i < f->n->n && i < 64; i++) {
-            if (!(f->cand >> i & 1)) continue;
-            const char *l = f->n->lit[i];
-            if ((unsigned char)l[f->pos] == c) {
-                keep |= 1ull << i;
-                if (l[f->pos + 1] == '\0') done = true;
-            }
-        }
-        if (!keep) return false;
-        f->cand = keep;
-        f->pos++;
-        if (done) { /* no value is a prefix of another (compile) */
-            int kind = f->phase; /* 1: a tool's name, 2: after an invoke (call_step) */
-            s->sp--;
-            if (kind == 1) s->f[s->sp - 1].pos = (uint16_t)__builtin_ctzll(keep);
-            if (kind == 2) call_next(s, __builtin_ctzll(keep));
-        }
-        return true;
-    }
-    case F_RAW: {
-        /* a DSML string parameter's raw text, ended by "</" + ｜DSML｜ (the parent reads the rest
-         * of the closing tag); phases: 0 text, 1 after '<', 2 after "</". Code points are
-         * counted for min/maxLength once they are known to be text (a '<' or "</" that does
-         * not start the closing tag counts when the next byte shows it) */
-        int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
-        if (c == DSML_MARK) {
-            if (f->phase != 2 || (lo >= 0 && (int)f->count < lo)) return false;
-            s->sp--;
-            return step(s, c);
-        }
-        if (f->phase == 1 && c == '/') return f->phase = 2, true;
-        uint32_t held = f->phase; /* '<' or "</" turned out to be text */
-        if (c == '<' && !f->pos) {
-            f->count += held;
-            f->phase = 1;
-            return hi < 0 || (int)f->count < hi || (int)f->count == hi; /* may still close */
-        }
-        f->phase = 0;
-        if (!f->pos) f->count += held + 1;
-        if (hi >= 0 && (int)f->count > hi) return false;
-        return utf8_step(f, c, true);
-    }
-    case F_CALL: return call_step(s, f, c);
-    case F_STRING:
-        if (f->phase == 1) { /* after a backslash */
-            if (c == 'u') return f->phase = 2, f->pos = 4, true;
-            if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
-            f->phase = 0;
-            return true;
-        }
-        if (f->phase == 2) { /* \u digits */
-            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
-            if (--f->pos == 0) f->phase = 0;
-            return true;
-        }
-        {
-            int lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
-            if (f->pos) return utf8_step(f, c, false);
-            if (c == '"') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
-            if (c < 0x20) return false;
-            if (hi >= 0 && (int)f->count >= hi) return false;
-            f->count++;
-            if (c == '\\') return f->phase = 1, true;
-            return utf8_step(f, c, false);
-        }
+    case F_VALUE:   return start_value(s, f->n, c);
+    case F_LITERAL: return literal_step(s, f, c);
+    case F_ENUM:    return enum_step(s, f, c);
+    case F_RAW:     return raw_step(s, f, c);
+    case F_CALL:    return call_step(s, f, c);
+    case F_STRING:  return string_step(s, f, c);
     case F_NUMBER: {
         bool ended;
         if (!number_step(f, c, &ended)) return false;
@@ -530,54 +600,9 @@ static bool step(struct jstate *s, int c)
         s->sp--; /* the byte belongs to what follows the number */
         return step(s, c);
     }
-    case F_OBJECT: {
-        /* phases: 0 after '{' (a key or, with no properties, '}'), 1 after a value (',' or
-         * '}'), 2 the key literal is next (after ','), 3 ':' expected */
-        const struct jnode *n = f->n;
-        if (f->phase == 0 || f->phase == 2) {
-            if (f->phase == 0 && n->n == 0) return c == '}' && (s->sp--, true);
-            if (c != '"') return false;
-            f->phase = 3;
-            return push_lit(s, n->lit[f->pos]) && step(s, c);
-        }
-        if (f->phase == 3) {
-            if (c != ':') return false;
-            f->phase = 1;
-            return push_value(s, n->props[f->pos++]);
-        }
-        if (f->pos < n->n) return c == ',' && (f->phase = 2, true);
-        return c == '}' && (s->sp--, true);
-    }
-    case F_ANYOBJ:
-        /* phases: 0 after '{', 1 after a value, 2 after ',', 3 after a key */
-        if (f->phase == 0 && c == '}') return s->sp--, true;
-        if (f->phase == 0 || f->phase == 2) {
-            if (c != '"') return false;
-            f->phase = 3;
-            return push(s, (struct frame){ .type = F_STRING });
-        }
-        if (f->phase == 3) {
-            if (c != ':') return false;
-            f->phase = 1;
-            return push_value(s, &ANY_NODE);
-        }
-        if (c == ',') return f->phase = 2, true;
-        return c == '}' && (s->sp--, true);
-    case F_ARRAY: {
-        /* phases: 0 after '[', 1 after a value */
-        const struct jnode *item = f->n ? f->n->items : &ANY_NODE;
-        int                 lo = f->n ? f->n->min : -1, hi = f->n ? f->n->max : -1;
-        if (c == ']') return (lo < 0 || (int)f->count >= lo) && (s->sp--, true);
-        if (f->phase == 0) {
-            if (hi == 0) return false;
-            f->phase = 1;
-            f->count = 1;
-            return push_value(s, item) && step(s, c);
-        }
-        if (c != ',' || (hi >= 0 && (int)f->count >= hi)) return false;
-        f->count++;
-        return push_value(s, item);
-    }
+    case F_OBJECT:  return object_step(s, f, c);
+    case F_ANYOBJ:  return anyobj_step(s, f, c);
+    case F_ARRAY:   return array_step(s, f, c);
     }
     return false;
 }

@@ -57,14 +57,16 @@ static void test_official_fixtures(struct test_ctx *t)
         char  *json = read_text(t, in, &n), *want = read_text(t, outp, &wn);
         if (!json || !want) continue;
         struct dsv4_chat_params p = params_for(i == 4 ? DSV4_CHAT_MODE_CHAT : DSV4_CHAT_MODE_THINKING);
-        char                   *got;
-        size_t                  gn;
+        char                   *got = NULL;
+        size_t                  gn  = 0;
         struct dsv4_err         err;
         int                     rc = dsv4_chat_render_json(json, n, &p, &got, &gn, &err);
-        CHECKF(rc == DSV4_OK, "official %d: %s", i, err.msg);
-        t->checks++;
-        same(got, gn, want, wn, outp, t);
-        CHECK(strlen(got) == gn);
+        CHECKF(rc == DSV4_OK && got, "official %d: %s", i, err.msg);
+        if (rc == DSV4_OK && got) { /* a failed render has no text to compare */
+            t->checks++;
+            same(got, gn, want, wn, outp, t);
+            CHECK(strlen(got) == gn);
+        }
         free(got);
         free(json);
         free(want);
@@ -122,15 +124,18 @@ static void test_struct_api(struct test_ctx *t)
     m[4] = (struct dsv4_chat_message){ .role = DSV4_CHAT_ROLE_ASSISTANT, .reasoning = "Got the weather data. Let me format a nice response.",
                                        .content = "The weather in Beijing is currently sunny with a temperature of 22°C and 45% humidity." };
     struct dsv4_chat_params p = params_for(DSV4_CHAT_MODE_THINKING);
-    char                   *got;
-    size_t                  gn;
+    char                   *got = NULL;
+    size_t                  gn  = 0;
     struct dsv4_err         err;
-    CHECK(dsv4_chat_render(m, 5, &p, &got, &gn, &err) == DSV4_OK);
-    t->checks++;
-    same(got, gn, want, wn, "official 1 (structs)", t);
+    int                     rc = dsv4_chat_render(m, 5, &p, &got, &gn, &err);
+    CHECKF(rc == DSV4_OK && got, "render: %s", err.msg);
+    if (rc == DSV4_OK && got) {
+        t->checks++;
+        same(got, gn, want, wn, "official 1 (structs)", t);
+    }
     free(got);
     /* NULL params are the defaults (chat mode) */
-    CHECK(dsv4_chat_render(m + 1, 1, NULL, &got, &gn, NULL) == DSV4_OK &&
+    CHECK(dsv4_chat_render(m + 1, 1, NULL, &got, &gn, NULL) == DSV4_OK && got &&
           strcmp(got, "<｜begin▁of▁sentence｜><｜User｜>What's the weather in Beijing?<｜Assistant｜></think>") == 0);
     free(got);
 
@@ -207,21 +212,23 @@ static void test_parse_official(struct test_ctx *t)
     const char             *s = turn(out1, 0, &n);
     struct dsv4_chat_parsed r;
     struct dsv4_err         err;
-    CHECK(s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK);
-    CHECK(strcmp(r.reasoning, "The user wants to know the weather in Beijing. I should use the get_weather tool.") == 0);
-    CHECK(r.content_len == 0 && r.n_calls == 1 && strcmp(r.calls[0].name, "get_weather") == 0);
-    CHECK(r.n_calls == 1 && strcmp(r.calls[0].arguments, "{\"location\": \"Beijing\", \"unit\": \"celsius\"}") == 0);
-    dsv4_chat_parsed_free(&r);
-    s = turn(out1, 1, &n);
-    CHECK(s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK);
-    CHECK(strcmp(r.reasoning, "Got the weather data. Let me format a nice response.") == 0 && strstr(r.content, "22°C") &&
-          r.n_calls == 0);
-    dsv4_chat_parsed_free(&r);
-    s = turn(out2, 0, &n);
-    CHECK(s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK);
-    CHECK(strcmp(r.reasoning, "The user asks about the capital of France. It is Paris.") == 0 &&
+    /* a failed parse leaves r zeroed: each check below is reached only after a parse */
+    bool ok = s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK;
+    CHECK(ok);
+    CHECK(ok && strcmp(r.reasoning, "The user wants to know the weather in Beijing. I should use the get_weather tool.") == 0);
+    CHECK(ok && r.content_len == 0 && r.n_calls == 1 && strcmp(r.calls[0].name, "get_weather") == 0);
+    CHECK(ok && r.n_calls == 1 && strcmp(r.calls[0].arguments, "{\"location\": \"Beijing\", \"unit\": \"celsius\"}") == 0);
+    if (ok) dsv4_chat_parsed_free(&r);
+    s  = turn(out1, 1, &n);
+    ok = s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK;
+    CHECK(ok && strcmp(r.reasoning, "Got the weather data. Let me format a nice response.") == 0 &&
+          strstr(r.content, "22°C") && r.n_calls == 0);
+    if (ok) dsv4_chat_parsed_free(&r);
+    s  = turn(out2, 0, &n);
+    ok = s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK;
+    CHECK(ok && strcmp(r.reasoning, "The user asks about the capital of France. It is Paris.") == 0 &&
           strcmp(r.content, "The capital of France is Paris.") == 0 && r.n_calls == 0);
-    dsv4_chat_parsed_free(&r);
+    if (ok) dsv4_chat_parsed_free(&r);
     CHECK(strstr(out2, "The user said hello") == NULL); /* drop_thinking */
     /* chat mode: the whole text is content */
     const char *chat = "Hi there <b>!</b><｜end▁of▁sentence｜>";
@@ -241,17 +248,22 @@ static void test_parse_roundtrip(struct test_ctx *t)
     struct dsv4_chat_message   m[2]     = { { .role = DSV4_CHAT_ROLE_USER, .content = "Q" },
                                             { .role = DSV4_CHAT_ROLE_ASSISTANT, .reasoning = "R", .tool_calls = calls, .n_tool_calls = 2 } };
     struct dsv4_chat_params    p        = params_for(DSV4_CHAT_MODE_THINKING);
-    char                      *prompt;
+    char                      *prompt = NULL;
     size_t                     n;
-    CHECK(dsv4_chat_render(m, 2, &p, &prompt, &n, NULL) == DSV4_OK);
+    CHECK(dsv4_chat_render(m, 2, &p, &prompt, &n, NULL) == DSV4_OK && prompt);
+    if (!prompt) return; /* nothing rendered, nothing to parse */
     const char             *s = turn(prompt, 0, &n);
     struct dsv4_chat_parsed r;
-    struct dsv4_err         err;
-    CHECKF(s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK, "%s", err.msg);
-    CHECK(r.n_calls == 2 && strcmp(r.reasoning, "R") == 0);
-    CHECKF(r.n_calls == 2 && strcmp(r.calls[0].arguments, args) == 0, "arguments: %s", r.n_calls ? r.calls[0].arguments : "");
-    CHECK(r.n_calls == 2 && strcmp(r.calls[1].name, "empty") == 0 && strcmp(r.calls[1].arguments, "{}") == 0);
-    dsv4_chat_parsed_free(&r);
+    struct dsv4_err         err = { 0 };
+    bool                    ok  = s && dsv4_chat_parse(s, n, DSV4_CHAT_MODE_THINKING, &r, &err) == DSV4_OK;
+    CHECKF(ok, "%s", err.msg);
+    if (ok) {
+        CHECK(r.n_calls == 2 && strcmp(r.reasoning, "R") == 0);
+        CHECKF(r.n_calls == 2 && strcmp(r.calls[0].arguments, args) == 0, "arguments: %s",
+               r.n_calls ? r.calls[0].arguments : "");
+        CHECK(r.n_calls == 2 && strcmp(r.calls[1].name, "empty") == 0 && strcmp(r.calls[1].arguments, "{}") == 0);
+        dsv4_chat_parsed_free(&r);
+    }
     free(prompt);
 }
 
@@ -291,8 +303,9 @@ static void test_stream(struct test_ctx *t)
     unsigned long long seed = 3;
     for (int round = 0; round < 200 && s; round++) {
         struct events     e = { 0 };
-        dsv4_chat_stream *st;
-        CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_THINKING, on_event, &e, NULL) == DSV4_OK);
+        dsv4_chat_stream *st = NULL;
+        CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_THINKING, on_event, &e, NULL) == DSV4_OK && st);
+        if (!st) break;
         for (size_t i = 0; i < n;) {
             size_t k = 1 + test_rand_u64(&seed) % (round < 100 ? 4 : 40);
             if (k > n - i) k = n - i;
@@ -312,8 +325,9 @@ static void test_stream(struct test_ctx *t)
 
     /* text is reported as soon as it cannot start a marker, and only then */
     struct events     e = { 0 };
-    dsv4_chat_stream *st;
-    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_THINKING, on_event, &e, NULL) == DSV4_OK);
+    dsv4_chat_stream *st = NULL;
+    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_THINKING, on_event, &e, NULL) == DSV4_OK && st);
+    if (!st) return; /* no stream to feed */
     CHECK(dsv4_chat_stream_feed(st, "Let me think </thi", 18, NULL) == DSV4_OK && e.reasoning.len == 13);
     CHECK(dsv4_chat_stream_feed(st, "s is not it</th", 15, NULL) == DSV4_OK && e.reasoning.len == 13 + 5 + 15 - 4);
     CHECK(dsv4_chat_stream_feed(st, "ink>Answer\n\n<｜DS", strlen("ink>Answer\n\n<｜DS"), NULL) == DSV4_OK);
@@ -332,7 +346,8 @@ static void test_stream(struct test_ctx *t)
 
     /* chat mode, no EOS fed (the caller stopped on the EOS id): content, not truncated */
     e = (struct events){ 0 };
-    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK);
+    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK && st);
+    if (!st) return; /* no stream to feed */
     CHECK(dsv4_chat_stream_feed(st, "Paris.\n\n<", 9, NULL) == DSV4_OK && e.content.len == 6);
     CHECK(dsv4_chat_stream_finish(st, &end, NULL) == DSV4_OK && !end.truncated && !end.saw_eos && e.content.len == 9);
     dsv4_chat_stream_free(st);
@@ -340,7 +355,8 @@ static void test_stream(struct test_ctx *t)
 
     /* cut inside the opening of a tool-call block: a call that never came, not text */
     e = (struct events){ 0 };
-    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK);
+    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK && st);
+    if (!st) return; /* no stream to feed */
     CHECK(dsv4_chat_stream_feed(st, "Paris.\n\n<｜DSML｜tool_ca", strlen("Paris.\n\n<｜DSML｜tool_ca"), NULL) == DSV4_OK);
     CHECK(dsv4_chat_stream_finish(st, &end, NULL) == DSV4_OK && end.truncated && e.content.len == 6);
     dsv4_chat_stream_free(st);
@@ -386,9 +402,10 @@ static void test_parse_errors(struct test_ctx *t)
     dsv4_chat_parsed_free(&r);
     /* a failed stream stays failed */
     struct events     e = { 0 };
-    dsv4_chat_stream *st;
+    dsv4_chat_stream *st = NULL;
     struct dsv4_err   err;
-    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK);
+    CHECK(dsv4_chat_stream_init(&st, DSV4_CHAT_MODE_CHAT, on_event, &e, NULL) == DSV4_OK && st);
+    if (!st) return; /* no stream to feed */
     CHECK(dsv4_chat_stream_feed(st, "x<｜end▁of▁sentence｜>y", strlen("x<｜end▁of▁sentence｜>y"), &err) == DSV4_EFORMAT);
     CHECK(dsv4_chat_stream_feed(st, "z", 1, &err) == DSV4_EFORMAT && strstr(err.msg, "after the end"));
     dsv4_chat_stream_free(st);
@@ -415,14 +432,15 @@ static void test_tokens(struct test_ctx *t)
     snprintf(path, sizeof(path), "%s/tokenizer_v4like.json", t->tmpdir);
     CHECK(json_dump_file(doc, path, JSON_COMPACT) == 0);
     json_decref(doc);
-    dsv4_tokenizer *tok;
+    dsv4_tokenizer *tok = NULL;
     struct dsv4_err err;
     CHECKF(dsv4_tokenizer_load(&tok, path, &err) == DSV4_OK, "%s", err.msg);
+    if (!tok) return;
 
     size_t n;
     char  *prompt = read_text(t, CHAT_DIR "/official_output_3.txt", &n);
     if (!prompt) return;
-    size_t   cap = 3 * n + 1, n_ids;
+    size_t   cap = 3 * n + 1, n_ids = 0;
     int32_t *ids = malloc(cap * sizeof(*ids));
     CHECK(dsv4_tokenizer_encode(tok, prompt, n, 0, ids, cap, &n_ids, NULL) == DSV4_OK);
     static const char *const specials[] = { "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "model/model.h"
 #include "test_cases.h"
 

@@ -23,7 +23,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "core/core.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "io/io.h"
 #include "test_cases.h"
 

@@ -4,13 +4,16 @@
  * counts add up, by kind and in all), bad requests are answered 4xx and counted so,
  * deliberate disconnects are counted as the client's cuts, slow senders cut by the
  * server as the server's, no accepted request is lost, and soak mode prints its report
- * lines and verdict.
+ * lines and a verdict that agrees with its rule lines and the exit status.
  *
  * Runs that check a kind's counts send that kind alone with --requests, so what is
- * checked does not depend on random draws. Nothing depends on timing either: the soak's
- * RSS and ITL verdicts are read but whether they pass is not checked (a few seconds on a
- * busy machine say nothing about drift), and the slow senders pause three times longer
- * than the server's idle timeout.
+ * checked does not depend on random draws. Nothing depends on timing either: the live
+ * soak's RSS and ITL verdicts are not required to pass (a few seconds on a busy machine
+ * say nothing about drift), and the slow senders pause three times longer than the
+ * server's idle timeout. The verdict's rules themselves are judged on synthetic runs
+ * (soak_verdict_rules: tools/support/soak.h), each of which must PASS or must FAIL for
+ * the one reason it was built with: RSS growth after the warm-up, P99 ITL drift, lost
+ * requests, the server gone, nothing completed.
  */
 #include <math.h>
 #include <signal.h>
@@ -20,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "support/soak.h"
 #include "test_cases.h"
 #include "unit/test_server_util.h"
 
@@ -208,9 +212,117 @@ static void test_soak_reports(struct test_ctx *t)
            final_requests);
     CHECKF(strstr(out, "\nsoak rss: ") && strstr(out, "\nsoak lost: 0 ") && strstr(out, "\nsoak itl: "),
            "soak verdict lines missing (or requests lost): %.1200s", out);
-    CHECKF(strstr(out, "\nsoak: PASS") || strstr(out, "\nsoak: FAIL ("), "no soak verdict: %.1200s", out);
+    bool pass = strstr(out, "\nsoak: PASS\n") != NULL, fail = strstr(out, "\nsoak: FAIL (") != NULL;
+    CHECKF(pass != fail, "no soak verdict, or two: %.1200s", out);
+    /* the verdict is what its rule lines say, and a failed soak fails the run */
+    bool rule_failed = strstr(out, ": FAIL\n") || strstr(out, ": FAIL: ");
+    CHECKF(pass == !rule_failed, "soak verdict %s, rule lines %s: %.1200s", pass ? "PASS" : "FAIL",
+           rule_failed ? "with a FAIL" : "all ok", out);
+    CHECKF(!fail || rc == 1, "a failed soak exited %d", rc);
     free(out);
     CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
+}
+
+/* ------------------------------------------------------------------ the soak verdict */
+
+/* A synthetic soak run, sampled as loadtest samples one: RSS once per 1/400 of the run
+ * (MiB: rss0 at the start, rising linearly to rss_warm at the end of the warm-up quarter,
+ * then linearly to rss_end), and 4000 inter-token gaps spread evenly over it (a base
+ * that is itl0 in the first quarter and itl_end in the last, linear between, times 1 to
+ * 1.49 so the P99 sits in a spread), and the outcome counts. */
+struct synth_run {
+    const char *name;
+    double      rss0, rss_warm, rss_end;
+    double      itl0, itl_end;            /* ms */
+    bool        no_pid, gone, no_late_rss;
+    long        no_done, bad_body, done;
+    const char *reasons;                  /* what soak_judge must say: "" for a PASS */
+};
+
+static double synth_rss_mib(const struct synth_run *r, double t, int i)
+{
+    double v = t < 0.25 ? r->rss0 + (r->rss_warm - r->rss0) * t / 0.25
+                        : r->rss_warm + (r->rss_end - r->rss_warm) * (t - 0.25) / 0.75;
+    return v + 0.25 * (double)(i * 7 % 5 - 2); /* +-0.5 MiB of allocator noise */
+}
+
+static double synth_itl_ms(const struct synth_run *r, double t, int i)
+{
+    double base = t < 0.25 ? r->itl0 : t >= 0.75 ? r->itl_end : r->itl0 + (r->itl_end - r->itl0) * (t - 0.25) / 0.5;
+    return base * (1 + 0.01 * (double)(i % 50));
+}
+
+/* Judges the run; the ITL samples are freed. */
+static void synth_judge(const struct synth_run *r, struct soak_result *res)
+{
+    enum { N_RSS = 400, N_ITL = 4000 };
+    struct lt_samples q_itl[LT_N_QUARTER] = { { 0 } };
+    struct soak_input in = { .rss_checked = !r->no_pid, .rss_gone = r->gone, .no_done = r->no_done,
+                             .bad_body = r->bad_body, .done = r->done };
+    for (int q = 0; q < LT_N_QUARTER; q++) in.rss_max_kib[q] = -1;
+    for (int i = 0; i < N_RSS; i++) {
+        double t = (double)i / N_RSS;
+        if (r->no_late_rss && t >= 0.75) break;
+        soak_rss_sample(in.rss_max_kib, soak_quarter(t), (long)(synth_rss_mib(r, t, i) * 1024));
+    }
+    for (int i = 0; i < N_ITL; i++) {
+        double t = (double)i / N_ITL;
+        lt_samples_add(&q_itl[soak_quarter(t)], synth_itl_ms(r, t, i) / 1e3);
+    }
+    in.itl_first = &q_itl[0];
+    in.itl_last  = &q_itl[LT_N_QUARTER - 1];
+    soak_judge(&in, res);
+    for (int q = 0; q < LT_N_QUARTER; q++) free(q_itl[q].v);
+}
+
+static void test_soak_verdict_rules(struct test_ctx *t)
+{
+    /* The margins: RSS may end 5% + 8 MiB above the warm-up's peak (300 MiB -> ~321 MiB),
+     * P99 ITL 20% above the first quarter's. */
+    static const struct synth_run runs[] = {
+        { "flat after a steep warm-up", 100, 300, 300, 50, 50, false, false, false, 0, 0, 500, "" },
+        { "growth and drift inside the margins", 100, 300, 312, 50, 58, false, false, false, 0, 0, 500, "" },
+        { "a faster first quarter only", 100, 300, 300, 60, 50, false, false, false, 0, 0, 500, "" },
+        { "a leak without --server-pid is not judged", 100, 300, 900, 50, 50, true, false, false, 0, 0, 500, "" },
+        { "RSS grows after the warm-up", 100, 300, 340, 50, 50, false, false, false, 0, 0, 500, "rss grew" },
+        { "a slow leak just past the margin", 100, 300, 330, 50, 50, false, false, false, 0, 0, 500, "rss grew" },
+        { "P99 ITL drifts", 100, 300, 300, 50, 65, false, false, false, 0, 0, 500, "itl p99 drifted" },
+        { "a stream lost", 100, 300, 300, 50, 50, false, false, false, 1, 0, 500, "lost requests" },
+        { "a body lost", 100, 300, 300, 50, 50, false, false, false, 0, 1, 500, "lost requests" },
+        { "the server gone", 100, 300, 300, 50, 50, false, true, false, 0, 0, 500, "server gone" },
+        { "no RSS in the last quarter", 100, 300, 300, 50, 50, false, false, true, 0, 0, 500, "rss not measured" },
+        { "nothing completed", 100, 300, 300, 50, 50, false, false, false, 0, 0, 0, "nothing completed" },
+        { "every drift at once", 100, 300, 400, 50, 80, false, false, false, 2, 1, 500,
+          "rss grew, lost requests, itl p99 drifted" },
+    };
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        const struct synth_run *r = &runs[k];
+        struct soak_result      res;
+        synth_judge(r, &res);
+        bool want_pass = !r->reasons[0];
+        CHECKF(res.pass == want_pass && !strcmp(res.reasons, r->reasons),
+               "%s: %s (%s), expected %s (%s); rss %.1f -> %.1f MiB (limit %.1f), itl p99 %.1f -> %.1f ms (limit %.1f)",
+               r->name, res.pass ? "PASS" : "FAIL", res.reasons, want_pass ? "PASS" : "FAIL", r->reasons,
+               res.rss_first_mib, res.rss_last_mib, res.rss_limit_mib, res.itl_first_ms, res.itl_last_ms,
+               res.itl_limit_ms);
+    }
+    /* ITL samples only in the middle quarters: not measured */
+    struct lt_samples empty = { 0 }, some = { 0 };
+    lt_samples_add(&some, 0.05);
+    struct soak_input  in = { .rss_checked = false, .itl_first = &some, .itl_last = &empty, .done = 1 };
+    struct soak_result res;
+    soak_judge(&in, &res);
+    CHECKF(!res.pass && !res.itl_measured && !strcmp(res.reasons, "itl not measured"), "no late ITL: %s",
+           res.reasons);
+    free(some.v);
+    /* quarters: clamped at both ends; an RSS sample outside any quarter (--requests) ignored */
+    CHECK(soak_quarter(-0.1) == 0 && soak_quarter(0.2499) == 0 && soak_quarter(0.25) == 1 && soak_quarter(0.99) == 3 &&
+          soak_quarter(1.5) == 3);
+    long mx[LT_N_QUARTER] = { -1, -1, -1, -1 };
+    soak_rss_sample(mx, -1, 100);
+    soak_rss_sample(mx, 2, 100);
+    soak_rss_sample(mx, 2, 50);
+    CHECK(mx[0] == -1 && mx[1] == -1 && mx[2] == 100 && mx[3] == -1);
 }
 
 /* Slow senders pausing longer than the server's idle timeout are cut by it: expected. */
@@ -236,6 +348,7 @@ static void test_slow_cut_expected(struct test_ctx *t)
 const struct test_case test_group_loadtest[] = {
     { "kinds_counted", test_kinds_counted },
     { "soak_reports", test_soak_reports },
+    { "soak_verdict_rules", test_soak_verdict_rules },
     { "slow_cut_expected", test_slow_cut_expected },
     { NULL, NULL },
 };

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "test_cases.h"
 
 enum { MAX_OUT = 64 };
@@ -448,7 +448,11 @@ static void test_cancel_frees_everything(struct test_ctx *t)
     p.prefix_entries           = 0;
     dsv4_sched     *s;
     struct dsv4_err err;
-    CHECK(dsv4_sched_create(e, &p, &s, &err) == DSV4_OK);
+    if (dsv4_sched_create(e, &p, &s, &err)) { /* no scheduler to drive */
+        CHECKF(0, "sched: %s", err.msg);
+        dsv4_engine_close(e);
+        return;
+    }
     int32_t   *pr = prompt_tokens(40, 3);
     struct out o[6];
     uint64_t   id[6];
@@ -496,7 +500,11 @@ static void test_queue_full_and_tiers(struct test_ctx *t)
     p.tier_max_running[DSV4_TIER_MEDIUM] = 2;
     dsv4_sched     *s;
     struct dsv4_err err;
-    CHECK(dsv4_sched_create(e, &p, &s, &err) == DSV4_OK);
+    if (dsv4_sched_create(e, &p, &s, &err)) { /* no scheduler to drive */
+        CHECKF(0, "sched: %s", err.msg);
+        dsv4_engine_close(e);
+        return;
+    }
     int32_t            *pr = prompt_tokens(30, 4);
     struct out          o[8];
     int                 lens[8] = { 30, 25, 20, 12, 14, 5, 6, 7 }; /* 3 long, 2 medium, 3 short */
@@ -548,7 +556,11 @@ static void test_length_stop_deadline(struct test_ctx *t)
     p.max_ctx                  = 24;
     dsv4_sched     *s;
     struct dsv4_err err;
-    CHECK(dsv4_sched_create(e, &p, &s, &err) == DSV4_OK);
+    if (dsv4_sched_create(e, &p, &s, &err)) { /* no scheduler to drive */
+        CHECKF(0, "sched: %s", err.msg);
+        dsv4_engine_close(e);
+        return;
+    }
     int32_t   *pr = prompt_tokens(30, 5);
     struct out a, b, c;
     out_init(&a, 2048, false);
@@ -610,7 +622,11 @@ static void test_no_alloc_in_steps(struct test_ctx *t)
     p.max_ctx                  = 400;
     dsv4_sched     *s;
     struct dsv4_err err;
-    CHECK(dsv4_sched_create(e, &p, &s, &err) == DSV4_OK);
+    if (dsv4_sched_create(e, &p, &s, &err)) { /* no scheduler to drive */
+        CHECKF(0, "sched: %s", err.msg);
+        dsv4_engine_close(e);
+        return;
+    }
     int32_t   *pr = prompt_tokens(300, 6);
     struct out o[4];
     for (int i = 0; i < 4; i++) {
@@ -670,7 +686,11 @@ static void test_threads(struct test_ctx *t)
     p.max_queue                = 16;
     dsv4_sched     *s;
     struct dsv4_err err;
-    CHECK(dsv4_sched_create(e, &p, &s, &err) == DSV4_OK);
+    if (dsv4_sched_create(e, &p, &s, &err)) { /* no scheduler to drive */
+        CHECKF(0, "sched: %s", err.msg);
+        dsv4_engine_close(e);
+        return;
+    }
     struct thr th[3];
     pthread_t  tid[3];
     for (int i = 0; i < 3; i++) {

@@ -34,8 +34,8 @@
 
 #include <jansson.h>
 
-#include "gen.h"
-#include "http_client.h"
+#include "support/gen.h"
+#include "support/http_client.h"
 #include "server/server.h"
 #include "test_cases.h"
 #include "test_server_util.h"

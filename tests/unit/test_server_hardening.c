@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gen.h"
+#include "support/gen.h"
 #include "server/server.h"
 #include "test_cases.h"
 #include "test_server_util.h"

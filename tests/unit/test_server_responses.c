@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http_client.h"
+#include "support/http_client.h"
 #include "server/server.h"
 #include "test_server_util.h"
 #include "test_server_responses.h"

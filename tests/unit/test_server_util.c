@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http_client.h"
+#include "support/http_client.h"
 #include "server/server.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "test_server_util.h"
 
 /* ------------------------------------------------------------------ tokenizer */

@@ -660,8 +660,9 @@ static void test_ignore_merges_and_added(struct test_ctx *t)
         /* keep "abc" in the vocabulary but drop the merges that build it */
         json_array_clear(json_object_get(json_object_get(doc, "model"), "merges"));
         json_object_set_new(json_object_get(doc, "model"), "ignore_merges", json_boolean(ignore));
-        dsv4_tokenizer *tok;
+        dsv4_tokenizer *tok = NULL;
         CHECK(load_doc(doc, &tok, NULL) == DSV4_OK);
+        if (!tok) continue; /* nothing to encode with */
         char got[64];
         pieces(tok, "abc", got, sizeof(got));
         CHECKF(strcmp(got, ignore ? "abc" : "a|b|c") == 0, "ignore_merges=%d: %s", ignore, got);
@@ -677,8 +678,9 @@ static void test_ignore_merges_and_added(struct test_ctx *t)
                                            "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0));
     json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 302, "content", "xab!", "single_word",
                                            0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0));
-    dsv4_tokenizer *tok;
+    dsv4_tokenizer *tok = NULL;
     CHECK(load_doc(doc, &tok, NULL) == DSV4_OK);
+    if (!tok) return;
     struct ids r = encode(tok, "xab xa xab!", 11, 0);
     /* x | ab | " " | xa | " " "x" | ab | ! : "xab!" (normalized) loses to the raw "ab" */
     CHECKF(r.n == 8 && r.v[1] == 300 && r.v[3] == 301 && r.v[6] == 300, "added tokens: %zu ids", r.n);

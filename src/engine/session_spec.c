@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "session.h"
+#include "engine/session.h"
 
 int dsv4_session_spec_step(dsv4_session *s, int32_t next, int k, dsv4_sampler *smp, int32_t *out, int *n_out,
                            float *logits, struct dsv4_err *err)

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 
 #include "core/core.h"
-#include "gen.h"
+#include "support/gen.h"
 #include "io/io.h"
 
 void gen_opts_default(struct gen_opts *o)

@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http_client.h"
+#include "support/http_client.h"
 
 static void seterr(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t cap, const char *fmt, ...)

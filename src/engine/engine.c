@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session.h"
+#include "engine/session.h"
 
 void dsv4_engine_params_default(struct dsv4_engine_params *p)
 {
@@ -111,7 +111,7 @@ size_t dsv4_session_memory_estimate(const dsv4_engine *e, const struct dsv4_sess
     int    chunk = p->max_chunk < p->max_ctx ? p->max_chunk : p->max_ctx, k = p->spec_draft;
     size_t V     = (size_t)e->model.cfg.vocab_size;
     size_t spec  = k ? dsv4_spec_undo_bytes(&e->model.cfg, k + 1) + sizeof(float) * V * (size_t)(2 * k + 1) : 0;
-    return dsv4_seq_state_bytes(&e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp) +
+    return dsv4_seq_state_bytes(&e->model.cfg.kv, p->max_ctx, e->model.row_fmt, p->mtp) +
            dsv4_step_bytes(&e->model, (chunk > k ? chunk : k) + 1, p->max_ctx) + sizeof(float) * V + spec;
 }
 
@@ -137,7 +137,7 @@ int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(&e->model);
-    rc = dsv4_seq_state_init(&s->st, &e->model.cfg, p->max_ctx, e->model.row_fmt, p->mtp, &kvmem, err);
+    rc = dsv4_seq_state_init(&s->st, &e->model.cfg.kv, p->max_ctx, e->model.row_fmt, p->mtp, &kvmem, err);
     if (rc) goto fail;
     /* one extra row: with MTP the previous call's last position joins the chunk */
     rc = dsv4_step_init(&s->step, &e->model, (s->max_chunk > p->spec_draft ? s->max_chunk : p->spec_draft) + 1,
@@ -232,7 +232,7 @@ int dsv4_session_pos(const dsv4_session *s)
 
 void dsv4_session_reset(dsv4_session *s)
 {
-    dsv4_seq_state_reset(&s->st, &s->engine->model.cfg);
+    dsv4_seq_state_reset(&s->st, &s->engine->model.cfg.kv);
     s->has_logits = false;
 }
 

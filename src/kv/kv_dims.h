@@ -1,0 +1,23 @@
+/*
+ * kv_dims.h - the model widths the attention state is laid out by: all that src/kv reads of
+ * a model. The model layer fills it from the validated config (model/model.h: cfg.kv, set by
+ * dsv4_config_parse), so the KV layer depends on no model header.
+ */
+#ifndef DSV4_KV_DIMS_H
+#define DSV4_KV_DIMS_H
+
+#include "backend/backend.h" /* DSV4_MAX_LAYERS */
+
+struct dsv4_kv_dims {
+    int n_layer;                 /* layers of the main stack */
+    int n_mtp;                   /* MTP layers after them (0 or 1) */
+    int window;                  /* sliding window: raw rows a ring keeps (plus the draft rows) */
+    int d_model;                 /* hidden width: the MTP streams are [hc, d_model] */
+    int hc;                      /* hyper-connection streams */
+    int d_head;                  /* KV row width */
+    int d_rope;                  /* rope dims at the end of a KV row */
+    int d_idx_head;              /* indexer key width (ratio-4 layers) */
+    int ratio[DSV4_MAX_LAYERS];  /* compression ratio per layer (0: window only), n_layer + n_mtp used */
+};
+
+#endif
