@@ -319,6 +319,24 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
     struct dsv4_backend ref  = { .ops = &dsv4_cpu_ref_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
     unsigned long long  seed = 5;
 
+    /* every SIMD level (avx2, avx512, neon: simd_rows.inc) runs the row and data ops on its own
+     * kernels, so the comparisons with the reference below test those kernels and not the
+     * fallback to the reference's plain C; `dsv4 ops` says so */
+    if (level != DSV4_CPU_SCALAR) {
+        const struct dsv4_kernels *k = cpu->k;
+        CHECKF(k->fp4_sim_rows && k->sumsq_bf16 && k->scale_bf16 && k->swiglu_bf16 && k->fp8_sim_rows &&
+                   k->rmsnorm_row && k->rope_row && k->hadamard_rows && k->quant_f32 && k->bf16_to_f32 &&
+                   k->scale_rows && k->add_rows && k->combine_row,
+               "level %s: a row op without a kernel", k->name);
+        static const enum dsv4_op rows[] = { DSV4_OP_RMSNORM, DSV4_OP_HEAD_RMS, DSV4_OP_ROPE, DSV4_OP_HADAMARD,
+                                             DSV4_OP_FP8_SIM, DSV4_OP_FP4_SIM, DSV4_OP_EXPERTS, DSV4_OP_MOE_COMBINE };
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+            char line[512];
+            int  plain = dsv4_cpu_describe_op(cpu, rows[i], line, sizeof(line));
+            CHECKF(!plain && strstr(line, k->name), "level %s, op %d: described as '%s'", k->name, (int)rows[i], line);
+        }
+    }
+
     /* attention over cached rows, both row formats, 1 to 300 rows, head counts that fill
      * 16-head groups partly (4, 20) and exactly (64, as in V4), d_head 128 and V4's 512 */
     static const int shapes[][3] = { { 4, 128, 64 }, { 20, 128, 64 }, { 64, 512, 64 } };

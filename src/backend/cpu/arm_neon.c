@@ -1,12 +1,18 @@
 /*
  * arm_neon.c - the NEON kernels (AArch64 Advanced SIMD, every ARMv8-A core): 4 lanes of the
- * template in simd_kernels.inc, the `neon` level (DSV4_CPU=neon). Built for aarch64 only
- * (Makefile ARCH); the row ops run the reference's plain C at this level for now.
+ * template in simd_kernels.inc and 4 f32 / 2 f64 lanes of the row ops in simd_rows.inc, the
+ * `neon` level (DSV4_CPU=neon). Built for aarch64 only (Makefile ARCH).
  *
  * The decodings give the same values as the x86 levels' (each weight exactly, then times its
  * block scale), so a row's result depends only on the accumulation order, which is the
  * template's: one accumulator per (row, token) fed in the order of k, 4 lanes, and the lanes
  * summed as (l0 + l2) + (l1 + l3). GEMV and GEMM give the same bits (test_kernels).
+ *
+ * The row ops' vocabulary copies x86 where the two differ: MAX / MIN return the second operand
+ * when either is NaN (FMAX would return the NaN, FMAXNM the number whatever its place), so
+ * they are a compare and a select; the SwiGLU exp scales by two exact powers of two as the
+ * avx2 level does. The row ops then compute what the x86 levels compute, lane for lane, and
+ * give the reference's bits as theirs do (test_kernels, under qemu in `make cross-aarch64`).
  */
 #include <arm_neon.h>
 #include <float.h>
@@ -72,7 +78,86 @@ static inline VEC v_bf16(const uint16_t *p)
 #define K_TN 6
 #include "backend/cpu/simd_kernels.inc"
 
+/* ------------------------------------------------------------------ row ops (simd_rows.inc) */
+
+typedef float64x2_t DVEC;
+typedef uint32x4_t  VECI;
+typedef uint32x4_t  VMASK; /* all-ones lanes, as the compares give them */
+#define DW 2
+
+static inline VEC   v_div(VEC a, VEC b) { return vdivq_f32(a, b); }
+static inline VEC   v_max(VEC a, VEC b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+static inline VEC   v_min(VEC a, VEC b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
+static inline VEC   v_round(VEC a) { return vrndnq_f32(a); }
+static inline float v_hmax(VEC m) { return vmaxvq_f32(m); } /* no NaN lanes: any order */
+static inline VMASK v_lt(VEC a, VEC b) { return vcltq_f32(a, b); }
+static inline VMASK v_isnan(VEC a) { return vmvnq_u32(vceqq_f32(a, a)); }
+static inline VEC   v_sel(VMASK m, VEC t, VEC f) { return vbslq_f32(m, t, f); }
+static inline VECI  v_bits(VEC a) { return vreinterpretq_u32_f32(a); }
+static inline VEC   v_of_bits(VECI a) { return vreinterpretq_f32_u32(a); }
+static inline VECI  vi_set1(uint32_t a) { return vdupq_n_u32(a); }
+static inline VECI  vi_add(VECI a, VECI b) { return vaddq_u32(a, b); }
+static inline VECI  vi_and(VECI a, VECI b) { return vandq_u32(a, b); }
+static inline VECI  vi_or(VECI a, VECI b) { return vorrq_u32(a, b); }
+static inline VECI  vi_srl(VECI a, int n) { return vshlq_u32(a, vdupq_n_s32(-n)); } /* USHL: n need not be constant */
+
+static inline DVEC   d_set1(double a) { return vdupq_n_f64(a); }
+static inline DVEC   d_loadu(const double *p) { return vld1q_f64(p); }
+static inline DVEC   d_add(DVEC a, DVEC b) { return vaddq_f64(a, b); }
+static inline DVEC   d_sub(DVEC a, DVEC b) { return vsubq_f64(a, b); }
+static inline DVEC   d_mul(DVEC a, DVEC b) { return vmulq_f64(a, b); }
+static inline DVEC   d_div(DVEC a, DVEC b) { return vdivq_f64(a, b); }
+static inline DVEC   d_fma(DVEC a, DVEC b, DVEC c) { return vfmaq_f64(c, a, b); }
+static inline DVEC   d_fnma(DVEC a, DVEC b, DVEC c) { return vfmsq_f64(c, a, b); } /* c - a * b, one rounding */
+static inline DVEC   d_min(DVEC a, DVEC b) { return vbslq_f64(vcltq_f64(a, b), a, b); }
+static inline DVEC   d_max(DVEC a, DVEC b) { return vbslq_f64(vcgtq_f64(a, b), a, b); }
+static inline DVEC   d_round(DVEC a) { return vrndnq_f64(a); }
+static inline DVEC   d_rf32(DVEC a) { return vcvt_f64_f32(vcvt_f32_f64(a)); }
+static inline double d_hsum(DVEC v) { return vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1); }
+static inline DVEC   d_lo(VEC v) { return vcvt_f64_f32(vget_low_f32(v)); }
+static inline DVEC   d_hi(VEC v) { return vcvt_high_f64_f32(v); }
+static inline DVEC   d_cvt(const float *p) { return vcvt_f64_f32(vld1_f32(p)); }
+static inline VEC    v_of_pd(DVEC lo, DVEC hi) { return vcvt_high_f32_f64(vcvt_f32_f64(lo), hi); }
+
+/* p * 2^n as p * 2^a * 2^b with a = floor(n / 2), b = n - a (x86_avx2.c d_scalef: both powers
+ * normal for |n| <= 1077, the first product exact, the second rounds once). */
+static inline DVEC pow2_pd(int64x2_t n)
+{
+    return vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(n, vdupq_n_s64(1023)), 52));
+}
+
+static inline DVEC d_scalef(DVEC p, DVEC n)
+{
+    int64x2_t ni = vcvtq_s64_f64(n), a = vshrq_n_s64(ni, 1);
+    return vmulq_f64(vmulq_f64(p, pow2_pd(a)), pow2_pd(vsubq_s64(ni, a)));
+}
+
+/* DW pairs (a0 b0 a1 b1) -> a, b (LD2 splits them); and back from the results, rounded. */
+static inline void d_pairs(const float *p, DVEC *a, DVEC *b)
+{
+    float32x2x2_t q = vld2_f32(p);
+    *a              = vcvt_f64_f32(q.val[0]);
+    *b              = vcvt_f64_f32(q.val[1]);
+}
+
+static inline VEC v_pairs(DVEC ya, DVEC yb)
+{
+    float32x2_t a = vcvt_f32_f64(ya), b = vcvt_f32_f64(yb);
+    return vcombine_f32(vzip1_f32(a, b), vzip2_f32(a, b));
+}
+
+/* The Hadamard butterfly of stride 1 inside one register: (a, b) -> (a + b, a - b). */
+static inline DVEC d_butterfly(DVEC v, int len)
+{
+    (void)len; /* DW = 2: stride 1 is the only one inside a register */
+    DVEC sw = vextq_f64(v, v, 1);
+    return vcopyq_laneq_f64(vaddq_f64(v, sw), 1, vsubq_f64(sw, v), 1);
+}
+
+#include "backend/cpu/simd_rows.inc"
+
 const struct dsv4_kernels dsv4_kernels_neon = {
     .name     = "neon",
     K_KERNEL_ENTRIES,
+    K_ROW_ENTRIES,
 };

@@ -118,7 +118,8 @@ struct dsv4_kernels {
      * see struct dsv4_attn_bf16): decode row pairs [p0, p1), then head-group pairs [u0, u1);
      * the indexer's query panel, then key blocks [b0, b1) of DSV4_ATTN_NR keys with a
      * per-thread buffer s of dsv4_idx_bf16_s_floats floats. */
-    /* Row ops with the reference's results (AVX2 and up; NULL on scalar): the FP4
+    /* Row ops with the reference's results (simd_rows.inc, one template for every SIMD level;
+     * NULL on scalar, where the fast ops run the reference's plain C): the FP4
      * simulation with blocks of 32 (d % 32 == 0); sum of bf16(v[i]^2) in double; and
      * v[i] = bf16(v[i] * r). */
     void (*fp4_sim_rows)(float *x, int n, int d, int ld);
@@ -189,36 +190,8 @@ static inline int dsv4_idx_bf16_s_floats(int n_head, int d)
     return (n_head + 31) / 32 * 32 * DSV4_ATTN_NR + DSV4_ATTN_NR * d / 2;
 }
 #if DSV4_HAVE_X86
-/* The AVX-512 row ops and bf16 attention (x86_avx512_ops.c, x86_avx512bf16_attn.c), reached
+/* The bf16 attention and indexer of the avx512bf16 table (x86_avx512bf16_attn.c), reached
  * through the tables only. */
-void   dsv4_avx512_fp4_sim_rows(float *x, int n, int d, int ld);
-double dsv4_avx512_sumsq_bf16(const float *v, int d);
-void   dsv4_avx512_scale_bf16(float *v, int d, float r);
-void   dsv4_avx512_swiglu_bf16(float *g, const float *v, int n, float w, double limit);
-void   dsv4_avx512_fp8_sim_rows(float *x, int n, int d, int ld, int block);
-void   dsv4_avx512_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
-void   dsv4_avx512_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
-void   dsv4_avx512_hadamard_rows(float *x, int n, int d);
-void   dsv4_avx512_quant_f32(const float *x, int n, float *out);
-void   dsv4_avx512_bf16_to_f32(const uint16_t *h, size_t n, float *x);
-void   dsv4_avx512_scale_rows(float *x, size_t n, double s);
-void   dsv4_avx512_add_rows(float *x, const float *e, size_t n);
-void   dsv4_avx512_combine_row(int k, int d, const int *p, const float *ye, const float *sh, float *f);
-/* The same row ops on AVX2 + FMA (x86_avx2_ops.c), and the activation quantiser and data-op
- * arithmetic of the avx2 table. */
-void   dsv4_avx2_fp4_sim_rows(float *x, int n, int d, int ld);
-double dsv4_avx2_sumsq_bf16(const float *v, int d);
-void   dsv4_avx2_scale_bf16(float *v, int d, float r);
-void   dsv4_avx2_swiglu_bf16(float *g, const float *v, int n, float w, double limit);
-void   dsv4_avx2_fp8_sim_rows(float *x, int n, int d, int ld, int block);
-void   dsv4_avx2_rmsnorm_row(const float *x, int d, const uint16_t *w, double eps, float *y);
-void   dsv4_avx2_rope_row(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
-void   dsv4_avx2_hadamard_rows(float *x, int n, int d);
-void   dsv4_avx2_quant_f32(const float *x, int n, float *out);
-void   dsv4_avx2_bf16_to_f32(const uint16_t *h, size_t n, float *x);
-void   dsv4_avx2_scale_rows(float *x, size_t n, double s);
-void   dsv4_avx2_add_rows(float *x, const float *e, size_t n);
-void   dsv4_avx2_combine_row(int k, int d, const int *p, const float *ye, const float *sh, float *f);
 void dsv4_avx512bf16_attn_rows(const struct dsv4_attn_bf16 *a, int p0, int p1);
 void dsv4_avx512bf16_attn_heads(const struct dsv4_attn_bf16 *a, int u0, int u1);
 void dsv4_avx512bf16_idx_query(const struct dsv4_idx_bf16 *x);

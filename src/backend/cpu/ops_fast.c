@@ -10,8 +10,8 @@
  *   indexer     keys across threads (bf16 levels: blocks of 12 keys, heads in lanes)
  *   hc_*        the mix projections through the SIMD dot product, then rows in parallel
  *   row ops     RMSNorm, per-head RMS, RoPE, Hadamard, FP8/FP4 simulation and SwiGLU: rows
- *               in parallel on AVX2 or AVX-512 with the reference's bits (x86_avx2_ops.c,
- *               x86_avx512_ops.c); scalar: the reference's code
+ *               in parallel on the level's SIMD kernels with the reference's bits
+ *               (simd_rows.inc: avx2, avx512, neon); scalar: the reference's code
  *   data ops    embed, scale, add_streams, moe_combine: ops_data.c's arithmetic on the
  *               level's kernels, rows over threads; the rest of ops_data.c as it is
  * The router and the expert/compressor glue reuse the reference code (O(d) per row); their

@@ -1,7 +1,7 @@
 /*
- * x86_avx512_e4m3.h - e4m3 rounding on AVX-512F, shared by the activation quantiser
- * (x86_avx512bf16.c) and the FP8 cache simulation (x86_avx512_ops.c); included only by files
- * compiled with -mavx512f.
+ * x86_avx512_e4m3.h - e4m3 rounding on AVX-512F for the bf16 activation quantiser
+ * (x86_avx512bf16.c; the f32 levels' quantiser and FP8 cache simulation are simd_rows.inc's,
+ * the same rounding lane for lane); included only by files compiled with -mavx512f.
  */
 #ifndef DSV4_X86_AVX512_E4M3_H
 #define DSV4_X86_AVX512_E4M3_H
