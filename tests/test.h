@@ -65,6 +65,14 @@ void test_fail(struct test_ctx *t, const char *file, int line, const char *fmt, 
 #define TEST_SANITIZED 0
 #endif
 
+/* A string a test compares, never NULL: a missing value (json_string_value of an absent or
+ * non-string field, a failed render) reads as "<NULL>", which equals no expected text, so the
+ * check fails instead of the runner crashing in strcmp. */
+static inline const char *test_str(const char *s)
+{
+    return s ? s : "<NULL>";
+}
+
 /* Deterministic PRNG for tests (splitmix64). */
 static inline unsigned long long test_rand_u64(unsigned long long *s)
 {

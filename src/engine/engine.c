@@ -11,13 +11,6 @@
 
 #include "engine/session.h"
 
-void dsv4_engine_params_default(struct dsv4_engine_params *p)
-{
-    memset(p, 0, sizeof(*p));
-    p->revision = DSV4_REVISION_CURRENT;
-    p->tiles    = 1;
-}
-
 int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engine_params *params,
                      struct dsv4_err *err)
 {

@@ -123,8 +123,8 @@ static bool person_ok(json_t *v)
     if (!json_is_string(name) || !json_is_integer(age) || !json_is_array(tags) || json_array_size(tags) > 2) return false;
     size_t  i;
     json_t *x;
-    json_array_foreach(tags, i, x) if (!(json_is_null(x) || (json_is_string(x) && (!strcmp(json_string_value(x), "a") ||
-                                                                                  !strcmp(json_string_value(x), "bc")))))
+    json_array_foreach(tags, i, x) if (!(json_is_null(x) || (json_is_string(x) && (!strcmp(test_str(json_string_value(x)), "a") ||
+                                                                                  !strcmp(test_str(json_string_value(x)), "bc")))))
         return false;
     if (json_is_null(pet)) return true;
     return json_is_object(pet) && json_object_size(pet) == 2 && json_is_boolean(json_object_get(pet, "ok")) &&

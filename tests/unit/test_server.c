@@ -143,11 +143,11 @@ static void test_health_models_metrics(struct test_ctx *t)
     if (!s) return;
     json_t *r = NULL;
     CHECK(tsrv_get(s, "/health", &r, NULL) == 200);
-    CHECK(r && !strcmp(json_string_value(json_object_get(r, "status")), "ok"));
+    CHECK(r && !strcmp(test_str(json_string_value(json_object_get(r, "status"))), "ok"));
     json_decref(r);
     CHECK(tsrv_get(s, "/v1/models", &r, NULL) == 200);
     json_t *m = json_array_get(json_object_get(r, "data"), 0);
-    CHECKF(m && !strcmp(json_string_value(json_object_get(m, "id")), "srv-tiny"), "models: model id");
+    CHECKF(m && !strcmp(test_str(json_string_value(json_object_get(m, "id"))), "srv-tiny"), "models: model id");
     CHECK(json_integer_value(json_object_get(m, "max_model_len")) == 2048);
     json_decref(r);
     char *text = NULL;
@@ -285,7 +285,7 @@ static void test_completions(struct test_ctx *t)
     CHECK(json_array_size(json_object_get(lp, "token_logprobs")) == (size_t)n);
     CHECK(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 0)) >= 1);
     CHECK(json_array_size(json_object_get(lp, "text_offset")) == (size_t)n);
-    CHECK(!strcmp(json_string_value(json_object_get(r, "object")), "text_completion"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(r, "object"))), "text_completion"));
 
     /* stop strings: take a piece of a greedy completion's text and ask to stop there */
     json_t *g = NULL;
@@ -310,7 +310,7 @@ static void test_completions(struct test_ctx *t)
             const char *at = strstr(text, stop);
             CHECKF(st && at && strlen(st) == (size_t)(at - text) && !strncmp(st, text, strlen(st)),
                    "stop '%s': got '%s' from '%s'", stop, st ? st : "", text);
-            CHECK(!strcmp(json_string_value(json_object_get(c0, "finish_reason")), "stop"));
+            CHECK(!strcmp(test_str(json_string_value(json_object_get(c0, "finish_reason"))), "stop"));
             /* the same streamed */
             json_object_set_new(req, "stream", json_true());
             free(b);

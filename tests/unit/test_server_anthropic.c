@@ -39,7 +39,7 @@ json_t *tanth_replay(json_t *events, char *why, size_t cap)
 #define BAD(...) do { snprintf(why, cap, __VA_ARGS__); json_decref(msg); free(buf); return NULL; } while (0)
     json_t *msg = NULL;
     char   *buf = NULL;
-    if (!first || strcmp(json_string_value(json_object_get(first, "type")), "message_start") != 0)
+    if (!first || strcmp(test_str(json_string_value(json_object_get(first, "type"))), "message_start") != 0)
         BAD("the first event is not message_start");
     msg = json_deep_copy(json_object_get(first, "message"));
     if (!json_is_array(json_object_get(msg, "content")) || json_array_size(json_object_get(msg, "content")))
@@ -78,7 +78,7 @@ json_t *tanth_replay(json_t *events, char *why, size_t cap)
             if (!strcmp(key, "partial_json")) append(&buf, v);
             else if (!strcmp(key, "signature")) json_object_set_new(b, "signature", json_string(v));
             else {
-                char *s = strdup(json_string_value(json_object_get(b, key)));
+                char *s = strdup(test_str(json_string_value(json_object_get(b, key))));
                 append(&s, v);
                 json_object_set_new(b, key, json_string(s));
                 free(s);
@@ -86,7 +86,7 @@ json_t *tanth_replay(json_t *events, char *why, size_t cap)
         } else if (!strcmp(type, "content_block_stop")) {
             if (open != index) BAD("content_block_stop %d while %d is open", index, open);
             json_t *b = json_array_get(content, (size_t)index);
-            if (!strcmp(json_string_value(json_object_get(b, "type")), "tool_use")) {
+            if (!strcmp(test_str(json_string_value(json_object_get(b, "type"))), "tool_use")) {
                 json_t *in = json_loads(buf, 0, NULL);
                 if (!json_is_object(in)) BAD("tool_use input '%s' is not a JSON object", buf);
                 json_object_set_new(b, "input", in);
@@ -141,21 +141,21 @@ static void check_canned_message(struct test_ctx *t, json_t *m)
     json_t *c = json_object_get(m, "content");
     CHECKF(json_array_size(c) == 4, "%zu content blocks", json_array_size(c));
     json_t *b0 = json_array_get(c, 0), *b1 = json_array_get(c, 1), *b2 = json_array_get(c, 2), *b3 = json_array_get(c, 3);
-    CHECK(!strcmp(json_string_value(json_object_get(b0, "type")), "thinking"));
-    CHECK(!strcmp(json_string_value(json_object_get(b0, "thinking")), "The user wants two things."));
-    CHECK(!strcmp(json_string_value(json_object_get(b1, "type")), "text"));
-    CHECK(!strcmp(json_string_value(json_object_get(b1, "text")), "Let me check."));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b0, "type"))), "thinking"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b0, "thinking"))), "The user wants two things."));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b1, "type"))), "text"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b1, "text"))), "Let me check."));
     json_t *want2 = json_pack("{s:s, s:i}", "city", "Paris", "days", 3), *want3 = json_pack("{s:s}", "tz", "CET");
-    CHECK(!strcmp(json_string_value(json_object_get(b2, "type")), "tool_use"));
-    CHECK(!strcmp(json_string_value(json_object_get(b2, "name")), "get_weather"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b2, "type"))), "tool_use"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b2, "name"))), "get_weather"));
     CHECK(json_equal(json_object_get(b2, "input"), want2));
-    CHECK(!strcmp(json_string_value(json_object_get(b3, "name")), "get_time"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(b3, "name"))), "get_time"));
     CHECK(json_equal(json_object_get(b3, "input"), want3));
     const char *id2 = json_string_value(json_object_get(b2, "id")), *id3 = json_string_value(json_object_get(b3, "id"));
     CHECK(id2 && id3 && !strncmp(id2, "toolu_", 6) && strcmp(id2, id3) != 0);
     json_decref(want2);
     json_decref(want3);
-    CHECK(!strcmp(json_string_value(json_object_get(m, "stop_reason")), "tool_use"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(m, "stop_reason"))), "tool_use"));
     CHECK(json_is_null(json_object_get(m, "stop_sequence")));
     json_t *u = json_object_get(m, "usage");
     CHECKF(json_integer_value(json_object_get(u, "input_tokens")) == 6 &&
@@ -187,8 +187,8 @@ void tanth_test_out_messages(struct test_ctx *t)
 
     char   *whole = tsrv_canned_output_kind(tok, ids, (int)n, SRV_API_MESSAGES, false, 1);
     json_t *m     = whole ? json_loads(whole, 0, NULL) : NULL;
-    CHECKF(m && !strcmp(json_string_value(json_object_get(m, "type")), "message"), "whole: %s", whole ? whole : "");
-    CHECK(!strncmp(json_string_value(json_object_get(m, "id")), "msg_", 4));
+    CHECKF(m && !strcmp(test_str(json_string_value(json_object_get(m, "type"))), "message"), "whole: %s", whole ? whole : "");
+    CHECK(!strncmp(test_str(json_string_value(json_object_get(m, "id"))), "msg_", 4));
     check_canned_message(t, m);
     for (int per = 1; per <= 7; per += 3) {
         char   *sse    = tsrv_canned_output_kind(tok, ids, (int)n, SRV_API_MESSAGES, true, per);
@@ -275,7 +275,7 @@ static const char *text_of(json_t *msg)
     size_t  i;
     json_t *b;
     json_array_foreach(json_object_get(msg, "content"), i, b)
-        if (!strcmp(json_string_value(json_object_get(b, "type")), "text")) return json_string_value(json_object_get(b, "text"));
+        if (!strcmp(test_str(json_string_value(json_object_get(b, "type"))), "text")) return json_string_value(json_object_get(b, "text"));
     return NULL;
 }
 
@@ -336,7 +336,7 @@ static void same_as_chat(struct test_ctx *t, struct tsrv *s)
     CHECKF(r, "stream: %s", why);
     const char *tr = r ? text_of(r) : NULL;
     CHECKF(tr && ta && !strcmp(tr, ta), "streamed '%s' vs whole '%s'", tr ? tr : "", ta ? ta : "");
-    CHECK(r && !strcmp(json_string_value(json_object_get(r, "stop_reason")), json_string_value(json_object_get(a, "stop_reason"))));
+    CHECK(r && !strcmp(test_str(json_string_value(json_object_get(r, "stop_reason"))), json_string_value(json_object_get(a, "stop_reason"))));
     CHECK(r && usage_of(r, "output_tokens") == usage_of(a, "output_tokens"));
     json_decref(r);
     tsrv_stream_free(&st);
@@ -391,7 +391,7 @@ static void check_bad(struct test_ctx *t, struct tsrv *s, const struct anth_bad 
     const char *msg = json_string_value(json_object_get(e, "message"));
     const char *ty  = json_string_value(json_object_get(e, "type"));
     CHECKF(st == b->status, "%.80s: status %d, want %d (%s)", b->body, st, b->status, msg ? msg : "");
-    CHECKF(r && !strcmp(json_string_value(json_object_get(r, "type")), "error"), "%.80s: not Anthropic's error shape",
+    CHECKF(r && !strcmp(test_str(json_string_value(json_object_get(r, "type"))), "error"), "%.80s: not Anthropic's error shape",
            b->body);
     CHECKF(ty && !strcmp(ty, b->type), "%.80s: error type %s, want %s", b->body, ty ? ty : "(none)", b->type);
     CHECKF(msg && strstr(msg, b->needle), "%.80s: message '%s' lacks '%s'", b->body, msg ? msg : "", b->needle);
@@ -509,7 +509,7 @@ void tanth_test_messages_api(struct test_ctx *t, struct tsrv *s)
                           "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL, &r) == 200);
     const char *sr = json_string_value(json_object_get(r, "stop_reason"));
     CHECKF(sr && (!strcmp(sr, "end_turn") || !strcmp(sr, "max_tokens") ||
-                  (!strcmp(sr, "stop_sequence") && !strcmp(json_string_value(json_object_get(r, "stop_sequence")), "e"))),
+                  (!strcmp(sr, "stop_sequence") && !strcmp(test_str(json_string_value(json_object_get(r, "stop_sequence"))), "e"))),
            "stop_reason %s", sr ? sr : "");
     json_decref(r);
 }

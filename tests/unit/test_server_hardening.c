@@ -537,8 +537,8 @@ static void test_api_surface(struct test_ctx *t)
         snprintf(body, sizeof(body), "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"%s\":1}", refused[i]);
         CHECK(tsrv_post(&s, "/v1/chat/completions", body, NULL, &r) == 400);
         json_t *e = json_object_get(r, "error");
-        CHECKF(e && !strcmp(json_string_value(json_object_get(e, "param")), refused[i]) &&
-                   strstr(json_string_value(json_object_get(e, "message")), refused[i]),
+        CHECKF(e && !strcmp(test_str(json_string_value(json_object_get(e, "param"))), refused[i]) &&
+                   strstr(test_str(json_string_value(json_object_get(e, "message"))), refused[i]),
                "%s: %s", refused[i], json_string_value(json_object_get(e, "message")));
         json_decref(r);
         r = NULL;
@@ -561,8 +561,8 @@ static void test_api_surface(struct test_ctx *t)
     json_decref(r);
     snprintf(url, sizeof(url), "/v1/models/%s", name);
     CHECK(tsrv_get(&s, url, &r, NULL) == 200);
-    CHECK(!strcmp(json_string_value(json_object_get(r, "id")), name) &&
-          !strcmp(json_string_value(json_object_get(r, "object")), "model"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(r, "id"))), name) &&
+          !strcmp(test_str(json_string_value(json_object_get(r, "object"))), "model"));
     json_decref(r);
     CHECK(tsrv_get(&s, "/v1/models/not-this-one", &r, NULL) == 404);
     json_decref(r);

@@ -72,12 +72,12 @@ static void over(struct test_ctx *t, struct tsrv *s, const struct dialect *d)
     CHECKF(msg && strstr(msg, "max_position_embeddings") && strstr(msg, d->limit_field), "%s: message '%s'", d->name,
            msg ? msg : "(none)");
     if (d->anthropic_errors) {
-        CHECKF(!strcmp(json_string_value(json_object_get(r, "type")) ?: "", "error") &&
-                   !strcmp(json_string_value(json_object_get(e, "type")) ?: "", "invalid_request_error"),
+        CHECKF(!strcmp(test_str(json_string_value(json_object_get(r, "type"))) ?: "", "error") &&
+                   !strcmp(test_str(json_string_value(json_object_get(e, "type"))) ?: "", "invalid_request_error"),
                "%s: not Anthropic's error shape", d->name);
     } else {
-        CHECKF(!strcmp(json_string_value(json_object_get(e, "param")) ?: "", d->limit_field) &&
-                   !strcmp(json_string_value(json_object_get(e, "code")) ?: "", "context_length_exceeded"),
+        CHECKF(!strcmp(test_str(json_string_value(json_object_get(e, "param"))) ?: "", d->limit_field) &&
+                   !strcmp(test_str(json_string_value(json_object_get(e, "code"))) ?: "", "context_length_exceeded"),
                "%s: param %s, code %s", d->name, json_string_value(json_object_get(e, "param")) ?: "null",
                json_string_value(json_object_get(e, "code")) ?: "null");
     }

@@ -46,8 +46,8 @@ static void check_calls(struct test_ctx *t, json_t *calls, bool stream)
         json_t     *fn = json_object_get(c, "function");
         const char *id = json_string_value(json_object_get(c, "id"));
         CHECK(id && !strncmp(id, "call_", 5));
-        CHECK(!strcmp(json_string_value(json_object_get(c, "type")), "function"));
-        CHECK(!strcmp(json_string_value(json_object_get(fn, "name")), names[i]));
+        CHECK(!strcmp(test_str(json_string_value(json_object_get(c, "type"))), "function"));
+        CHECK(!strcmp(test_str(json_string_value(json_object_get(fn, "name"))), names[i]));
         json_t *got = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
         json_t *want = json_loads(args[i], 0, NULL);
         CHECKF(got && json_equal(got, want), "call %zu arguments: %s", i, json_string_value(json_object_get(fn, "arguments")));
@@ -71,10 +71,10 @@ void tsrv_test_out_tool_calls(struct test_ctx *t)
     json_t *r     = whole ? json_loads(whole, 0, NULL) : NULL;
     json_t *ch    = json_array_get(json_object_get(r, "choices"), 0);
     json_t *msg   = json_object_get(ch, "message");
-    CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning_content")), "The user wants two things."));
-    CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "Let me check."));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(msg, "reasoning_content"))), "The user wants two things."));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(msg, "content"))), "Let me check."));
     check_calls(t, json_object_get(msg, "tool_calls"), false);
-    CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(ch, "finish_reason"))), "tool_calls"));
     json_t *u = json_object_get(r, "usage");
     CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == n);
     CHECK(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")) == 4);
@@ -96,10 +96,10 @@ void tsrv_test_out_tool_calls(struct test_ctx *t)
             }
             json_t *c = json_loads(line + 6, 0, NULL);
             CHECKF(c != NULL, "chunk is not JSON: %s", line);
-            CHECK(!strcmp(json_string_value(json_object_get(c, "object")), "chat.completion.chunk"));
+            CHECK(!strcmp(test_str(json_string_value(json_object_get(c, "object"))), "chat.completion.chunk"));
             json_t *c0 = json_array_get(json_object_get(c, "choices"), 0);
             json_t *d  = json_object_get(c0, "delta");
-            if (n_chunks++ == 0) role = !strcmp(json_string_value(json_object_get(d, "role")), "assistant");
+            if (n_chunks++ == 0) role = !strcmp(test_str(json_string_value(json_object_get(d, "role"))), "assistant");
             const char *s;
             if ((s = json_string_value(json_object_get(d, "reasoning_content")))) {
                 reasoning = realloc(reasoning, strlen(reasoning) + strlen(s) + 1);
@@ -210,15 +210,15 @@ static void run_stop(struct test_ctx *t, const dsv4_tokenizer *tok, const char *
                 strcat(*out, s);
             }
             if (json_string_value(json_object_get(c0, "finish_reason")))
-                *finish = strdup(json_string_value(json_object_get(c0, "finish_reason")));
+                *finish = strdup(test_str(json_string_value(json_object_get(c0, "finish_reason"))));
             json_decref(j);
         }
     } else {
         json_t *j  = json_loads(body.p, 0, NULL);
         json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
         free(*out);
-        *out    = strdup(json_string_value(json_object_get(c0, "text")));
-        *finish = strdup(json_string_value(json_object_get(c0, "finish_reason")));
+        *out    = strdup(test_str(json_string_value(json_object_get(c0, "text"))));
+        *finish = strdup(test_str(json_string_value(json_object_get(c0, "finish_reason"))));
         json_decref(j);
     }
     free(ids);

@@ -67,7 +67,7 @@ static json_t *item_of(json_t *r, const char *type, int nth)
     size_t  i;
     json_t *it;
     json_array_foreach(json_object_get(r, "output"), i, it)
-        if (!strcmp(json_string_value(json_object_get(it, "type")), type) && nth-- == 0) return it;
+        if (!strcmp(test_str(json_string_value(json_object_get(it, "type"))), type) && nth-- == 0) return it;
     return NULL;
 }
 
@@ -78,15 +78,15 @@ static const char *item_text(json_t *it)
 
 static void check_canned(struct test_ctx *t, json_t *r)
 {
-    CHECK(!strcmp(json_string_value(json_object_get(r, "status")), "completed"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(r, "status"))), "completed"));
     json_t *rs = item_of(r, "reasoning", 0), *m = item_of(r, "message", 0);
     json_t *f0 = item_of(r, "function_call", 0), *f1 = item_of(r, "function_call", 1);
     CHECKF(json_array_size(json_object_get(r, "output")) == 4, "%zu output items",
            json_array_size(json_object_get(r, "output")));
     CHECK(rs && item_text(rs) && !strcmp(item_text(rs), "The user wants two things."));
     CHECK(m && item_text(m) && !strcmp(item_text(m), "Let me check."));
-    CHECK(f0 && !strcmp(json_string_value(json_object_get(f0, "name")), "get_weather"));
-    CHECK(f1 && !strcmp(json_string_value(json_object_get(f1, "name")), "get_time"));
+    CHECK(f0 && !strcmp(test_str(json_string_value(json_object_get(f0, "name"))), "get_weather"));
+    CHECK(f1 && !strcmp(test_str(json_string_value(json_object_get(f1, "name"))), "get_time"));
     json_t *a0 = f0 ? json_loads(json_string_value(json_object_get(f0, "arguments")), 0, NULL) : NULL;
     json_t *w0 = json_pack("{s:s, s:i}", "city", "Paris", "days", 3);
     CHECK(a0 && json_equal(a0, w0));
@@ -121,7 +121,7 @@ void tresp_test_out_responses(struct test_ctx *t)
     CHECK(ids && dsv4_tokenizer_encode(tok, turn, len, 0, ids, 3 * len + 1, &n, NULL) == DSV4_OK);
     char   *whole = tsrv_canned_output_kind(tok, ids, (int)n, SRV_API_RESPONSES, false, 1);
     json_t *w     = whole ? json_loads(whole, 0, NULL) : NULL;
-    CHECKF(w && !strcmp(json_string_value(json_object_get(w, "object")), "response"), "whole: %s", whole ? whole : "");
+    CHECKF(w && !strcmp(test_str(json_string_value(json_object_get(w, "object"))), "response"), "whole: %s", whole ? whole : "");
     if (w) check_canned(t, w);
     for (int per = 1; per <= 7; per += 3) {
         char   *sse    = tsrv_canned_output_kind(tok, ids, (int)n, SRV_API_RESPONSES, true, per);
@@ -205,7 +205,7 @@ static void turns_match_chat(struct test_ctx *t, struct tsrv *s)
     const char *t2 = m2 ? item_text(m2) : NULL, *ct2 = chat_text(c2);
     CHECKF(t2 && ct2 && !strcmp(t2, ct2), "turn 2 '%s' vs chat '%s'", t2 ? t2 : "", ct2 ? ct2 : "");
     CHECKF(cached_of(r2) >= 256, "turn 2 read %lld cached tokens", cached_of(r2));
-    CHECK(!strcmp(json_string_value(json_object_get(r2, "previous_response_id")), id ? id : ""));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(r2, "previous_response_id"))), id ? id : ""));
 
     /* streamed: the same as whole */
     snprintf(body, sizeof(body), "{\"max_output_tokens\":10,\"temperature\":0,\"stream\":true,\"instructions\":"
@@ -250,7 +250,7 @@ static void items_and_store(struct test_ctx *t, struct tsrv *s)
     snprintf(body, sizeof(body), "{\"previous_response_id\":\"%s\",\"input\":\"x\"}",
              json_string_value(json_object_get(r, "id")) ? json_string_value(json_object_get(r, "id")) : "");
     CHECK(tsrv_post(s, "/v1/responses", body, NULL, &e) == 400); /* store: false was not stored */
-    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(e, "error"), "param")) ?: "", "previous_response_id"));
+    CHECK(!strcmp(test_str(json_string_value(json_object_get(json_object_get(e, "error"), "param"))) ?: "", "previous_response_id"));
     json_decref(r);
     json_decref(c);
     json_decref(e);
@@ -266,7 +266,7 @@ static void get_and_delete(struct test_ctx *t, struct tsrv *s)
     snprintf(path, sizeof(path), "/v1/responses/%s", id ? id : "x");
     CHECK(tsrv_get_h(s, path, NULL, &g) == 200);
     CHECKF(g && json_equal(json_object_get(g, "output"), json_object_get(r, "output")) &&
-               !strcmp(json_string_value(json_object_get(g, "id")) ?: "", id ? id : "-"),
+               !strcmp(test_str(json_string_value(json_object_get(g, "id"))) ?: "", id ? id : "-"),
            "GET %s: not the response answered", path);
     int st = http_request("127.0.0.1", s->port, "DELETE", path, NULL, NULL, &body, NULL, 30, err, sizeof(err));
     CHECKF(st == 200 && body && strstr(body, "\"deleted\":true"), "DELETE %s: %d %s", path, st, body ? body : err);

@@ -550,7 +550,7 @@ static json_t *mini_doc(const char *const *words, size_t n_words, json_t *pretok
             snprintf(rule, sizeof(rule), "%s %s", left, right);
             bool have = false;
             for (size_t i = 0; i < json_array_size(merges); i++)
-                have |= strcmp(json_string_value(json_array_get(merges, i)), rule) == 0;
+                have |= strcmp(test_str(json_string_value(json_array_get(merges, i))), rule) == 0;
             if (!have) json_array_append_new(merges, json_string(rule));
         }
     }
