@@ -233,21 +233,26 @@ struct dsv4_backend_ops {
     void (*expert)(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                    const float *row_w, double limit, float *y, float *scratch);
 
-    /* The routed experts of one MoE layer over a whole step, as `expert` for each group:
-     * group g runs experts[ids[g]] on rows x[off[g] .. off[g+1]) of the gathered rows
-     * x[n_pairs, d_model] with weights row_w[off[g] ..], writing y[off[g] ..]. Lets the
-     * backend read each expert once and spread all experts over its threads in one go.
-     * scratch: [2 * n_pairs * d_ff_exp] floats. */
-    void (*experts)(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
-                    const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch);
+    /* The routed experts of one MoE layer over a whole step, as `expert` for each group of
+     * the group table grp[2 * n_exp + 2] that `moe_dispatch` wrote (layout there): group g
+     * runs experts[ids[g]] on rows x[off[g] .. off[g+1]) of the gathered rows
+     * x[n_pairs, d_model] with weights row_w[off[g] ..], writing y[off[g] ..]. The backend
+     * reads the group count from grp itself (the host never learns it during a step); a
+     * device launches a grid for n_exp groups and skips the empty ones. Lets the backend
+     * read each expert once and spread all experts over its threads in one go. n_pairs is
+     * the rows of x (n * k of the dispatch). scratch: [2 * n_pairs * d_ff_exp] floats. */
+    void (*experts)(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                    const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch);
 
     /* MoE dispatch: groups the (row, slot) pairs of ids[n, k] by expert, ascending expert
      * id, rows then slots in order within an expert: pair i gets xe[i] = x[row] (rows of d),
-     * row_w[i] = w[row * k + slot], and pair_of[row * k + slot] = i; grp_ids[g] / grp_off[g]
-     * name the g-th used expert and its first pair (grp_off[n_groups] = n * k), as
-     * `experts` takes them. Returns n_groups (small metadata the host reads). */
-    int (*moe_dispatch)(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
-                        const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off);
+     * row_w[i] = w[row * k + slot], and pair_of[row * k + slot] = i. The group table
+     * grp[2 * n_exp + 2], backend memory of fixed capacity (at most n_exp groups), gets
+     * grp[0] = n_groups, ids = grp + 1 ([n_exp]: the g-th used expert, -1 past n_groups)
+     * and off = grp + 1 + n_exp ([n_exp + 1]: the g-th group's first pair, n * k from
+     * n_groups on), as `experts` takes it. Nothing is returned: no read-back in a step. */
+    void (*moe_dispatch)(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                         const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
 
     /* MoE combine: f[r] = bf16(f32(sum of ye[i] over row r's pairs in ascending pair order,
      * in double, + shared[r])); ye[n * k, d] from `experts`, shared[n, d]. */

@@ -350,6 +350,17 @@ struct experts_case {
     int            d, f, n_exp, n_groups, ids[4], off[5], limit;
 };
 
+/* The group table `moe_dispatch` would write (backend.h): the count, the used experts' ids
+ * (-1 past them), their first pairs (the pair count past them). */
+static int *group_table(struct chk *h, int n_exp, int n_groups, const int *ids, const int *off)
+{
+    int *grp = chk_alloc(h, sizeof(int) * (2 * (size_t)n_exp + 2));
+    grp[0]   = n_groups;
+    for (int g = 0; g < n_exp; g++) grp[1 + g] = g < n_groups ? ids[g] : -1;
+    for (int g = 0; g <= n_exp; g++) grp[1 + n_exp + g] = off[g < n_groups ? g : n_groups];
+    return grp;
+}
+
 static void run_experts(struct chk *h)
 {
     const struct chk_model *A = &chk_models[0], *F = &chk_models[2];
@@ -378,11 +389,12 @@ static void run_experts(struct chk *h)
         }
         chk_weights(h, ws, 3 * c->n_groups);
         float *x = chk_floats(h, (size_t)np * d), *rw = chk_floats(h, (size_t)np);
+        int   *grp = group_table(h, c->n_exp, c->n_groups, c->ids, c->off);
         chk_fill_bf16(h, x, (size_t)np * d, 4.0f);
         for (int i = 0; i < np; i++) rw[i] = 0.2f + 0.5f * (float)fabs(chk_uniform(h));
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)np * d, EXPERT_TOL, NULL, NULL);
-            be->ops->experts(be, ex, c->n_groups, c->ids, c->off, x, rw, c->limit, y, chk_floats(h, 2 * (size_t)np * f));
+            be->ops->experts(be, ex, c->n_exp, np, grp, x, rw, c->limit, y, chk_floats(h, 2 * (size_t)np * f));
         }
     }
 }
@@ -422,10 +434,8 @@ static void run_moe_dispatch(struct chk *h)
             float *xe      = chk_out_f32(h, 0, (size_t)np * d, CHK_EXACT, NULL, NULL);
             float *row_w   = chk_out_f32(h, 1, (size_t)np, CHK_EXACT, NULL, NULL);
             int   *pair_of = chk_out_int(h, 2, (size_t)np, NULL);
-            int   *grp_ids = chk_out_int(h, 3, (size_t)ne + 1, NULL);
-            int   *grp_off = chk_out_int(h, 4, (size_t)ne + 1, NULL);
-            int   *n_grp   = chk_out_int(h, 5, 1, NULL);
-            *n_grp = be->ops->moe_dispatch(be, n, k, ne, ids, w, x, d, xe, row_w, pair_of, grp_ids, grp_off);
+            int   *grp     = chk_out_int(h, 3, 2 * (size_t)ne + 2, NULL); /* the whole table, tail included */
+            be->ops->moe_dispatch(be, n, k, ne, ids, w, x, d, xe, row_w, pair_of, grp);
         }
     }
 }

@@ -293,19 +293,19 @@ static void p_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int
     TIMED(DSV4_OP_EXPERT, n, P(be)->inner->expert(be, e, n, x, ldx, row_w, limit, y, scratch));
 }
 
-static void p_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
-                      const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
+static void p_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                      const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
-    TIMED(DSV4_OP_EXPERTS, n_groups, P(be)->inner->experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch));
+    /* the pairs, not the groups: the group count stays in the backend's memory */
+    TIMED(DSV4_OP_EXPERTS, n_pairs,
+          P(be)->inner->experts(be, experts, n_exp, n_pairs, grp, x, row_w, limit, y, scratch));
 }
 
-static int p_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
-                          const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off)
+static void p_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp)
 {
-    int r = 0;
     TIMED(DSV4_OP_MOE_DISPATCH, n,
-          r = P(be)->inner->moe_dispatch(be, n, k, n_exp, ids, w, x, d, xe, row_w, pair_of, grp_ids, grp_off));
-    return r;
+          P(be)->inner->moe_dispatch(be, n, k, n_exp, ids, w, x, d, xe, row_w, pair_of, grp));
 }
 
 static void p_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,

@@ -26,11 +26,10 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, k, fid);
                 dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, k, S->rw + (size_t)r * (size_t)k);
             }
-    int n_groups = be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of,
-                                         S->grp_ids, S->grp_off);
-    if (n_groups)
-        be->ops->experts(be, L->experts, n_groups, S->grp_ids, S->grp_off, S->xe, S->row_w, c->swiglu_limit, S->ye,
-                         S->exp_scratch);
+    /* the group table stays on the backend: `experts` reads the count, the host never does */
+    be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
+    be->ops->experts(be, L->experts, c->n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,
+                     S->exp_scratch);
     be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->shared_y, S->exp_scratch);
     be->ops->moe_combine(be, R, k, d, S->pair_of, S->ye, S->shared_y, S->f);
 }

@@ -94,7 +94,7 @@ struct dsv4_step {
     float *xe, *ye;            /* [max_rows * n_exp_used, d_model] rows gathered per expert */
     float *row_w;              /* [max_rows * n_exp_used] */
     int   *pair_of;            /* [max_rows * n_exp_used] pair of each (row, slot) */
-    int   *grp_ids, *grp_off;  /* [n_exp + 1] experts used in the step, their first pair */
+    int   *grp;                /* [2 * n_exp + 2] group table: count, expert ids, first pairs (backend.h) */
     float *shared_y;           /* [max_rows, d_model] the shared expert's output */
     float *exp_scratch;        /* [2 * max(max_rows * n_exp_used, max_rows) * d_ff_exp] */
     float *router_scratch;     /* [(max_rows + 1) * n_exp] */

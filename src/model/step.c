@@ -86,8 +86,7 @@ static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max
     F(s->ye, pairs * d);
     F(s->row_w, pairs);
     F(s->pair_of, pairs);
-    F(s->grp_ids, (size_t)c->n_exp + 1);
-    F(s->grp_off, (size_t)c->n_exp + 1);
+    F(s->grp, 2 * (size_t)c->n_exp + 2); /* fixed capacity: n_exp groups whatever the routing */
     F(s->shared_y, r * d);
     F(s->exp_scratch, 2 * (pairs > r ? pairs : r) * (size_t)c->d_ff_exp);
     F(s->router_scratch, (r + 1) * (size_t)c->n_exp);

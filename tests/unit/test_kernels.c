@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/ops_data.h"
 #include "backend/cpu/ref.h"
 #include "backend/cpu/ref_num.h"
 #include "core/pool.h"
@@ -746,9 +747,10 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
         float *es = malloc(sizeof(float) * 2 * 13 * f);
         for (int i = 0; i < 13 * d; i++) x[i] = dsv4_round_bf16(test_rand_f32(&seed) * 4);
         for (int i = 0; i < 13; i++) rw[i] = 0.2f + 0.5f * fabsf(test_rand_f32(&seed));
+        int grp[2 * 3 + 2] = { 3, ids[0], ids[1], ids[2], off[0], off[1], off[2], off[3] }; /* count, ids, offs */
         for (int lim = 0; lim < 2; lim++) {
-            fast.ops->experts(&fast, ex, 3, ids, off, x, rw, lim ? 0.5 : 0.0, y1, es);
-            ref.ops->experts(&ref, ex, 3, ids, off, x, rw, lim ? 0.5 : 0.0, y2, es);
+            fast.ops->experts(&fast, ex, n_exp, 13, grp, x, rw, lim ? 0.5 : 0.0, y1, es);
+            ref.ops->experts(&ref, ex, n_exp, 13, grp, x, rw, lim ? 0.5 : 0.0, y2, es);
             int bad = 0;
             for (int i = 0; i < 13 * d; i++) bad += !(fabsf(y1[i] - y2[i]) <= 0.02f * fabsf(y2[i]) + 1e-4f);
             /* f32 vs double sums may flip a bf16 / e4m3 rounding of an intermediate: allow a few */
@@ -1041,6 +1043,32 @@ static void cover_fn(void *ctx, int64_t i0, int64_t i1, int tid)
     for (int64_t i = i0; i < i1; i++) c->hits[i]++;
 }
 
+/* moe_dispatch's group table (backend.h): the count in grp[0], the used experts ascending,
+ * their first pairs, and the fixed capacity's empty groups (-1, the pair count) after them;
+ * the pairs in expert order, rows then slots within an expert. */
+static void test_moe_group_table(struct test_ctx *t)
+{
+    enum { N = 2, K = 2, N_EXP = 5, D = 3 };
+    const int   ids[N * K] = { 3, 1, 1, 4 }; /* row 0: experts 3, 1; row 1: experts 1, 4 */
+    const float w[N * K]   = { 0.25f, 0.5f, 0.75f, 1.0f };
+    const float x[N * D]   = { 1, 2, 3, 4, 5, 6 };
+    float       xe[N * K * D], row_w[N * K];
+    int         pair_of[N * K], grp[2 * N_EXP + 2];
+    for (int i = 0; i < 2 * N_EXP + 2; i++) grp[i] = 12345; /* stale: every entry must be written */
+    dsv4_cpu_moe_dispatch(NULL, N, K, N_EXP, ids, w, x, D, xe, row_w, pair_of, grp);
+    const int want_grp[2 * N_EXP + 2] = { 3, 1, 3, 4, -1, -1, 0, 2, 3, 4, 4, 4 };
+    for (int i = 0; i < 2 * N_EXP + 2; i++)
+        CHECKF(grp[i] == want_grp[i], "grp[%d] = %d, want %d", i, grp[i], want_grp[i]);
+    const int   want_pair[N * K] = { 2, 0, 1, 3 };
+    const float want_w[N * K]    = { 0.5f, 0.75f, 0.25f, 1.0f };
+    const int   want_row[N * K]  = { 0, 1, 0, 1 }; /* the row each pair gathers */
+    for (int i = 0; i < N * K; i++) {
+        CHECKF(pair_of[i] == want_pair[i], "pair_of[%d] = %d, want %d", i, pair_of[i], want_pair[i]);
+        CHECKF(row_w[i] == want_w[i], "row_w[%d] = %g, want %g", i, (double)row_w[i], (double)want_w[i]);
+        CHECKF(!memcmp(xe + i * D, x + want_row[i] * D, sizeof(float) * D), "pair %d gathers the wrong row", i);
+    }
+}
+
 /* The GEMM crossover spec (--gemm-min, DSV4_GEMM_MIN): three counts or a clear error. */
 static void test_gemm_min_spec(struct test_ctx *t)
 {
@@ -1118,6 +1146,7 @@ const struct test_case test_group_kernels[] = {
     { "fast_ops_vs_reference", test_fast_ops_vs_ref },
     { "fast_activation_quantiser", test_fast_quantiser },
     { "i16_tiles_and_kernels", test_i16_kernels },
+    { "moe_group_table", test_moe_group_table },
     { "gemm_crossover_spec", test_gemm_min_spec },
     { "pool_parallel_for", test_pool },
     { "level_names_and_builds", test_level_pick },

@@ -64,12 +64,13 @@ void dsv4_cpu_add_streams(struct dsv4_backend *be, int n, int hc, int d, const f
 
 /* ------------------------------------------------------------------ MoE dispatch / combine */
 
-int dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
-                          const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off)
+void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp)
 {
     (void)be;
     DSV4_ASSERT(n_exp >= 1 && n_exp <= DSV4_MAX_EXPERTS);
-    int next[DSV4_MAX_EXPERTS]; /* counts, then each expert's next free pair */
+    int *grp_ids = grp + 1, *grp_off = grp + 1 + n_exp; /* the group table (backend.h) */
+    int  next[DSV4_MAX_EXPERTS];                       /* counts, then each expert's next free pair */
     memset(next, 0, sizeof(int) * (size_t)n_exp);
     for (int i = 0; i < n * k; i++) {
         DSV4_ASSERT(ids[i] >= 0 && ids[i] < n_exp);
@@ -86,7 +87,9 @@ int dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, cons
         n_groups++;
         np += c;
     }
-    grp_off[n_groups] = np;
+    grp[0] = n_groups;
+    for (int g = n_groups; g < n_exp; g++) grp_ids[g] = -1; /* the fixed capacity's empty groups */
+    for (int g = n_groups; g <= n_exp; g++) grp_off[g] = np;
     for (int r = 0; r < n; r++)
         for (int s = 0; s < k; s++) {
             int i = next[ids[r * k + s]]++;
@@ -94,7 +97,6 @@ int dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, cons
             row_w[i]           = w[r * k + s];
             memcpy(xe + (size_t)i * (size_t)d, x + (size_t)r * (size_t)d, sizeof(float) * (size_t)d);
         }
-    return n_groups;
 }
 
 void dsv4_cpu_moe_pairs(int k, const int *pair_of, int *p)

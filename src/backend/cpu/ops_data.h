@@ -16,8 +16,8 @@ void dsv4_cpu_embed(struct dsv4_backend *be, int n, const int *tok, const uint16
                     float *X);
 void dsv4_cpu_scale(struct dsv4_backend *be, size_t n, float *x, double s);
 void dsv4_cpu_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
-int  dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
-                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp_ids, int *grp_off);
+void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
                           const float *shared, float *f);
 void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,

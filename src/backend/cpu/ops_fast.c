@@ -401,19 +401,23 @@ static void swiglu_rows(void *ctx, int64_t p0, int64_t p1, int tid)
     }
 }
 
-static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
-                         const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
+static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs_max,
+                         const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
+    /* the group count from the dispatch's table, in this backend's memory (backend.h) */
+    int        n_groups = grp[0];
+    const int *ids = grp + 1, *off = grp + 1 + n_exp;
+    DSV4_ASSERT(n_groups >= 0 && n_groups <= n_exp && n_exp <= DSV4_MAX_EXPERTS && off[n_groups] <= n_pairs_max);
+    if (n_groups < 1) return;
     const struct dsv4_expert_w *e0 = &experts[ids[0]];
     if (e0->w1.fmt == DSV4_WFMT_F32) { /* no such checkpoints: keep the simple path */
-        dsv4_ref_experts(be, experts, n_groups, ids, off, x, row_w, limit, y, scratch);
+        dsv4_ref_experts(be, experts, n_exp, n_pairs_max, grp, x, row_w, limit, y, scratch);
         return;
     }
     int    d = e0->w1.n_in, f = e0->w1.n_out, n_pairs = off[n_groups];
     bool   quant = e0->w1.fmt == DSV4_WFMT_FP8 || e0->w1.fmt == DSV4_WFMT_FP4;
     int    tile_off[DSV4_MAX_EXPERTS + 1];
-    DSV4_ASSERT(n_groups <= DSV4_MAX_EXPERTS);
     /* scratch: activations [n_pairs, max(d, f)] floats at the start, GEMM panels after */
     size_t xlen = (size_t)n_pairs * (size_t)act_ld(d > f ? d : f);
     size_t plen = (size_t)DSV4_GEMM_PANEL * (size_t)(d > f ? d : f);

@@ -44,7 +44,7 @@ void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struc
 void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                      const float *row_w, double limit, float *y, float *scratch);
 
-void dsv4_ref_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
-                      const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch);
+void dsv4_ref_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                      const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch);
 
 #endif

@@ -82,9 +82,13 @@ void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int
     be->ops->linear(be, &e->w2, n, g, f, y, e->w2.n_out, act, DSV4_OUT_BF16);
 }
 
-void dsv4_ref_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_groups, const int *ids,
-                      const int *off, const float *x, const float *row_w, double limit, float *y, float *scratch)
+void dsv4_ref_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                      const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
+    /* the count is read here, from the dispatch's table: the host never sees it */
+    int        n_groups = grp[0];
+    const int *ids = grp + 1, *off = grp + 1 + n_exp;
+    DSV4_ASSERT(n_groups >= 0 && n_groups <= n_exp && off[n_groups] <= n_pairs);
     if (n_groups < 1) return;
     int d = experts[ids[0]].w2.n_out; /* the groups' experts (all of one width) */
     for (int g = 0; g < n_groups; g++)
