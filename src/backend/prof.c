@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/prof_xfer.h"
 
 /* Events name an op (enum dsv4_op) or, from DSV4_OP_COUNT on, a named span (a forward step):
  * spans hold the host work between ops and are left out of the ops' shares. */
@@ -35,6 +36,7 @@ struct dsv4_prof {
     const char                    *span[MAX_SPANS]; /* names of the spans seen so far */
     int                            n_spans;
     uint64_t                       self_ns[N_KINDS], calls[N_KINDS];
+    uint64_t                       xfer_n[DSV4_XFER_COUNT], xfer_bytes[DSV4_XFER_COUNT]; /* prof_xfer.h */
 };
 
 static uint64_t now_ns(void)
@@ -98,6 +100,31 @@ void dsv4_prof_end(struct dsv4_prof *p)
     if (p) end(p);
 }
 
+void dsv4_prof_xfer(struct dsv4_prof *p, enum dsv4_xfer x, size_t bytes)
+{
+    if (!p) return;
+    p->xfer_n[x]++;
+    p->xfer_bytes[x] += bytes;
+}
+
+void dsv4_prof_xfers(const struct dsv4_prof *p, uint64_t counts[DSV4_XFER_COUNT])
+{
+    for (int x = 0; x < DSV4_XFER_COUNT; x++) counts[x] = p ? p->xfer_n[x] : 0;
+}
+
+/* The transfers, in all and per step (the forward's "step" spans). */
+static void print_xfers(const struct dsv4_prof *p, FILE *f)
+{
+    static const char *const names[DSV4_XFER_COUNT] = { "upload", "download", "copy", "sync" };
+    uint64_t steps = 0;
+    for (int s = 0; s < p->n_spans; s++)
+        if (!strcmp(p->span[s], "step")) steps = p->calls[DSV4_OP_COUNT + s];
+    fprintf(f, "  transfers over %llu steps:\n", (unsigned long long)steps);
+    for (int x = 0; x < DSV4_XFER_COUNT; x++)
+        fprintf(f, "  %-16s %10llu %12.3f MB  %8.2f per step\n", names[x], (unsigned long long)p->xfer_n[x],
+                (double)p->xfer_bytes[x] / 1e6, steps ? (double)p->xfer_n[x] / (double)steps : 0.0);
+}
+
 void dsv4_prof_finish(struct dsv4_prof *p, FILE *f)
 {
     if (!p) return;
@@ -153,6 +180,7 @@ void dsv4_prof_finish(struct dsv4_prof *p, FILE *f)
         for (int s = 0; s < p->n_spans; s++)
             fprintf(f, "  %-16s %10llu %12.2f   (span: host work outside ops)\n", p->span[s],
                     (unsigned long long)p->calls[DSV4_OP_COUNT + s], (double)p->self_ns[DSV4_OP_COUNT + s] / 1e6);
+        print_xfers(p, f);
     }
     free(p->ev);
     free(p->path);

@@ -28,13 +28,17 @@ static void dump_rows(struct dsv4_step *S, const char *stage, int il, const floa
 static void copy_rows(const struct dsv4_model *m, float *dst, const float *src, size_t n)
 {
     m->backend->copy(m->backend_impl, dst, src, sizeof(float) * n);
+    dsv4_prof_xfer(m->prof, DSV4_XFER_COPY, sizeof(float) * n);
 }
 
-/* Logits computed in the backend's memory, to the caller's host buffer. */
+/* Logits computed in the backend's memory, to the caller's host buffer: the step's one
+ * download and host synchronisation (counted by the profiler, prof_xfer.h). */
 static void download_logits(const struct dsv4_model *m, float *dst, const float *src, size_t n)
 {
     m->backend->download(m->backend_impl, dst, src, sizeof(float) * n);
     m->backend->sync(m->backend_impl);
+    dsv4_prof_xfer(m->prof, DSV4_XFER_DOWNLOAD, sizeof(float) * n);
+    dsv4_prof_xfer(m->prof, DSV4_XFER_SYNC, 0);
 }
 
 /* One block over rows [0, R): *X holds the streams in and out, *Xn is scratch. */

@@ -7,6 +7,7 @@
 #define DSV4_RUNTIME_H
 
 #include "backend/backend.h"
+#include "backend/prof_xfer.h"
 #include "kv/kv.h"
 #include "model/model.h"
 

@@ -113,6 +113,7 @@ static int frontier_row(int ratio, int p0, int i)
 static void copy_floats(struct dsv4_step *S, float *dst, const float *src, size_t n)
 {
     S->m->backend->copy(S->m->backend_impl, dst, src, sizeof(float) * n);
+    dsv4_prof_xfer(S->m->prof, DSV4_XFER_COPY, sizeof(float) * n);
 }
 
 void dsv4_spec_save_compressor(struct dsv4_step *S, struct dsv4_spec_undo *u, int il, bool is_indexer,

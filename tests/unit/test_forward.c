@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "engine/session.h"
 #include "support/gen.h"
 #include "io/io.h"
 #include "test_cases.h"
@@ -276,6 +277,81 @@ static void test_no_alloc_while_decoding(struct test_ctx *t)
 }
 
 /* dsv4 convert: the native checkpoint is page-aligned and gives the same logits. */
+/* Decode steps on the staged backend, counted by the profiler (prof_xfer.h): a step's
+ * transfers over the step before, by kind. */
+static void decode_xfers(struct test_ctx *t, dsv4_engine *e, dsv4_session *s, int32_t tok, bool mtp, uint64_t *d)
+{
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    size_t          V  = (size_t)info.vocab_size;
+    float          *lg = calloc(V, sizeof(float)), *ml = calloc(V, sizeof(float));
+    uint64_t        a[DSV4_XFER_COUNT], b[DSV4_XFER_COUNT];
+    struct dsv4_err err;
+    int             got = 0;
+    dsv4_prof_xfers(e->model.prof, a);
+    CHECKF(dsv4_session_eval(s, &tok, 1, lg, mtp ? ml : NULL, &got, &err) == DSV4_OK, "eval: %s", err.msg);
+    dsv4_prof_xfers(e->model.prof, b);
+    for (int x = 0; x < DSV4_XFER_COUNT; x++) d[x] = b[x] - a[x];
+    free(lg);
+    free(ml);
+}
+
+/* The host learns nothing inside a step (docs/BACKENDS.md, "No read-back inside a step"):
+ * a decode step on cpu-staged downloads the logits and nothing else (the MTP head's too when
+ * asked for), with one host synchronisation per download and no upload. Its copies stay on
+ * the backend: the main head's row gather, and with MTP the block's input row and the
+ * pending row for the next step (forward.c). Its MoE layers read nothing back. */
+static void test_staged_decode_transfers(struct test_ctx *t)
+{
+    char dir[256], trace[300];
+    if (!make_model(t, "tiny-a", 5, "xfer", dir, sizeof(dir))) return;
+    snprintf(trace, sizeof(trace), "%s/xfer-trace.json", t->tmpdir);
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.backend      = "cpu-staged";
+    ep.profile_path = trace;
+    dsv4_engine    *e;
+    struct dsv4_err err;
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
+        CHECKF(0, "open cpu-staged: %s", err.msg);
+        return;
+    }
+    CHECK(e->model.prof != NULL);
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    for (int mtp = 0; mtp < 2; mtp++) {
+        struct dsv4_session_params sp;
+        dsv4_session_params_default(&sp);
+        sp.max_ctx = 32, sp.max_chunk = 8, sp.mtp = mtp;
+        dsv4_session *s;
+        if (dsv4_session_create(e, &sp, &s, &err)) {
+            CHECKF(0, "session: %s", err.msg);
+            break;
+        }
+        int32_t  prompt[5] = { 3, 1, 4, 1, 5 };
+        float   *lg        = calloc(5 * (size_t)info.vocab_size, sizeof(float)); /* [5, vocab] */
+        int      got       = 0;
+        uint64_t d[DSV4_XFER_COUNT];
+        CHECKF(dsv4_session_eval(s, prompt, 5, lg, NULL, &got, &err) == DSV4_OK, "prefill: %s", err.msg);
+        for (int step = 0; step < 3; step++) {
+            decode_xfers(t, e, s, 2 + step, mtp, d);
+            uint64_t want_dl = mtp ? 2 : 1;
+            CHECKF(d[DSV4_XFER_DOWNLOAD] == want_dl, "mtp %d step %d: %llu downloads, want %llu", mtp, step,
+                   (unsigned long long)d[DSV4_XFER_DOWNLOAD], (unsigned long long)want_dl);
+            CHECKF(d[DSV4_XFER_SYNC] == want_dl, "mtp %d step %d: %llu synchronisations, want %llu", mtp, step,
+                   (unsigned long long)d[DSV4_XFER_SYNC], (unsigned long long)want_dl);
+            CHECKF(d[DSV4_XFER_UPLOAD] == 0, "mtp %d step %d: %llu uploads", mtp, step,
+                   (unsigned long long)d[DSV4_XFER_UPLOAD]);
+            uint64_t want_cp = mtp ? 3 : 1;
+            CHECKF(d[DSV4_XFER_COPY] == want_cp, "mtp %d step %d: %llu copies, want %llu", mtp, step,
+                   (unsigned long long)d[DSV4_XFER_COPY], (unsigned long long)want_cp);
+        }
+        free(lg);
+        dsv4_session_free(s);
+    }
+    dsv4_engine_close(e);
+}
+
 static void test_convert_roundtrip(struct test_ctx *t)
 {
     const char *bin = getenv("DSV4_BIN");
@@ -356,5 +432,6 @@ const struct test_case test_group_forward[] = {
     { "convert_roundtrip", test_convert_roundtrip },
     { "no_alloc_while_decoding", test_no_alloc_while_decoding },
     { "engines_keep_own_gemm_min", test_engines_keep_own_gemm_min },
+    { "staged_decode_transfers", test_staged_decode_transfers },
     { NULL, NULL },
 };
