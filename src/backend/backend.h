@@ -403,5 +403,9 @@ struct dsv4_backend_kind {
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */
 const struct dsv4_backend_kind *dsv4_backend_find(const char *name);
+/* The i-th backend this build has, the default first; NULL past the last. */
+const struct dsv4_backend_kind *dsv4_backend_at(int i);
+/* Their names, in that order, into buf: "cpu, cpu-staged" (cut at cap). */
+void dsv4_backend_list(char *buf, size_t cap);
 
 #endif /* DSV4_BACKEND_H */

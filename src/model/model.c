@@ -118,7 +118,9 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
     m->backend = dsv4_backend_find(params->backend);
     if (!m->backend) {
-        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: cpu, cpu-staged)", params->backend);
+        char names[256];
+        dsv4_backend_list(names, sizeof(names));
+        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: %s)", params->backend, names);
         goto fail_ck;
     }
     struct dsv4_backend_params bp = {

@@ -107,7 +107,34 @@ static void test_missing_op(struct test_ctx *t)
     }
 }
 
+/* The registry: dsv4_backend_at lists what find finds, the default first; the name list
+ * (engine open's error, `dsv4 ops`, --backend's usage) is that order, cut cleanly. */
+static void test_registry_list(struct test_ctx *t)
+{
+    CHECK(dsv4_backend_at(0) == &dsv4_backend_cpu && dsv4_backend_find(NULL) == dsv4_backend_at(0));
+    CHECK(dsv4_backend_find("") == dsv4_backend_at(0) && dsv4_backend_at(-1) == NULL);
+    CHECK(dsv4_backend_find("no-such-backend") == NULL);
+    char want[256] = "", got[256];
+    int  n         = 0;
+    bool staged    = false;
+    for (const struct dsv4_backend_kind *k; (k = dsv4_backend_at(n)); n++) {
+        CHECKF(dsv4_backend_find(k->name) == k, "backend %d '%s' does not find itself", n, k->name);
+        staged = staged || k == &dsv4_backend_cpu_staged;
+        size_t at = strlen(want);
+        snprintf(want + at, sizeof(want) - at, "%s%s", n ? ", " : "", k->name);
+    }
+    CHECK(n >= 2 && staged);
+    dsv4_backend_list(got, sizeof(got));
+    CHECKF(!strcmp(got, want), "list '%s', want '%s'", got, want);
+    CHECK(!strncmp(got, "cpu, cpu-staged", 15));
+    dsv4_backend_list(got, 6);
+    CHECKF(!strcmp(got, "cpu, "), "cut at 6: '%s'", got);
+    dsv4_backend_list(got, 1);
+    CHECK(got[0] == '\0');
+}
+
 const struct test_case test_group_ops[] = {
+    { "registry_lists_backends", test_registry_list },
     { "ops_vs_reference_all_levels", test_ops_vs_reference },
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },
