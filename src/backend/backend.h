@@ -399,6 +399,14 @@ struct dsv4_backend_kind {
     /* The code paths params.level names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
+
+    /* ---- machine figures (`dsv4 bench`); NULL where the backend measures none */
+    /* Best of reps timed reads of buf's first bytes (a buffer from alloc) by all its
+     * threads, GB/s: the bandwidth a decode step's weight and KV reads are shared of. */
+    double (*read_bandwidth)(void *impl, const void *buf, size_t bytes, int reps);
+    /* The arithmetic peaks of its kernels on all its threads, GFLOP/s: f32 multiply-adds and
+     * bf16 dot products; 0 for a kind it has no peak loop for (the CPU's reference: both). */
+    void (*peaks)(void *impl, double *f32, double *bf16);
 };
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */

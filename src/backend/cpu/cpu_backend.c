@@ -234,6 +234,81 @@ static void cpu_sync(void *impl)
     (void)impl; /* ops return when done */
 }
 
+/* ------------------------------------------------------------------ machine figures */
+
+struct bw_job {
+    const uint64_t *buf;
+    uint64_t        sums[64];
+};
+
+static void bw_sum(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct bw_job *j = ctx;
+    uint64_t       a = 0, b = 0, c = 0, d = 0;
+    int64_t        i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        a += j->buf[i];
+        b += j->buf[i + 1];
+        c += j->buf[i + 2];
+        d += j->buf[i + 3];
+    }
+    for (; i < i1; i++) a += j->buf[i];
+    j->sums[tid & 63] += a + b + c + d; /* kept, so the reads are not optimised away */
+}
+
+/* Best of reps sum reductions over buf on the backend's pool. */
+static double cpu_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps)
+{
+    struct dsv4_cpu *cpu  = impl;
+    struct bw_job    j    = { buf, { 0 } };
+    size_t           n    = bytes / 8;
+    double           best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        dsv4_pool_for(cpu->pool, (int64_t)n, 8, 1, bw_sum, &j);
+        double t = now_s() - t0;
+        if ((double)n * 8 / t / 1e9 > best) best = (double)n * 8 / t / 1e9;
+    }
+    return best;
+}
+
+struct peak_job {
+    double (*peak)(long n);
+    long   n;
+    double flops[64];
+};
+
+static void peak_run(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct peak_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) j->flops[tid & 63] += j->peak(j->n);
+}
+
+/* The peak of a kernel table on every thread at once (one pass of the chains per thread,
+ * best of 3); 0 when the table has no peak loop. */
+static double kernels_peak(struct dsv4_pool *pool, const struct dsv4_kernels *k)
+{
+    if (!k || !k->peak) return 0;
+    int    nt   = dsv4_pool_threads(pool);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        struct peak_job j  = { k->peak, 20 * 1000 * 1000, { 0 } };
+        double          t0 = now_s();
+        dsv4_pool_for(pool, nt, 1, 1, peak_run, &j);
+        double t = now_s() - t0, f = 0;
+        for (int i = 0; i < 64; i++) f += j.flops[i];
+        if (f / t / 1e9 > best) best = f / t / 1e9;
+    }
+    return best;
+}
+
+static void cpu_peaks(void *impl, double *f32, double *bf16)
+{
+    struct dsv4_cpu *cpu = impl;
+    *f32                 = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->k);
+    *bf16                = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->kb);
+}
+
 /* Every entry but the name and host_visible, shared by the two CPU kinds below. */
 #define CPU_KIND_ENTRIES                                                                                           \
     .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
@@ -241,7 +316,7 @@ static void cpu_sync(void *impl)
     .prepare_weights = cpu_prepare_weights, .scratch_floats = cpu_scratch_floats,                                   \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
-    .sync = cpu_sync
+    .sync = cpu_sync, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
 const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES };
 
