@@ -338,8 +338,9 @@ struct dsv4_weight_set {
     struct dsv4_checkpoint *ck;   /* the mapped checkpoint (stored tiles, read-ahead) */
     /* calls fn on every projection, in a fixed order */
     void (*each_linear)(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
-    /* calls fn on every other tensor the ops read (embedding, norms, hc mixers, sinks, APE,
-     * routing tables) with its size; a backend may point *t at its own copy */
+    /* calls fn on every other table the ops read (embedding, norms, hc mixers, sinks, APE,
+     * routing tables, and the RoPE frequencies the model computes) with its size; a backend
+     * may point *t at its own copy */
     void (*each_tensor)(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
     void  *ctx;
     size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */

@@ -309,22 +309,72 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
     *bf16                = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->kb);
 }
 
-/* Every entry but the name and host_visible, shared by the two CPU kinds below. */
+/* Every entry but the name, host_visible and prepare_weights, shared by the two CPU kinds. */
 #define CPU_KIND_ENTRIES                                                                                           \
     .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
     .settings = cpu_settings,                                                                                       \
-    .prepare_weights = cpu_prepare_weights, .scratch_floats = cpu_scratch_floats,                                   \
+    .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
     .sync = cpu_sync, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
-const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES };
+const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES,
+                                                    .prepare_weights = cpu_prepare_weights };
+
+/* ------------------------------------------------------------------ cpu-staged */
+
+struct place_job {
+    struct dsv4_cpu *cpu;
+    uint8_t         *at;    /* the next free byte of cpu->placed (placing) */
+    size_t           bytes; /* what the tables take, each 64-byte aligned (sizing) */
+};
+
+static void size_table(const void **t, size_t bytes, void *ud)
+{
+    (void)t;
+    ((struct place_job *)ud)->bytes += align64(bytes);
+}
+
+static void place_table(const void **t, size_t bytes, void *ud)
+{
+    struct place_job *J = ud;
+    cpu_move(J->cpu, J->at, *t, bytes); /* upload */
+    *t = J->at;
+    J->at += align64(bytes);
+}
+
+/*
+ * As the CPU's, then every table of each_tensor (the checkpoint's embedding, norms, mixers,
+ * sinks, APE, routing tables, and the RoPE frequencies the model computed) is uploaded into
+ * one buffer of this backend and repointed there, as a device backend must: the ops then
+ * read no table where the host put it. One copy of those tables more in memory (the
+ * checkpoint's pages stay mapped; the memory plan counts them twice, erring safe).
+ */
+static int staged_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
+                                  struct dsv4_err *err)
+{
+    struct dsv4_cpu *cpu = impl;
+    int              rc  = cpu_prepare_weights(impl, ws, p, err);
+    if (rc) return rc;
+    struct place_job J = { .cpu = cpu };
+    ws->each_tensor(ws->ctx, size_table, &J);
+    if (!J.bytes) return DSV4_OK;
+    cpu->placed = cpu_alloc(impl, J.bytes, DSV4_MEM_WEIGHTS);
+    if (!cpu->placed)
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of tables placed in backend memory",
+                            (double)J.bytes / 1e9);
+    J.at = cpu->placed;
+    ws->each_tensor(ws->ctx, place_table, &J);
+    return DSV4_OK;
+}
 
 /*
  * The CPU ops behind the device-memory path: the same kind, but it tells the model that its
  * buffers are not host memory, so the model reads results only through download (logits)
- * and writes KV only through upload and copy. It proves, test by test, that the model layer
- * needs nothing from a backend but the two tables (tests/unit/test_forward.c).
+ * and writes KV only through upload and copy, and it places the tables the ops read in its
+ * own memory (staged_prepare_weights). It proves, test by test, that the model layer needs
+ * nothing from a backend but the two tables (tests/unit/test_forward.c).
  */
 const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .host_visible = false,
-                                                           CPU_KIND_ENTRIES };
+                                                           CPU_KIND_ENTRIES,
+                                                           .prepare_weights = staged_prepare_weights };
