@@ -392,6 +392,10 @@ struct dsv4_backend_kind {
     void  (*copy)(void *impl, void *dst, const void *src, size_t bytes);     /* buffer -> buffer */
     /* waits until every op issued so far has finished (downloads are complete after it) */
     void  (*sync)(void *impl);
+    /* The memory alloc draws from: bytes available now and in all; DSV4_OK, or a negative
+     * status when it cannot tell (the serving memory plan then sets no limit). NULL: the
+     * same as cannot tell. */
+    int   (*memory)(void *impl, size_t *avail, size_t *total);
 
     /* ---- introspection (`dsv4 ops`, `dsv4 test-ops`) */
     /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when

@@ -234,6 +234,24 @@ static void cpu_sync(void *impl)
     (void)impl; /* ops return when done */
 }
 
+/* Host memory: MemAvailable and MemTotal of /proc/meminfo. */
+static int cpu_memory(void *impl, size_t *avail, size_t *total)
+{
+    (void)impl;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return DSV4_EIO;
+    char               line[256];
+    unsigned long long a = 0, t = 0;
+    while (fgets(line, sizeof(line), f)) {
+        sscanf(line, "MemAvailable: %llu kB", &a);
+        sscanf(line, "MemTotal: %llu kB", &t);
+    }
+    fclose(f);
+    *avail = (size_t)a * 1024;
+    *total = (size_t)t * 1024;
+    return a > 0 && t > 0 ? DSV4_OK : DSV4_EIO;
+}
+
 /* ------------------------------------------------------------------ machine figures */
 
 struct bw_job {
@@ -316,7 +334,7 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
     .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
-    .sync = cpu_sync, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
+    .sync = cpu_sync, .memory = cpu_memory, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
 const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES,
                                                     .prepare_weights = cpu_prepare_weights };
