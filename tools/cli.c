@@ -4,6 +4,7 @@
  * token lists, logging.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "cli.h"
 
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out)
@@ -309,6 +311,17 @@ static bool set_no_tiles(const struct cli_opt *o, const char *cmd, const char *v
     return true;
 }
 
+/* --backend's usage: the registry's list, written once (cli_engine_group) */
+static char           backend_help[320];
+static pthread_once_t backend_help_once = PTHREAD_ONCE_INIT;
+
+static void write_backend_help(void)
+{
+    char names[256];
+    dsv4_backend_list(names, sizeof(names));
+    snprintf(backend_help, sizeof(backend_help), "the backend: %s (default: the first)", names);
+}
+
 #define EP(field) offsetof(struct dsv4_engine_params, field)
 /* --revision last: cli_engine_group leaves it out for a command that opens no model. */
 static const struct cli_opt ENGINE_OPTS[] = {
@@ -325,8 +338,7 @@ static const struct cli_opt ENGINE_OPTS[] = {
     { "--profile", NULL, "FILE", "Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)", CLI_STR,
       EP(profile_path), 0, 0, NULL },
     /* an unknown name is refused at engine open, with the list */
-    { "--backend", NULL, "NAME", "the backend (default cpu, the one this build has)", CLI_STR, EP(backend), 0, 0,
-      NULL },
+    { "--backend", NULL, "NAME", backend_help, CLI_STR, EP(backend), 0, 0, NULL },
     { "--revision", NULL, "R", "current|initial: the demo revision to reproduce (default current)", CLI_CALL,
       EP(revision), 0, 0, set_revision },
 };
@@ -334,6 +346,7 @@ static const struct cli_opt ENGINE_OPTS[] = {
 
 struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model)
 {
+    pthread_once(&backend_help_once, write_backend_help);
     size_t n = sizeof(ENGINE_OPTS) / sizeof(ENGINE_OPTS[0]);
     return (struct cli_group){ "engine options", ENGINE_OPTS, opens_model ? n : n - 1, ep };
 }

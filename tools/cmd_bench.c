@@ -17,85 +17,12 @@
 #include <string.h>
 #include <sys/utsname.h>
 
-#include "backend/cpu/cpu.h"
 #include "cli.h"
 #include "model/runtime.h"
 
 #ifndef DSV4_GIT_REV
 #define DSV4_GIT_REV "unknown"
 #endif
-
-struct bw_job {
-    const uint64_t *buf;
-    uint64_t        sums[64];
-};
-
-static void bw_sum(void *ctx, int64_t i0, int64_t i1, int tid)
-{
-    struct bw_job *j = ctx;
-    uint64_t       a = 0, b = 0, c = 0, d = 0;
-    int64_t        i = i0;
-    for (; i + 4 <= i1; i += 4) {
-        a += j->buf[i];
-        b += j->buf[i + 1];
-        c += j->buf[i + 2];
-        d += j->buf[i + 3];
-    }
-    for (; i < i1; i++) a += j->buf[i];
-    j->sums[tid & 63] += a + b + c + d;
-}
-
-static void bw_touch(void *ctx, int64_t i0, int64_t i1, int tid)
-{
-    (void)tid;
-    uint64_t *b = (uint64_t *)((struct bw_job *)ctx)->buf;
-    for (int64_t i = i0; i < i1; i++) b[i] = (uint64_t)i;
-}
-
-/* Best of 5 passes of a 1 GiB sum reduction over all threads, GB/s. */
-/* Best of `reps` timed sums over buf (n words, touched before). */
-static double measure_bandwidth(struct dsv4_pool *pool, uint64_t *buf, size_t n, int reps)
-{
-    struct bw_job j = { buf, { 0 } };
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = cli_now();
-        dsv4_pool_for(pool, (int64_t)n, 8, 1, bw_sum, &j);
-        double t = cli_now() - t0;
-        if (n * 8 / t / 1e9 > best) best = (double)n * 8 / t / 1e9;
-    }
-    return best;
-}
-
-struct peak_job {
-    double (*peak)(long n);
-    long   n;
-    double flops[64];
-};
-
-static void peak_run(void *ctx, int64_t i0, int64_t i1, int tid)
-{
-    struct peak_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) j->flops[tid & 63] += j->peak(j->n);
-}
-
-/* The arithmetic peak of a kernel table on every thread at once (one pass of the chains per
- * thread, best of 3), GFLOP/s; 0 when the table has no peak loop. */
-static double measure_peak(struct dsv4_pool *pool, const struct dsv4_kernels *k)
-{
-    if (!k || !k->peak) return 0;
-    int    nt   = dsv4_pool_threads(pool);
-    double best = 0;
-    for (int r = 0; r < 3; r++) {
-        struct peak_job j  = { k->peak, 20 * 1000 * 1000, { 0 } };
-        double          t0 = cli_now();
-        dsv4_pool_for(pool, nt, 1, 1, peak_run, &j);
-        double t = cli_now() - t0, f = 0;
-        for (int i = 0; i < 64; i++) f += j.flops[i];
-        if (f / t / 1e9 > best) best = f / t / 1e9;
-    }
-    return best;
-}
 
 /* Router choices of the last step, collected through the dump sink. */
 struct route_log {
@@ -146,17 +73,84 @@ static int *parse_list(const char *s, int *n)
     return v;
 }
 
-/* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
-static int bench_gemm(const char *spec, const char *level, const char *gemm_min, int n_threads)
+/* The one projection of --gemm, as the weight set prepare_weights walks. */
+struct gemm_one {
+    struct dsv4_linear *l;
+};
+
+static void gemm_each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
 {
-    struct dsv4_err  err;
-    struct dsv4_cpu *cpu;
-    if (dsv4_cpu_create(&cpu, level, gemm_min, n_threads, &err)) {
+    fn(((struct gemm_one *)ctx)->l, ud);
+}
+
+static void gemm_each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    (void)ctx, (void)fn, (void)ud;
+}
+
+/* One projection timed on a backend of its own, prepared as at load (tiles: interleaved
+ * 16-row tiles on the bf16 levels, freed with the backend): the best time in seconds, and
+ * whether it ran on prepared tiles; < 0 on error (said on stderr). */
+static double gemm_time(const struct dsv4_backend_kind *kind, struct dsv4_backend_params bp, struct dsv4_linear *l,
+                        int M, const float *x, float *y, bool *tiled)
+{
+    struct dsv4_err err;
+    void           *impl = NULL;
+    if (kind->create(&impl, &bp, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+        return -1;
+    }
+    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    if (kind->settings) kind->settings(impl, &set);
+    int N = l->n_out, K = l->n_in;
+    /* activations (rows padded by up to 512 floats, ops_fast.c act_ld), then panels: generous */
+    size_t                 slen    = (size_t)M * ((size_t)K + 512) + (size_t)set.n_threads * 64 * (size_t)K + 1024;
+    float                 *scratch = malloc(sizeof(float) * slen);
+    struct gemm_one        one     = { l };
+    struct dsv4_checkpoint none    = { 0 };
+    struct dsv4_weight_set ws = { .ck = &none, .each_linear = gemm_each_linear, .each_tensor = gemm_each_tensor, .ctx = &one };
+    double best = -1;
+    if (!scratch) {
+        fprintf(stderr, "dsv4 bench: out of memory\n");
+    } else if (kind->prepare_weights(impl, &ws, &bp, &err)) {
+        fprintf(stderr, "dsv4 bench: %s\n", err.msg);
+    } else {
+        enum dsv4_act       act = l->fmt == DSV4_WFMT_BF16 ? DSV4_ACT_NONE : DSV4_ACT_FP8;
+        struct dsv4_backend be  = { .ops = kind->ops(impl), .impl = impl, .scratch = scratch, .scratch_len = slen };
+        be.ops->linear(&be, l, M, x, K, y, N, act, DSV4_OUT_BF16); /* warm up */
+        double spent = 0;
+        for (int rep = 0; rep < 3 || (spent < 0.3 && rep < 1000); rep++) {
+            double t0 = cli_now();
+            be.ops->linear(&be, l, M, x, K, y, N, act, DSV4_OUT_BF16);
+            double t = cli_now() - t0;
+            if (best < 0 || t < best) best = t;
+            spent += t;
+        }
+    }
+    *tiled = l->wi != NULL;
+    l->wi  = NULL; /* the backend's, gone with it */
+    l->si  = NULL;
+    free(scratch);
+    kind->destroy(impl);
+    return best;
+}
+
+/* --gemm: the prefill projection on random FP8 weights (e8m0 128x128 scales), GFLOP/s. */
+static int bench_gemm(const char *spec, const struct dsv4_engine_params *ep)
+{
+    struct dsv4_err                 err;
+    const struct dsv4_backend_kind *kind = dsv4_backend_find(ep->backend);
+    void                           *impl = NULL;
+    struct dsv4_backend_params      bp = { .level = ep->cpu_level, .gemm_min = ep->gemm_min, .n_threads = ep->n_threads };
+    if (!kind || kind->create(&impl, &bp, &err)) {
+        fprintf(stderr, "dsv4 bench: %s\n", kind ? err.msg : "this build has no such backend");
         return 1;
     }
-    printf("backend %s, %d threads\n%8s %8s %8s %5s %10s %10s %10s\n", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level),
-           cpu->n_threads, "M", "N", "K", "fmt", "ms", "GFLOP/s", "weight GB/s");
+    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    if (kind->settings) kind->settings(impl, &set);
+    printf("backend %s, %d threads\n%8s %8s %8s %5s %10s %10s %10s\n", set.level, set.n_threads, "M", "N", "K", "fmt",
+           "ms", "GFLOP/s", "weight GB/s");
+    kind->destroy(impl);
     int rc = 0;
     for (const char *p = spec; *p && rc == 0;) {
         int  M, N, K, used = 0;
@@ -177,11 +171,8 @@ static int bench_gemm(const char *spec, const char *level, const char *gemm_min,
             }
             p += n;
         }
-        bool tiles = false;
-        if (!strncmp(p, ",i16", 4)) {
-            tiles = true;
-            p += 4;
-        }
+        bp.tiles = !strncmp(p, ",i16", 4);
+        if (bp.tiles) p += 4;
         if (*p == ':') p++;
         enum dsv4_wfmt wf = !strcmp(fmt, "fp4") ? DSV4_WFMT_FP4 : !strcmp(fmt, "bf16") ? DSV4_WFMT_BF16 : DSV4_WFMT_FP8;
         /* bytes of weights and of scales: FP8 e4m3 + 128x128 e8m0, FP4 packed + per-32 e8m0 */
@@ -190,10 +181,7 @@ static int bench_gemm(const char *spec, const char *level, const char *gemm_min,
                   : wf == DSV4_WFMT_FP8 ? (size_t)((N + 127) / 128) * (size_t)(K / 128) : 1;
         uint8_t *w = malloc(nw), *sc = malloc(ns);
         float   *x = malloc(sizeof(float) * (size_t)M * (size_t)K), *y = malloc(sizeof(float) * (size_t)M * (size_t)N);
-        /* activations (rows padded by up to 512 floats, ops_fast.c act_ld), then panels: generous */
-        size_t   slen    = (size_t)M * ((size_t)K + 512) + (size_t)cpu->n_threads * 64 * (size_t)K + 1024;
-        float   *scratch = malloc(sizeof(float) * slen);
-        if (!w || !sc || !x || !y || !scratch) {
+        if (!w || !sc || !x || !y) {
             fprintf(stderr, "dsv4 bench: out of memory\n");
             rc = 1;
         } else {
@@ -206,42 +194,19 @@ static int bench_gemm(const char *spec, const char *level, const char *gemm_min,
                 for (size_t i = 1; i < nw; i += 2) w[i] = (uint8_t)(0x3c + (w[i] & 1));
             memset(sc, 120, ns);
             for (size_t i = 0; i < (size_t)M * (size_t)K; i++) x[i] = dsv4_round_bf16((float)((i * 2654435761u) % 1000) / 500.0f - 1);
-            struct dsv4_linear  l  = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc };
-            enum dsv4_act       act = wf == DSV4_WFMT_BF16 ? DSV4_ACT_NONE : DSV4_ACT_FP8;
-            void               *wi = NULL, *si = NULL;
-            if (tiles && dsv4_i16_eligible(&l)) { /* interleaved 16-row tiles, as loaded on bf16 levels */
-                size_t wb, sb;
-                dsv4_i16_sizes(&l, &wb, &sb);
-                wi = malloc(wb);
-                si = sb ? malloc(sb) : NULL;
-                if (wi && (si || !sb)) {
-                    dsv4_i16_pack(&l, 0, dsv4_i16_groups(&l), wi, si);
-                    l.wi = wi;
-                    l.si = si;
-                }
-            }
-            struct dsv4_backend be = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = slen };
-            be.ops->linear(&be, &l, M, x, K, y, N, act, DSV4_OUT_BF16); /* warm up */
-            double best = 1e30, spent = 0;
-            for (int rep = 0; rep < 3 || (spent < 0.3 && rep < 1000); rep++) {
-                double t0 = cli_now();
-                be.ops->linear(&be, &l, M, x, K, y, N, act, DSV4_OUT_BF16);
-                double t = cli_now() - t0;
-                if (t < best) best = t;
-                spent += t;
-            }
-            printf("%8d %8d %8d %5s %10.3f %10.1f %10.1f%s\n", M, N, K, fmt, best * 1e3, 2.0 * M * N * (double)K / best / 1e9,
-                   (double)(nw + ns) / best / 1e9, l.wi ? "  (i16 tiles)" : "");
-            free(wi);
-            free(si);
+            struct dsv4_linear l = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc };
+            bool               tiled;
+            double             best = gemm_time(kind, bp, &l, M, x, y, &tiled);
+            if (best < 0) rc = 1;
+            else
+                printf("%8d %8d %8d %5s %10.3f %10.1f %10.1f%s\n", M, N, K, fmt, best * 1e3, 2.0 * M * N * (double)K / best / 1e9,
+                       (double)(nw + ns) / best / 1e9, tiled ? "  (i16 tiles)" : "");
         }
         free(w);
         free(sc);
         free(x);
         free(y);
-        free(scratch);
     }
-    dsv4_cpu_free(cpu);
     return rc;
 }
 
@@ -347,7 +312,9 @@ struct bench_run {
     const struct bench_opts  *o;
     const struct dsv4_model  *m;
     const struct dsv4_config *c;
-    struct dsv4_cpu          *cpu;
+    const struct dsv4_backend_kind *kind; /* the model's backend: its memory and machine figures */
+    void                     *impl;
+    int                       n_threads;
     struct dsv4_step          S;
     struct dsv4_seq_state    *sts;  /* [max_b] */
     struct dsv4_fwd_seq      *fs;   /* [max_b] */
@@ -364,34 +331,47 @@ struct bench_run {
     FILE                     *cf; /* the CSV, or NULL */
 };
 
-/* Bandwidth, arithmetic peak and the model's bytes per token, printed. */
+/* The read bandwidth now, GB/s (best of reps over the 1 GiB buffer). */
+static double bandwidth(const struct bench_run *R, int reps)
+{
+    return R->kind->read_bandwidth(R->impl, R->bw_buf, R->bw_n * 8, reps);
+}
+
+/* Bandwidth, arithmetic peak and the model's bytes per token, printed: the figures come from
+ * the backend (its threads, its memory, its kernels' peak loops). */
 static bool measure_machine(struct bench_run *R)
 {
-    struct dsv4_cpu *cpu = R->cpu;
-    printf("measuring read bandwidth (1 GiB, %d threads)...\n", cpu->n_threads);
+    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    if (R->kind->settings) R->kind->settings(R->impl, &set);
+    R->n_threads = set.n_threads;
+    R->backend   = set.level;
+    if (!R->kind->read_bandwidth || !R->kind->alloc) {
+        fprintf(stderr, "dsv4 bench: backend %s measures no read bandwidth\n", R->kind->name);
+        return false;
+    }
+    printf("measuring read bandwidth (1 GiB, %d threads)...\n", R->n_threads);
     /* the VM's bandwidth moves with its neighbours, by 1.5x within minutes: it is measured
-     * here and again around every decode row, whose share is of the mean of the two */
+     * here and again around every decode row, whose share is of the mean of the two; the
+     * buffer is the backend's (zero-filled, so touched, at alloc) */
     R->bw_n   = ((size_t)1 << 30) / 8;
-    R->bw_buf = aligned_alloc(64, R->bw_n * 8);
+    R->bw_buf = R->kind->alloc(R->impl, R->bw_n * 8, DSV4_MEM_ACT);
     if (!R->bw_buf) {
         fprintf(stderr, "dsv4 bench: out of memory for the bandwidth buffer\n");
         return false;
     }
-    struct bw_job bj = { R->bw_buf, { 0 } };
-    dsv4_pool_for(cpu->pool, (int64_t)R->bw_n, 8, 1, bw_touch, &bj);
-    R->bw = measure_bandwidth(cpu->pool, R->bw_buf, R->bw_n, 5);
+    R->bw = bandwidth(R, 5);
     dsv4_model_stats(R->c, &R->m->ck, &R->st);
     R->trunk = (double)(R->st.bytes_per_token - R->st.bytes_experts_per_token);
     uname(&R->un);
-    R->backend = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
-    printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", R->un.machine, R->backend, cpu->n_threads,
+    printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", R->un.machine, R->backend, R->n_threads,
            R->bw);
     /* prefill's share is of the peak of the kernels it runs on: bf16 dot products where the
      * level has them, f32 FMAs otherwise (the reference runs plain C: no peak) */
-    R->peak_f32   = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->k);
-    double peak_b = cpu->ref ? 0 : measure_peak(cpu->pool, cpu->kb);
-    R->peak       = peak_b > 0 ? peak_b : R->peak_f32;
-    printf("arithmetic peak, %d threads: f32 FMA %.1f GFLOP/s", cpu->n_threads, R->peak_f32);
+    double peak_b = 0;
+    R->peak_f32   = 0;
+    if (R->kind->peaks) R->kind->peaks(R->impl, &R->peak_f32, &peak_b);
+    R->peak = peak_b > 0 ? peak_b : R->peak_f32;
+    printf("arithmetic peak, %d threads: f32 FMA %.1f GFLOP/s", R->n_threads, R->peak_f32);
     if (peak_b > 0) printf(", bf16 dot products %.1f GFLOP/s", peak_b);
     printf("\n");
     printf("model %s: %.2f GB weights read per token at batch 1 (trunk %.2f GB incl. head, experts %.2f GB)\n", R->o->dir,
@@ -490,11 +470,11 @@ static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double p
             memcpy(R->sts[b].mem, R->sts[0].mem, R->sts[0].mem_bytes);
             R->sts[b].pos = R->sts[0].pos;
         }
-        double t_total = 0, bytes_total = 0, bw_before = measure_bandwidth(R->cpu->pool, R->bw_buf, R->bw_n, 3);
+        double t_total = 0, bytes_total = 0, bw_before = bandwidth(R, 3);
         int    rc = decode_steps(R, ctx, B, &t_total, &bytes_total, err);
         if (rc) return rc;
         double step = t_total / (double)o->steps, bps = bytes_total / (double)o->steps;
-        double bw_row = 0.5 * (bw_before + measure_bandwidth(R->cpu->pool, R->bw_buf, R->bw_n, 3));
+        double bw_row = 0.5 * (bw_before + bandwidth(R, 3));
         double share  = bps / step / 1e9 / bw_row;
         printf("%8d %6d %12.1f %12.1f %7.0f%% %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps,
                prefill_gf, R->peak > 0 ? 100.0 * prefill_gf / R->peak : 0.0, B / step, step * 1e3, bps, bps / step / 1e9,
@@ -502,7 +482,7 @@ static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double p
         fflush(stdout);
         if (R->cf)
             fprintf(R->cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f,%.1f\n", R->un.machine,
-                    R->backend, R->cpu->n_threads, o->dir, DSV4_GIT_REV, bw_row, ctx, B, prefill_tps, prefill_gf, B / step,
+                    R->backend, R->n_threads, o->dir, DSV4_GIT_REV, bw_row, ctx, B, prefill_tps, prefill_gf, B / step,
                     step * 1e3, bps, bps / step / 1e9, share, R->peak);
         if (sum && ci == 0) {
             sum->bw = R->bw, sum->peak = R->peak, sum->peak_f32 = R->peak_f32, sum->prefill_tps = prefill_tps;
@@ -552,7 +532,8 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
     }
     struct bench_run R = { .o = o, .m = dsv4_engine_model(e) };
     R.c                = &R.m->cfg;
-    R.cpu              = R.m->backend_impl;
+    R.kind             = R.m->backend;
+    R.impl             = R.m->backend_impl;
     int max_b = 1, max_ctx = 1, rc = 1;
     for (int i = 0; i < o->n_batch; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
     for (int i = 0; i < o->n_ctx; i++) max_ctx = o->ctxs[i] > max_ctx ? o->ctxs[i] : max_ctx;
@@ -589,7 +570,7 @@ done:
     free(R.next);
     free(R.lg);
     free(R.rl.used);
-    free(R.bw_buf);
+    if (R.bw_buf) R.kind->free(R.impl, R.bw_buf, R.bw_n * 8);
     dsv4_engine_close(e);
     return rc;
 }
@@ -630,7 +611,7 @@ int cmd_bench(int argc, char **argv)
                                         "\n--cpu-level all: every level this machine runs, then a summary table\n" };
     int rc = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;
-    if (a.gemm) return bench_gemm(a.gemm, ep.cpu_level, ep.gemm_min, ep.n_threads);
+    if (a.gemm) return bench_gemm(a.gemm, &ep);
     const char *dir = a.dir, *csv = a.csv;
     int         steps = a.steps, chunk = a.chunk, spec_k = a.spec;
     int         n_ctx, n_batch;
@@ -650,9 +631,10 @@ int cmd_bench(int argc, char **argv)
         /* every level this machine runs, lowest first, then one summary table */
         struct level_sum sums[16];
         int              n_sum = 0;
-        bool             here;
-        const char      *name;
-        for (int l = 0; (name = dsv4_cpu_level_at(l, &here)) && n_sum < 16; l++) {
+        bool                            here;
+        const char                     *name;
+        const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
+        for (int l = 0; kind && kind->level && (name = kind->level(l, &here)) && n_sum < 16; l++) {
             if (!here) continue;
             ep.cpu_level = name;
             printf("\n=== level %s ===\n", name);

@@ -34,8 +34,10 @@ int cmd_ops(int argc, char **argv)
     int                    rc    = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;
     const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
+    char                            names[256];
+    dsv4_backend_list(names, sizeof(names));
     if (!kind) {
-        fprintf(stderr, "dsv4 ops: this build has no backend '%s'\n", ep.backend);
+        fprintf(stderr, "dsv4 ops: this build has no backend '%s' (it has: %s)\n", ep.backend, names);
         return 1;
     }
     struct dsv4_backend_params bp = { .level     = ep.cpu_level,
@@ -50,7 +52,7 @@ int cmd_ops(int argc, char **argv)
     }
     char line[512];
     kind->describe(impl, line, sizeof(line));
-    printf("backend: %s\n", line);
+    printf("backends: %s\nbackend: %s\n", names, line);
     print_levels(kind);
     int n_plain = 0;
     for (int op = 0; op < DSV4_OP_COUNT; op++) {

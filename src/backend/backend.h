@@ -343,8 +343,9 @@ struct dsv4_weight_set {
     struct dsv4_checkpoint *ck;   /* the mapped checkpoint (stored tiles, read-ahead) */
     /* calls fn on every projection, in a fixed order */
     void (*each_linear)(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
-    /* calls fn on every other tensor the ops read (embedding, norms, hc mixers, sinks, APE,
-     * routing tables) with its size; a backend may point *t at its own copy */
+    /* calls fn on every other table the ops read (embedding, norms, hc mixers, sinks, APE,
+     * routing tables, and the RoPE frequencies the model computes) with its size; a backend
+     * may point *t at its own copy */
     void (*each_tensor)(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
     void  *ctx;
     size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */
@@ -396,6 +397,10 @@ struct dsv4_backend_kind {
     void  (*copy)(void *impl, void *dst, const void *src, size_t bytes);     /* buffer -> buffer */
     /* waits until every op issued so far has finished (downloads are complete after it) */
     void  (*sync)(void *impl);
+    /* The memory alloc draws from: bytes available now and in all; DSV4_OK, or a negative
+     * status when it cannot tell (the serving memory plan then sets no limit). NULL: the
+     * same as cannot tell. */
+    int   (*memory)(void *impl, size_t *avail, size_t *total);
 
     /* ---- introspection (`dsv4 ops`, `dsv4 test-ops`) */
     /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when
@@ -404,9 +409,21 @@ struct dsv4_backend_kind {
     /* The code paths params.level names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
+
+    /* ---- machine figures (`dsv4 bench`); NULL where the backend measures none */
+    /* Best of reps timed reads of buf's first bytes (a buffer from alloc) by all its
+     * threads, GB/s: the bandwidth a decode step's weight and KV reads are shared of. */
+    double (*read_bandwidth)(void *impl, const void *buf, size_t bytes, int reps);
+    /* The arithmetic peaks of its kernels on all its threads, GFLOP/s: f32 multiply-adds and
+     * bf16 dot products; 0 for a kind it has no peak loop for (the CPU's reference: both). */
+    void (*peaks)(void *impl, double *f32, double *bf16);
 };
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */
 const struct dsv4_backend_kind *dsv4_backend_find(const char *name);
+/* The i-th backend this build has, the default first; NULL past the last. */
+const struct dsv4_backend_kind *dsv4_backend_at(int i);
+/* Their names, in that order, into buf: "cpu, cpu-staged" (cut at cap). */
+void dsv4_backend_list(char *buf, size_t cap);
 
 #endif /* DSV4_BACKEND_H */

@@ -1,16 +1,37 @@
 /*
- * registry.c - the backends this build has, by name (backend.h dsv4_backend_find). A new
- * backend adds its struct dsv4_backend_kind here (docs/BACKENDS.md).
+ * registry.c - the backends this build has, by name (backend.h dsv4_backend_find) and in
+ * order (dsv4_backend_at, dsv4_backend_list): the one list that engine open's error, `dsv4
+ * ops` and the --backend usage read. A new backend adds its struct dsv4_backend_kind to
+ * KINDS (docs/BACKENDS.md); the first one is the default.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
 
+static const struct dsv4_backend_kind *const KINDS[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged };
+enum { N_KINDS = sizeof(KINDS) / sizeof(KINDS[0]) };
+
+const struct dsv4_backend_kind *dsv4_backend_at(int i)
+{
+    return i >= 0 && i < N_KINDS ? KINDS[i] : NULL;
+}
+
 const struct dsv4_backend_kind *dsv4_backend_find(const char *name)
 {
-    static const struct dsv4_backend_kind *const kinds[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged };
-    if (!name || !*name) return kinds[0];
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (!strcmp(kinds[i]->name, name)) return kinds[i];
+    if (!name || !*name) return KINDS[0];
+    for (int i = 0; i < N_KINDS; i++)
+        if (!strcmp(KINDS[i]->name, name)) return KINDS[i];
     return NULL;
+}
+
+void dsv4_backend_list(char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int i = 0; i < N_KINDS && at < cap; i++) {
+        int n = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", KINDS[i]->name);
+        if (n < 0) break;
+        at += (size_t)n;
+    }
 }

@@ -73,10 +73,15 @@ static void each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), 
     dsv4_weights_each_linear(&m->w, &m->cfg, fn, ud);
 }
 
+/* The checkpoint's other tensors, then the tables the model computed at load (the RoPE
+ * frequencies), which a backend places in its memory like the weights. */
 static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
 {
     struct dsv4_model *m = ctx;
     dsv4_weights_each_tensor(&m->w, &m->cfg, fn, ud);
+    size_t half = sizeof(float) * (size_t)(m->cfg.d_rope / 2);
+    fn((const void **)&m->rope_swa.freq, half, ud);
+    fn((const void **)&m->rope_comp.freq, half, ud);
 }
 
 int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
@@ -118,7 +123,9 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
     m->backend = dsv4_backend_find(params->backend);
     if (!m->backend) {
-        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: cpu, cpu-staged)", params->backend);
+        char names[256];
+        dsv4_backend_list(names, sizeof(names));
+        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: %s)", params->backend, names);
         goto fail_ck;
     }
     struct dsv4_backend_params bp = {

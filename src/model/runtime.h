@@ -19,6 +19,8 @@ struct dsv4_model {
     enum dsv4_revision             revision;
     enum dsv4_row_fmt              row_fmt;     /* FP8 compact (current revision) or bf16 */
     double                         shared_limit; /* swiglu clamp of the shared expert */
+    /* the host copies the model computes at load; rope_swa/rope_comp.freq may point at the
+     * backend's (prepare_weights through each_tensor), the one the rope op is given */
     float                         *freq_swa;    /* [d_rope/2] rope_theta, no YaRN */
     float                         *freq_comp;   /* [d_rope/2] compress_rope_theta with YaRN */
     struct dsv4_rope_table         rope_swa, rope_comp;

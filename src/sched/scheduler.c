@@ -216,23 +216,6 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
     return DSV4_OK;
 }
 
-/* MemAvailable and MemTotal from /proc/meminfo, bytes; false when unreadable. */
-static bool meminfo(size_t *avail, size_t *total)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return false;
-    char               line[256];
-    unsigned long long a = 0, t = 0;
-    while (fgets(line, sizeof(line), f)) {
-        sscanf(line, "MemAvailable: %llu kB", &a);
-        sscanf(line, "MemTotal: %llu kB", &t);
-    }
-    fclose(f);
-    *avail = (size_t)a * 1024;
-    *total = (size_t)t * 1024;
-    return a > 0 && t > 0;
-}
-
 static double gib(size_t b)
 {
     return (double)b / (1024.0 * 1024.0 * 1024.0);
@@ -268,8 +251,9 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
     if (p->mem_limit) {
         plan->mem_limit = p->mem_limit;
     } else {
+        /* the backend's memory, as it says (the CPU: /proc/meminfo) */
         size_t avail, total;
-        if (!meminfo(&avail, &total)) {
+        if (!m->backend->memory || m->backend->memory(m->backend_impl, &avail, &total) != DSV4_OK) {
             plan->mem_limit = (size_t)-1; /* no way to tell: no limit */
             return DSV4_OK;
         }

@@ -435,6 +435,19 @@ static void test_bench_cli(struct test_ctx *t)
     snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --cpu-level nosuch", bin, t->tmpdir);
     CHECK(test_run(cmd, &out) != 0);
     free(out);
+    /* the figures come through the backend table: any kind the registry has */
+    snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --ctx-list 16 --batch-list 1 --decode-steps 1 --threads 2 "
+                               "--backend cpu-staged", bin, t->tmpdir);
+    rc = test_run(cmd, &out);
+    CHECKF(rc == 0 && strstr(out, "read bandwidth") && strstr(out, "arithmetic peak, 2 threads"), "cpu-staged bench exit %d:\n%s",
+           rc, out);
+    free(out);
+    /* --gemm on a backend of its own per projection, tiled or not */
+    snprintf(cmd, sizeof(cmd), "%s bench --gemm 4,256,256:4,256,256,bf16,i16 --threads 2", bin);
+    rc = test_run(cmd, &out);
+    const char *row = out ? strstr(out, "\n       4      256      256   fp8 ") : NULL;
+    CHECKF(rc == 0 && row && strstr(row, "\n       4      256      256  bf16 "), "--gemm exit %d:\n%s", rc, out);
+    free(out);
 }
 
 const struct test_case test_group_checkpoint[] = {

@@ -13,6 +13,7 @@
 #include "engine/session.h"
 #include "support/gen.h"
 #include "io/io.h"
+#include "model/runtime.h"
 #include "test_cases.h"
 
 static bool make_model(struct test_ctx *t, const char *preset, unsigned long long seed, const char *name, char *dir,
@@ -109,6 +110,14 @@ static void chunk_invariance(struct test_ctx *t, const char *preset, int T)
         CHECKF(lg && memcmp(lg, ref, (size_t)T * V * sizeof(float)) == 0, "%s: cpu-staged logits differ", preset);
         CHECKF(mtp && memcmp(mtp, ref_mtp, (size_t)(T - 1) * V * sizeof(float)) == 0, "%s: cpu-staged MTP logits differ",
                preset);
+        /* the RoPE tables reach the backend through each_tensor: cpu reads the model's in
+         * place, cpu-staged gave rope its own copies (same values: same bits above) */
+        const struct dsv4_model *mc = dsv4_engine_model(e), *ms = dsv4_engine_model(es);
+        size_t                   half = sizeof(float) * (size_t)(ms->cfg.d_rope / 2);
+        CHECK(mc->rope_swa.freq == mc->freq_swa && mc->rope_comp.freq == mc->freq_comp);
+        CHECKF(ms->rope_swa.freq != ms->freq_swa && ms->rope_comp.freq != ms->freq_comp,
+               "%s: cpu-staged's rope reads the model's host tables", preset);
+        CHECK(!memcmp(ms->rope_swa.freq, ms->freq_swa, half) && !memcmp(ms->rope_comp.freq, ms->freq_comp, half));
         free(lg);
         free(mtp);
         dsv4_engine_close(es);

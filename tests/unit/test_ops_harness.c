@@ -5,6 +5,7 @@
  * profiler's wrapper table run through the same check, and a table with a hole reported as
  * missing rather than crashing.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,7 +108,62 @@ static void test_missing_op(struct test_ctx *t)
     }
 }
 
+/* The registry: dsv4_backend_at lists what find finds, the default first; the name list
+ * (engine open's error, `dsv4 ops`, --backend's usage) is that order, cut cleanly. */
+static void test_registry_list(struct test_ctx *t)
+{
+    CHECK(dsv4_backend_at(0) == &dsv4_backend_cpu && dsv4_backend_find(NULL) == dsv4_backend_at(0));
+    CHECK(dsv4_backend_find("") == dsv4_backend_at(0) && dsv4_backend_at(-1) == NULL);
+    CHECK(dsv4_backend_find("no-such-backend") == NULL);
+    char want[256] = "", got[256];
+    int  n         = 0;
+    bool staged    = false;
+    for (const struct dsv4_backend_kind *k; (k = dsv4_backend_at(n)); n++) {
+        CHECKF(dsv4_backend_find(k->name) == k, "backend %d '%s' does not find itself", n, k->name);
+        staged = staged || k == &dsv4_backend_cpu_staged;
+        size_t at = strlen(want);
+        snprintf(want + at, sizeof(want) - at, "%s%s", n ? ", " : "", k->name);
+    }
+    CHECK(n >= 2 && staged);
+    dsv4_backend_list(got, sizeof(got));
+    CHECKF(!strcmp(got, want), "list '%s', want '%s'", got, want);
+    CHECK(!strncmp(got, "cpu, cpu-staged", 15));
+    dsv4_backend_list(got, 6);
+    CHECKF(!strcmp(got, "cpu, "), "cut at 6: '%s'", got);
+    dsv4_backend_list(got, 1);
+    CHECK(got[0] == '\0');
+}
+
+/* The machine figures `dsv4 bench` reads through the table: a read bandwidth over a buffer of
+ * the backend's own, and the peaks of its kernels (none for the reference table). */
+static void test_machine_figures(struct test_ctx *t)
+{
+    const struct dsv4_backend_kind *k  = &dsv4_backend_cpu;
+    const char                     *lv[2] = { "ref", NULL };
+    for (int i = 0; i < 2; i++) {
+        struct dsv4_backend_params bp   = { .level = lv[i], .n_threads = 2 };
+        void                      *impl = NULL;
+        struct dsv4_err            err;
+        CHECKF(k->create(&impl, &bp, &err) == DSV4_OK, "create %s: %s", lv[i] ? lv[i] : "best", err.msg);
+        if (!impl) return;
+        size_t bytes = (size_t)8 << 20;
+        void  *buf   = k->alloc(impl, bytes, DSV4_MEM_ACT);
+        CHECK(buf != NULL);
+        double bw = buf ? k->read_bandwidth(impl, buf, bytes, 2) : 0, f32 = -1, bf16 = -1;
+        CHECKF(bw > 0 && isfinite(bw), "read bandwidth %g", bw);
+        k->peaks(impl, &f32, &bf16);
+        bool             here, any_simd = false;
+        for (int l = 1; k->level(l, &here); l++) any_simd |= here; /* above scalar */
+        if (i == 0) CHECKF(f32 == 0 && bf16 == 0, "ref peaks %g %g, want none", f32, bf16);
+        else CHECKF(!any_simd || (f32 > 0 && bf16 >= 0), "best level peaks %g %g", f32, bf16);
+        if (buf) k->free(impl, buf, bytes);
+        k->destroy(impl);
+    }
+}
+
 const struct test_case test_group_ops[] = {
+    { "machine_figures", test_machine_figures },
+    { "registry_lists_backends", test_registry_list },
     { "ops_vs_reference_all_levels", test_ops_vs_reference },
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/runtime.h"
 #include "support/gen.h"
 #include "test_cases.h"
 
@@ -612,6 +613,62 @@ static void test_length_stop_deadline(struct test_ctx *t)
     dsv4_engine_close(e);
 }
 
+/* ------------------------------------------------------------------ the memory plan */
+
+/* A backend memory answer the test sets. */
+static struct {
+    size_t avail, total;
+    int    rc;
+} fake_mem;
+
+static int fake_memory(void *impl, size_t *avail, size_t *total)
+{
+    (void)impl;
+    *avail = fake_mem.avail;
+    *total = fake_mem.total;
+    return fake_mem.rc;
+}
+
+/* The default limit comes from the backend's memory hook: the CPU's answers what
+ * /proc/meminfo says; a kind with other answers (swapped into the model for the test) moves
+ * the limit by them, and one that cannot tell leaves the plan unlimited. */
+static void test_memory_from_backend(struct test_ctx *t)
+{
+    dsv4_engine *e = open_model(t, "tiny-a");
+    if (!e) return;
+    struct dsv4_model              *m    = (struct dsv4_model *)dsv4_engine_model(e); /* not const: the engine's own */
+    const struct dsv4_backend_kind *real = m->backend;
+    size_t                          avail = 0, total = 0;
+    unsigned long long              kb    = 0;
+    char                            line[256];
+    FILE                           *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof(line), f)) sscanf(line, "MemTotal: %llu kB", &kb);
+    if (f) fclose(f);
+    CHECK(real->memory && real->memory(m->backend_impl, &avail, &total) == (kb ? DSV4_OK : DSV4_EIO));
+    CHECKF(!kb || (total == (size_t)kb * 1024 && avail > 0 && avail <= total), "cpu memory %zu of %zu, MemTotal %llu kB",
+           avail, total, kb);
+    struct dsv4_backend_kind fake = *real;
+    fake.memory                   = fake_memory;
+    m->backend                    = &fake;
+    struct dsv4_sched_params p    = small_params(2);
+    struct dsv4_sched_plan   plan;
+    struct dsv4_err          err;
+    p.mem_limit = 0;
+    fake_mem.avail = (size_t)64 << 30, fake_mem.total = (size_t)128 << 30, fake_mem.rc = DSV4_OK;
+    CHECKF(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK, "%s", err.msg);
+    CHECK(plan.mem_available == fake_mem.avail && plan.margin == fake_mem.total / 20);
+    CHECK(plan.mem_limit == fake_mem.avail - plan.weights_bytes - plan.margin);
+    fake_mem.avail = (size_t)1 << 20; /* less than the margin: nothing may be used */
+    CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_ENOMEM && plan.mem_limit == 0);
+    CHECKF(strstr(err.msg, "available 0.00 GiB") != NULL, "%s", err.msg);
+    fake_mem.rc = DSV4_EIO;
+    CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK && plan.mem_limit == (size_t)-1);
+    fake.memory = NULL;
+    CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK && plan.mem_limit == (size_t)-1);
+    m->backend = real;
+    dsv4_engine_close(e);
+}
+
 /* ------------------------------------------------------------------ resources and threads */
 
 static void test_no_alloc_in_steps(struct test_ctx *t)
@@ -733,6 +790,7 @@ const struct test_case test_group_sched[] = {
     { "cancel_frees_everything", test_cancel_frees_everything },
     { "queue_full_and_tiers", test_queue_full_and_tiers },
     { "length_stop_deadline", test_length_stop_deadline },
+    { "memory_from_backend", test_memory_from_backend },
     { "no_alloc_in_steps", test_no_alloc_in_steps },
     { "threads", test_threads },
     { NULL, NULL },

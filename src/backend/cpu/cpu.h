@@ -263,6 +263,7 @@ struct dsv4_cpu {
     int                         gemm_min[4];
     void                       *tiles;       /* interleaved copies of the projections (mmap), or NULL */
     size_t                      tiles_bytes;
+    void                       *placed;      /* cpu-staged: its copies of the each_tensor tables, or NULL */
 };
 
 /* The CPU backend's lifecycle table (cpu_backend.c). */

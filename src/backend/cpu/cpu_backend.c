@@ -234,22 +234,165 @@ static void cpu_sync(void *impl)
     (void)impl; /* ops return when done */
 }
 
-/* Every entry but the name and host_visible, shared by the two CPU kinds below. */
+/* Host memory: MemAvailable and MemTotal of /proc/meminfo. */
+static int cpu_memory(void *impl, size_t *avail, size_t *total)
+{
+    (void)impl;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return DSV4_EIO;
+    char               line[256];
+    unsigned long long a = 0, t = 0;
+    while (fgets(line, sizeof(line), f)) {
+        sscanf(line, "MemAvailable: %llu kB", &a);
+        sscanf(line, "MemTotal: %llu kB", &t);
+    }
+    fclose(f);
+    *avail = (size_t)a * 1024;
+    *total = (size_t)t * 1024;
+    return a > 0 && t > 0 ? DSV4_OK : DSV4_EIO;
+}
+
+/* ------------------------------------------------------------------ machine figures */
+
+struct bw_job {
+    const uint64_t *buf;
+    uint64_t        sums[64];
+};
+
+static void bw_sum(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct bw_job *j = ctx;
+    uint64_t       a = 0, b = 0, c = 0, d = 0;
+    int64_t        i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        a += j->buf[i];
+        b += j->buf[i + 1];
+        c += j->buf[i + 2];
+        d += j->buf[i + 3];
+    }
+    for (; i < i1; i++) a += j->buf[i];
+    j->sums[tid & 63] += a + b + c + d; /* kept, so the reads are not optimised away */
+}
+
+/* Best of reps sum reductions over buf on the backend's pool. */
+static double cpu_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps)
+{
+    struct dsv4_cpu *cpu  = impl;
+    struct bw_job    j    = { buf, { 0 } };
+    size_t           n    = bytes / 8;
+    double           best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        dsv4_pool_for(cpu->pool, (int64_t)n, 8, 1, bw_sum, &j);
+        double t = now_s() - t0;
+        if ((double)n * 8 / t / 1e9 > best) best = (double)n * 8 / t / 1e9;
+    }
+    return best;
+}
+
+struct peak_job {
+    double (*peak)(long n);
+    long   n;
+    double flops[64];
+};
+
+static void peak_run(void *ctx, int64_t i0, int64_t i1, int tid)
+{
+    struct peak_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) j->flops[tid & 63] += j->peak(j->n);
+}
+
+/* The peak of a kernel table on every thread at once (one pass of the chains per thread,
+ * best of 3); 0 when the table has no peak loop. */
+static double kernels_peak(struct dsv4_pool *pool, const struct dsv4_kernels *k)
+{
+    if (!k || !k->peak) return 0;
+    int    nt   = dsv4_pool_threads(pool);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        struct peak_job j  = { k->peak, 20 * 1000 * 1000, { 0 } };
+        double          t0 = now_s();
+        dsv4_pool_for(pool, nt, 1, 1, peak_run, &j);
+        double t = now_s() - t0, f = 0;
+        for (int i = 0; i < 64; i++) f += j.flops[i];
+        if (f / t / 1e9 > best) best = f / t / 1e9;
+    }
+    return best;
+}
+
+static void cpu_peaks(void *impl, double *f32, double *bf16)
+{
+    struct dsv4_cpu *cpu = impl;
+    *f32                 = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->k);
+    *bf16                = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->kb);
+}
+
+/* Every entry but the name, host_visible and prepare_weights, shared by the two CPU kinds. */
 #define CPU_KIND_ENTRIES                                                                                           \
     .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
     .settings = cpu_settings,                                                                                       \
-    .prepare_weights = cpu_prepare_weights, .scratch_floats = cpu_scratch_floats,                                   \
+    .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
-    .sync = cpu_sync
+    .sync = cpu_sync, .memory = cpu_memory, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
-const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES };
+const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES,
+                                                    .prepare_weights = cpu_prepare_weights };
+
+/* ------------------------------------------------------------------ cpu-staged */
+
+struct place_job {
+    struct dsv4_cpu *cpu;
+    uint8_t         *at;    /* the next free byte of cpu->placed (placing) */
+    size_t           bytes; /* what the tables take, each 64-byte aligned (sizing) */
+};
+
+static void size_table(const void **t, size_t bytes, void *ud)
+{
+    (void)t;
+    ((struct place_job *)ud)->bytes += align64(bytes);
+}
+
+static void place_table(const void **t, size_t bytes, void *ud)
+{
+    struct place_job *J = ud;
+    cpu_move(J->cpu, J->at, *t, bytes); /* upload */
+    *t = J->at;
+    J->at += align64(bytes);
+}
+
+/*
+ * As the CPU's, then every table of each_tensor (the checkpoint's embedding, norms, mixers,
+ * sinks, APE, routing tables, and the RoPE frequencies the model computed) is uploaded into
+ * one buffer of this backend and repointed there, as a device backend must: the ops then
+ * read no table where the host put it. One copy of those tables more in memory (the
+ * checkpoint's pages stay mapped; the memory plan counts them twice, erring safe).
+ */
+static int staged_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
+                                  struct dsv4_err *err)
+{
+    struct dsv4_cpu *cpu = impl;
+    int              rc  = cpu_prepare_weights(impl, ws, p, err);
+    if (rc) return rc;
+    struct place_job J = { .cpu = cpu };
+    ws->each_tensor(ws->ctx, size_table, &J);
+    if (!J.bytes) return DSV4_OK;
+    cpu->placed = cpu_alloc(impl, J.bytes, DSV4_MEM_WEIGHTS);
+    if (!cpu->placed)
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of tables placed in backend memory",
+                            (double)J.bytes / 1e9);
+    J.at = cpu->placed;
+    ws->each_tensor(ws->ctx, place_table, &J);
+    return DSV4_OK;
+}
 
 /*
  * The CPU ops behind the device-memory path: the same kind, but it tells the model that its
  * buffers are not host memory, so the model reads results only through download (logits)
- * and writes KV only through upload and copy. It proves, test by test, that the model layer
- * needs nothing from a backend but the two tables (tests/unit/test_forward.c).
+ * and writes KV only through upload and copy, and it places the tables the ops read in its
+ * own memory (staged_prepare_weights). It proves, test by test, that the model layer needs
+ * nothing from a backend but the two tables (tests/unit/test_forward.c).
  */
 const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .host_visible = false,
-                                                           CPU_KIND_ENTRIES };
+                                                           CPU_KIND_ENTRIES,
+                                                           .prepare_weights = staged_prepare_weights };
