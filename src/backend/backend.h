@@ -101,18 +101,95 @@ static inline uint8_t *dsv4_kv_row_at(const struct dsv4_kv_rows *r, int j)
 }
 
 /*
- * The cached rows a chunk of queries attends to (one sequence, positions p0, p0 + 1, ..).
- * Query t at position p reads, in this order:
- *   the window: positions max(0, p - window + 1) .. p, those before p0 from `ring` (row
- *   pos % ring.page_rows), the others from `chunk` (row pos - p0: this chunk's own rows);
- *   compressed rows of `comp`: with sel, the n_sel[t] rows sel[t * sel_stride ..]; without,
- *   every completed row 0 .. (p + 1) / ratio - 1 (none when ratio is 0).
+ * The step descriptor: the sequences of one forward step as the whole-step ops (attention,
+ * indexer_topk, compress, store_rows) see them. The host builds it once per step, where it
+ * lays out the step's rows (model/forward.c), and hands it to step_begin; every per-layer
+ * call of those ops then passes the same descriptor plus the layer's scalars (offsets inside
+ * a slot and a page, ratio, formats, widths). Everything per sequence is per step, not per
+ * layer: a slot base, a page table and a page base. So a device backend uploads it once per
+ * step (in step_begin) and launches one grid per op and layer over all the sequences.
+ *
+ * Sequence s owns the step's rows seq[s].row0 .. row0 + n - 1 (positions p0 ..); a sequence
+ * may have n = 0 (it then takes part in nothing). Every sequence of a step shares one state
+ * layout (kv.h: one model, one page size), which is why per-layer offsets are the same for
+ * all. The descriptor and its arrays are host memory, as the other host metadata.
+ */
+struct dsv4_step_seq {
+    int            row0, n, p0;  /* its first row in the step, its rows, their first position */
+    uint8_t       *slot;         /* its slot (kv.h): window rings and compressor frontiers */
+    uint8_t       *page_base;    /* its pool: page id i at page_base + i * page_bytes */
+    const int32_t *page;         /* its page table: the page of positions k * page_tokens .. */
+};
+
+struct dsv4_step_desc {
+    int                         n_seqs;
+    int                         n_rows;      /* rows of the step (pos, tok) */
+    const struct dsv4_step_seq *seq;         /* [n_seqs] */
+    const int                  *pos, *tok;   /* [n_rows] position and token id of each row */
+    int                         page_tokens; /* positions per page, every sequence */
+    size_t                      page_bytes;
+};
+
+/* The compressed rows (or indexer keys) of sequence s of a layer as a paged set: rows_off is
+ * their offset in a page, `ratio` positions per row. */
+static inline struct dsv4_kv_rows dsv4_step_page_rows(const struct dsv4_step_desc *d, int s, size_t rows_off,
+                                                      int ratio, int row_bytes)
+{
+    return (struct dsv4_kv_rows){ .base = d->seq[s].page_base, .page = d->seq[s].page, .page_bytes = d->page_bytes,
+                                  .off = rows_off, .page_rows = d->page_tokens / ratio, .row_bytes = row_bytes };
+}
+
+/* Blocks of `ratio` positions that sequence s completes in this step (compress's rows). */
+static inline int dsv4_step_blocks(const struct dsv4_step_desc *d, int s, int ratio)
+{
+    return (d->seq[s].p0 + d->seq[s].n) / ratio - d->seq[s].p0 / ratio;
+}
+
+/* The first of sequence s's compressed rows in compress's output: the blocks of the
+ * sequences before it, packed in sequence order. */
+static inline int dsv4_step_block0(const struct dsv4_step_desc *d, int s, int ratio)
+{
+    int r = 0;
+    for (int i = 0; i < s; i++) r += dsv4_step_blocks(d, i, ratio);
+    return r;
+}
+
+/*
+ * What one layer's attention reads, besides the descriptor. Query row r (of sequence s, at
+ * position p) reads, in this order:
+ *   the window: positions max(0, p - window + 1) .. p, those before the sequence's p0 from
+ *   its ring (slot + ring_off, row pos % ring_rows), the others from `chunk` (the step's
+ *   staging rows: step row r' at chunk + r' * row_bytes);
+ *   compressed rows (its pages, rows at comp_off, page_tokens / ratio a page): with sel, the
+ *   n_sel[r] rows sel[r * sel_stride ..]; without, every completed row 0 .. (p + 1) / ratio
+ *   - 1 (none when ratio is 0).
+ * sel and n_sel are indexed by step row: each sequence's slice of one step buffer.
  */
 struct dsv4_attn_src {
-    int                 p0, window, ratio;
-    struct dsv4_kv_rows ring, chunk, comp;
-    const int          *sel, *n_sel;
-    int                 sel_stride;
+    int            window, ratio, ring_rows, row_bytes;
+    size_t         ring_off, comp_off;
+    const uint8_t *chunk;
+    const int     *sel, *n_sel;
+    int            sel_stride;
+};
+
+/* Where store_rows puts rows (every sequence of the step at once). */
+enum dsv4_store_to {
+    DSV4_STORE_STEP,   /* row r of x (every row of the step) to rows + r * row_bytes (staging) */
+    DSV4_STORE_RING,   /* each sequence's last min(n, window) rows to its ring: position p to row
+                          p % ring_rows of slot + off */
+    DSV4_STORE_BLOCKS, /* the rows of the blocks each sequence completes, packed as compress
+                          writes them (dsv4_step_block0), to its pages: block j to row j of the
+                          set at off in a page, page_tokens / ratio rows a page */
+};
+
+struct dsv4_store_dst {
+    enum dsv4_store_to to;
+    uint8_t           *rows;              /* STEP */
+    size_t             off;               /* RING: in a slot; BLOCKS: in a page */
+    int                window, ring_rows; /* RING */
+    int                ratio;             /* BLOCKS */
+    int                row_bytes;
 };
 
 /* One RoPE frequency set: angle of pair i at position p = f32(p) * freq[i] (computed in f32
@@ -171,14 +248,20 @@ struct dsv4_backend_ops {
     void (*hc_head)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                     const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
 
-    /* Sink attention of n_q query positions of one sequence: q[n_q, n_head, d_head] against the
+    /* Takes the step descriptor before the step's first whole-step op (below); every op
+     * given a descriptor gets this one, unchanged, until the next step_begin. The CPU has
+     * nothing to do (its ops read the host arrays in place); a device backend uploads it
+     * here, once per step, and keeps the per-sequence arrays on the device. */
+    void (*step_begin)(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
+
+    /* Sink attention of every row of the step (desc): q[n_rows, n_head, d_head] against the
      * rows src names for each (struct dsv4_attn_src; shared K = V, stored in `fmt`),
-     * o[t] = bf16(sum_i p_i V_i / (sum_i p_i + exp(sink_h - m))) with p_i = exp(s_i - m),
+     * o[r] = bf16(sum_i p_i V_i / (sum_i p_i + exp(sink_h - m))) with p_i = exp(s_i - m),
      * s_i = q.K_i * scale (probabilities rounded to bf16 in the numerator, as the demo's
      * kernel). A query reads at most the step plan's max_attn_rows rows. */
-    void (*attention)(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
-                      const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
-                      float *o);
+    void (*attention)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                      const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                      float scale, float *o);
 
     /* Indexer scores of one query over key rows 0 .. n_keys-1 of `keys` (DSV4_ROW_IDX_FP4;
      * docs/MODEL.md §R3.7, bf16 at the four points of §11.2):
@@ -186,29 +269,34 @@ struct dsv4_backend_ops {
     void (*indexer_scores)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                            const struct dsv4_kv_rows *keys, int n_keys, float *score);
 
-    /* The indexer's selection for n_q queries at positions p0.. of a CSA layer (ratio 4):
-     * query t scores its n_done = (p0 + t + 1) / 4 completed keys as indexer_scores, keeps
-     * the topk best (higher score first, ties to the lower id) and writes their ids in
-     * ascending order to sel[t * topk ..] and min(topk, n_done) to n_sel[t]. */
-    void (*indexer_topk)(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
-                         const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel);
+    /* The indexer's selection for every row of a CSA layer (ratio 4) over the step (desc):
+     * row r (position p of sequence s) scores its n_done = (p + 1) / 4 completed keys (s's
+     * pages, keys at keys_off, page_tokens / 4 a page, key_bytes each) as indexer_scores with
+     * q[r * n_head * d ..] and w[r * n_head ..], keeps the topk best (higher score first, ties
+     * to the lower id) and writes their ids in ascending order to sel[r * topk ..] and
+     * min(topk, n_done) to n_sel[r]. */
+    void (*indexer_topk)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                         const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                         int *n_sel);
 
-    /* The KV compressor's token loop over one sequence's chunk (docs/MODEL.md §R3.6): token
-     * t (position p0 + t, slot p % ratio) stores its values a[t] and gate logits g[t] +
-     * ape[slot] (rows of `width` = coff * d, coff 2 with overlap at ratio 4, else 1) into the
-     * frontier kv/sc [coff * ratio, width] (with overlap, rows ratio.. are the current block);
-     * a token that completes a block pools the frontier per channel (softmax of the gates
-     * over the block's candidates, in double; with overlap the previous block through the
-     * first d channels) into the next row of out[., d], rounded to bf16, and with overlap
-     * the current block becomes the previous one. Rows written: completed blocks, in order. */
-    void (*compress)(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
-                     const float *ape, float *kv, float *sc, float *out);
+    /* The KV compressor's token loop over every sequence of the step (docs/MODEL.md §R3.6):
+     * row r (position p of sequence s, slot p % ratio) stores its values a[r] and gate
+     * logits g[r] + ape[slot] (rows of `width` = coff * d, coff 2 with overlap at ratio 4,
+     * else 1) into s's frontier kv/sc [coff * ratio, width] (f32 at slot + kv_off and
+     * slot + sc_off; with overlap, rows ratio.. are the current block); a row that completes
+     * a block pools the frontier per channel (softmax of the gates over the block's
+     * candidates, in double; with overlap the previous block through the first d channels)
+     * into the next row of out[., d], rounded to bf16, and with overlap the current block
+     * becomes the previous one. Rows written: each sequence's completed blocks in order, the
+     * sequences one after the other (dsv4_step_block0). */
+    void (*compress)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                     const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
 
-    /* Encodes rows x[n, d] (stride ldx) in `fmt` into dst: row t goes to row (first + t) %
-     * wrap of dst (wrap 0: first + t). DSV4_ROW_FP8 expects the nope part FP8-simulated
-     * (lossless then); DSV4_ROW_IDX_FP4 expects FP4-simulated keys. */
-    void (*store_rows)(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
-                       int ldx, const struct dsv4_kv_rows *dst, int first, int wrap);
+    /* Encodes rows of x (stride ldx) in `fmt` (d wide) into the step's sequences as dst says
+     * (struct dsv4_store_dst). DSV4_ROW_FP8 expects the nope part FP8-simulated (lossless
+     * then); DSV4_ROW_IDX_FP4 expects FP4-simulated keys. */
+    void (*store_rows)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                       int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
 
     /* Embedding gather: X[r, c, :] = f32(table[tok[r], :]) for each of `copies` streams. */
     void (*embed)(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,

@@ -21,6 +21,7 @@
     X(HC_PRE, hc_pre)                                                                        \
     X(HC_POST, hc_post)                                                                      \
     X(HC_HEAD, hc_head)                                                                      \
+    X(STEP_BEGIN, step_begin)                                                                \
     X(ATTENTION, attention)                                                                  \
     X(INDEXER_SCORES, indexer_scores)                                                        \
     X(INDEXER_TOPK, indexer_topk)                                                            \

@@ -262,10 +262,17 @@ static void p_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float
     TIMED(DSV4_OP_HC_HEAD, n, P(be)->inner->hc_head(be, n, hc, d, X, fn, scale, base, norm_eps, hc_eps, y));
 }
 
-static void p_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
-                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale, float *o)
+static void p_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc)
 {
-    TIMED(DSV4_OP_ATTENTION, n_q, P(be)->inner->attention(be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o));
+    TIMED(DSV4_OP_STEP_BEGIN, desc->n_seqs, P(be)->inner->step_begin(be, desc));
+}
+
+static void p_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                        const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                        float scale, float *o)
+{
+    TIMED(DSV4_OP_ATTENTION, desc->n_rows,
+          P(be)->inner->attention(be, desc, n_head, d_head, d_rope, q, src, fmt, sink, scale, o));
 }
 
 static void p_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
@@ -274,22 +281,24 @@ static void p_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
     TIMED(DSV4_OP_INDEXER_SCORES, n_keys, P(be)->inner->indexer_scores(be, n_head, d, q, w, keys, n_keys, score));
 }
 
-static void p_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
-                           const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+static void p_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                           int *n_sel)
 {
-    TIMED(DSV4_OP_INDEXER_TOPK, n_q, P(be)->inner->indexer_topk(be, n_q, p0, n_head, d, q, w, keys, topk, sel, n_sel));
+    TIMED(DSV4_OP_INDEXER_TOPK, desc->n_rows,
+          P(be)->inner->indexer_topk(be, desc, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel));
 }
 
-static void p_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
-                       const float *ape, float *kv, float *sc, float *out)
+static void p_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
-    TIMED(DSV4_OP_COMPRESS, n, P(be)->inner->compress(be, ratio, d, n, p0, a, g, ape, kv, sc, out));
+    TIMED(DSV4_OP_COMPRESS, desc->n_rows, P(be)->inner->compress(be, desc, ratio, d, a, g, ape, kv_off, sc_off, out));
 }
 
-static void p_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
-                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
+static void p_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                         int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst)
 {
-    TIMED(DSV4_OP_STORE_ROWS, n, P(be)->inner->store_rows(be, fmt, d, d_rope, n, x, ldx, dst, first, wrap));
+    TIMED(DSV4_OP_STORE_ROWS, desc->n_rows, P(be)->inner->store_rows(be, desc, fmt, d, d_rope, x, ldx, dst));
 }
 
 static void p_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies, float *X)

@@ -87,6 +87,8 @@ struct dsv4_seq_state {
     int                      d_head, d_idx_head;
     int                      n_states;    /* n_layer, + 1 when the MTP block has state */
     struct dsv4_layer_state *layers;      /* [n_states]; the MTP block's state is last */
+    uint8_t                 *slot;        /* the slot the layers point into (the step
+                                             descriptor's per-sequence base) */
     bool                     has_mtp;
     float                   *mtp_x;       /* [hc, d_model] final streams of position mtp_pos */
     float                   *mtp_h;       /* [hc, d_model] the last draft row's MTP output streams */
@@ -172,6 +174,13 @@ static inline struct dsv4_kv_rows dsv4_kv_ring_rows(const struct dsv4_seq_state 
     static const int32_t page0[1] = { 0 };
     return (struct dsv4_kv_rows){ .base = ls->ring, .page = page0, .page_bytes = 0, .off = 0,
                                   .page_rows = st->ring_rows, .row_bytes = st->row_bytes };
+}
+
+/* Where p (a ring or frontier of st's layers) lies in the slot: the same offset in every
+ * slot of a model, which a whole-step op takes once for all the sequences of a step. */
+static inline size_t dsv4_kv_slot_off(const struct dsv4_seq_state *st, const void *p)
+{
+    return (size_t)((const uint8_t *)p - st->slot);
 }
 
 /* True when every page holding positions [p0, p1) is mapped. */

@@ -178,6 +178,7 @@ int dsv4_seq_state_bind(struct dsv4_seq_state *st, const struct dsv4_kv_dims *di
     st->d_head      = dims->d_head;
     st->d_idx_head  = dims->d_idx_head;
     st->n_states    = n;
+    st->slot        = slot;
     st->has_mtp     = mtp;
     st->mtp_floats  = dims->hc * dims->d_model;
     struct kv_sizes sz;

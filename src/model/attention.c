@@ -3,9 +3,10 @@
  * projections, RoPE, the KV compressor and indexer, sink attention over the window and the
  * compressed rows, inverse RoPE of the output and the grouped low-rank output projection.
  *
- * Rows of several sequences are projected together; the state-dependent parts (compressor,
- * indexer, attention) run per sequence, reaching compressed rows and indexer keys through
- * the sequence's page table (kv.h). Within a chunk the window of a query at position p
+ * Rows of several sequences are projected together, and the state-dependent parts
+ * (compressor, indexer, attention, row stores) are one op call each for all the sequences
+ * of the step: the step descriptor (backend.h, S->desc) gives each sequence's rows, slot and
+ * page table, the call the layer's offsets in a slot and a page (kv.h). Within a chunk the window of a query at position p
  * is read from the ring for positions before the chunk and from the chunk's own rows
  * (staging) after it; the ring is updated only after the whole chunk, so any chunking of a
  * prompt reads exactly the same rows.
@@ -16,6 +17,16 @@
 #include "model/runtime.h"
 
 
+/* A sequence of the step with rows: its state's offsets are every sequence's (kv.h). The
+ * sublayer runs only for a step with rows, so there is one. */
+static const struct dsv4_seq_state *layout_seq(const struct dsv4_step *S)
+{
+    for (int s = 0; s < S->n_seqs; s++)
+        if (S->seq_n[s]) return S->seqs[s].st;
+    DSV4_ASSERT(0);
+    return NULL;
+}
+
 /* Runs a compressor over every sequence's rows of the step. */
 static void run_compressor(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
                            bool is_indexer, int state, int il, int R)
@@ -24,12 +35,7 @@ static void run_compressor(const struct dsv4_model *m, struct dsv4_step *S, cons
     int width = cw->coff * cw->d_out;
     be->ops->linear(be, &cw->wkv, R, S->u, m->cfg.d_model, S->ca, width, DSV4_ACT_NONE, DSV4_OUT_F32);
     be->ops->linear(be, &cw->wgate, R, S->u, m->cfg.d_model, S->cg, width, DSV4_ACT_NONE, DSV4_OUT_F32);
-    for (int s = 0; s < S->n_seqs; s++) {
-        struct dsv4_seq_state   *st = S->seqs[s].st;
-        struct dsv4_layer_state *ls = &st->layers[state];
-        size_t off = (size_t)S->seq_row0[s] * (size_t)width;
-        dsv4_compress_chunk(m, S, cw, is_indexer, st, ls, S->ca + off, S->cg + off, S->seq_n[s], S->seq_pos0[s], il, s);
-    }
+    dsv4_compress_step(m, S, cw, is_indexer, layout_seq(S), state, il);
 }
 
 /* Indexer queries and head weights for every row (docs/MODEL.md §R3.7). */
@@ -48,56 +54,55 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     be->ops->scale(be, (size_t)R * (size_t)nI, S->wi, wscale);
 }
 
-/* The chunk's own KV rows, encoded: one page of max_rows rows. */
-static struct dsv4_kv_rows staging_rows(struct dsv4_step *S, const struct dsv4_seq_state *st, int r0)
-{
-    static const int32_t page0[1] = { 0 };
-    return (struct dsv4_kv_rows){ .base = S->staging + (size_t)r0 * (size_t)st->row_bytes, .page = page0,
-                                  .page_rows = S->max_rows, .row_bytes = st->row_bytes };
-}
-
-/* Attention of every row of one sequence: the chunk's rows are encoded into staging, the
- * indexer picks compressed rows (CSA), every query attends, then the ring keeps the last
- * `window` rows. */
-static void attend_seq(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
-                       int s, int il)
+/* The indexer's choice for every row (CSA layers), into the step's isel / n_isel (row r's
+ * slice at r * idx_topk), and its dump: the selected set, -1 padded to index_topk, as
+ * floats. */
+static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_seq_state *st,
+                           const struct dsv4_layer_state *ls, int il)
 {
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
-    struct dsv4_seq_state    *st = S->seqs[s].st;
-    struct dsv4_layer_state  *ls = &st->layers[state];
-    int    r0 = S->seq_row0[s], n = S->seq_n[s], p0 = S->seq_pos0[s], win = c->window;
-    int    HD = c->n_head * c->d_head;
+    be->ops->indexer_topk(be, &S->desc, c->n_idx_head, c->d_idx_head, S->qi, S->wi, ls->idx_off, st->idx_bytes,
+                          c->idx_topk, S->isel, S->n_isel);
+    if (!S->dump.fn) return;
+    for (int s = 0; s < S->n_seqs; s++)
+        for (int t = 0; t < S->seq_n[s]; t++) {
+            float  fsel[4096];
+            int    w = c->idx_topk < 4096 ? c->idx_topk : 4096;
+            size_t r = (size_t)(S->seq_row0[s] + t);
+            for (int i = 0; i < w; i++) fsel[i] = i < S->n_isel[r] ? (float)S->isel[r * (size_t)c->idx_topk + (size_t)i] : -1.0f;
+            dsv4_dump(S, "idx_topk", il, s, S->seq_pos0[s] + t, 1, w, fsel);
+        }
+}
+
+/* Attention of every row of the step, each of the four ops one call for all the sequences:
+ * the chunks' rows are encoded into staging, the indexer picks compressed rows (CSA), every
+ * query attends, then each ring keeps its sequence's last `window` rows. */
+static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
+                        int il)
+{
+    const struct dsv4_config     *c  = &m->cfg;
+    struct dsv4_backend          *be = &S->be;
+    const struct dsv4_seq_state  *st = layout_seq(S);
+    const struct dsv4_layer_state *ls = &st->layers[state];
     float  scale = (float)pow(c->d_head, -0.5);
-    struct dsv4_attn_src src = { .p0 = p0, .window = win, .ratio = L->ratio, .ring = dsv4_kv_ring_rows(st, ls),
-                                 .chunk = staging_rows(S, st, r0) };
-    if (L->ratio) src.comp = dsv4_kv_comp_rows(st, ls);
-    const float *kv = S->kv + (size_t)r0 * (size_t)c->d_head;
-    be->ops->store_rows(be, st->fmt, c->d_head, c->d_rope, n, kv, c->d_head, &src.chunk, 0, 0);
+    struct dsv4_store_dst stage = { .to = DSV4_STORE_STEP, .rows = S->staging, .row_bytes = st->row_bytes };
+    be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &stage);
+    struct dsv4_attn_src src = { .window = c->window, .ratio = L->ratio, .ring_rows = st->ring_rows,
+                                 .row_bytes = st->row_bytes, .ring_off = dsv4_kv_slot_off(st, ls->ring),
+                                 .comp_off = ls->comp_off, .chunk = S->staging };
     if (L->ratio == 4) {
-        struct dsv4_kv_rows keys = dsv4_kv_idx_rows(st, ls);
-        int nI = c->n_idx_head, dI = c->d_idx_head;
-        be->ops->indexer_topk(be, n, p0, nI, dI, S->qi + (size_t)r0 * (size_t)(nI * dI), S->wi + (size_t)r0 * (size_t)nI,
-                              &keys, c->idx_topk, S->isel, S->n_isel);
+        indexer_select(m, S, st, ls, il);
         src.sel        = S->isel;
         src.n_sel      = S->n_isel;
         src.sel_stride = c->idx_topk;
-        if (S->dump.fn)
-            for (int t = 0; t < n; t++) {
-                /* the selected set, -1 padded to index_topk, as floats */
-                float fsel[4096];
-                int   w = c->idx_topk < 4096 ? c->idx_topk : 4096;
-                for (int i = 0; i < w; i++) fsel[i] = i < S->n_isel[t] ? (float)S->isel[(size_t)t * (size_t)c->idx_topk + (size_t)i] : -1.0f;
-                dsv4_dump(S, "idx_topk", il, s, p0 + t, 1, w, fsel);
-            }
     }
-    be->ops->attention(be, n, c->n_head, c->d_head, c->d_rope, S->q + (size_t)r0 * (size_t)HD, &src, st->fmt,
-                       L->attn_sink, scale, S->o + (size_t)r0 * (size_t)HD);
-    /* the ring keeps the last `win` rows (after every query of the chunk has read it), at
+    be->ops->attention(be, &S->desc, c->n_head, c->d_head, c->d_rope, S->q, &src, st->fmt, L->attn_sink, scale, S->o);
+    /* the ring keeps the last `window` rows (after every query of the chunk has read it), at
      * position % ring_rows */
-    int from = n > win ? n - win : 0;
-    be->ops->store_rows(be, st->fmt, c->d_head, c->d_rope, n - from, kv + (size_t)from * (size_t)c->d_head, c->d_head,
-                        &src.ring, p0 + from, st->ring_rows);
+    struct dsv4_store_dst ring = { .to = DSV4_STORE_RING, .off = src.ring_off, .window = c->window,
+                                   .ring_rows = st->ring_rows, .row_bytes = st->row_bytes };
+    be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &ring);
 }
 
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,
@@ -134,7 +139,7 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
         indexer_queries(m, S, L, R);
     }
     if (L->has_comp) run_compressor(m, S, &L->comp, false, state, il, R);
-    for (int s = 0; s < S->n_seqs; s++) attend_seq(m, S, L, state, s, il);
+    attend_step(m, S, L, state, il);
     /* undo the query-position rotation of the output, then the grouped output projection */
     be->ops->rope(be, R, H, D, S->o, S->pos, rope, true);
     for (int s = 0; s < S->n_seqs; s++)

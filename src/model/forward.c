@@ -196,6 +196,7 @@ static void mtp_step(const struct dsv4_model *m, struct dsv4_step *S, float *Xf,
         Rm += cnt;
     }
     if (Rm == 0) return;
+    dsv4_step_describe(S, Rm); /* the MTP rows are a step of their own */
     float *X = mtp_rows(m, S, Rm, Xtmp);
     for (int s = 0; s < S->n_seqs; s++) {
         /* the block ran for every MTP row so that the state stays whole; the head only if asked */
@@ -227,6 +228,8 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
         for (int o = 0; o < s; o++)
             if (seqs[o].st == q->st) return dsv4_err_set(err, DSV4_EINVAL, "one sequence twice in a step");
     }
+    int rc = dsv4_step_check_layout(seqs, n_seqs, err);
+    if (rc) return rc;
     S->seqs   = seqs;
     S->n_seqs = n_seqs;
     dsv4_prof_begin(S->be.prof, "draft");
@@ -240,6 +243,7 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
         S->seq_n[s]    = 1;
         S->seq_pos0[s] = S->pos[s];
     }
+    dsv4_step_describe(S, n_seqs);
     float *X = mtp_rows(m, S, n_seqs, S->Xn);
     for (int s = 0; s < n_seqs; s++) {
         struct dsv4_fwd_seq *q = &seqs[s];
@@ -283,6 +287,8 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     }
     if (R > S->max_rows || n_seqs > S->max_rows)
         return dsv4_err_set(err, DSV4_EINVAL, "step of %d rows exceeds the planned %d", R, S->max_rows);
+    int rc = dsv4_step_check_layout(seqs, n_seqs, err);
+    if (rc) return rc;
 
     S->seqs   = seqs;
     S->n_seqs = n_seqs;
@@ -300,6 +306,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
             S->tok[r] = q->tokens[t];
         }
     }
+    dsv4_step_describe(S, R);
     S->be.ops->embed(&S->be, R, S->tok, m->w.embed, c->d_model, c->hc, S->X);
     dsv4_prof_end(S->be.prof);
     float *X = S->X, *Xn = S->Xn;

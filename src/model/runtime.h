@@ -113,6 +113,8 @@ struct dsv4_step {
     struct dsv4_fwd_seq *seqs;
     int                  n_seqs;
     int   *seq_row0, *seq_n, *seq_pos0; /* [max_rows] first row, rows and first position of each */
+    struct dsv4_step_seq *dseq;          /* [max_rows] the step descriptor's sequences */
+    struct dsv4_step_desc desc;          /* the step's descriptor (dsv4_step_describe) */
     struct dsv4_backend be;
     struct dsv4_dump_sink dump;
     const struct dsv4_model *m; /* whose backend owns dev */
@@ -121,6 +123,12 @@ struct dsv4_step {
 };
 
 size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx);
+/* Builds the step descriptor of the n_rows rows laid out in S (seqs, seq_*, pos, tok) and
+ * hands it to the backend (step_begin): once per step, before the layers run. */
+void   dsv4_step_describe(struct dsv4_step *S, int n_rows);
+/* The sequences of one step share a state layout (page size, page bytes): the descriptor's
+ * per-layer offsets hold for all of them. DSV4_EINVAL otherwise. */
+int    dsv4_step_check_layout(const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err);
 int    dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows, int max_ctx,
                       struct dsv4_err *err);
 void   dsv4_step_free(struct dsv4_step *s);
@@ -187,10 +195,10 @@ void   dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struc
  * index of the layer's state in each sequence (il, or n_layer for the MTP block). */
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,
                              int state, int R);
-/* compress.c: one compressor over a sequence's rows of the step. */
-void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
-                         bool is_indexer, const struct dsv4_seq_state *st, struct dsv4_layer_state *ls,
-                         const float *a, const float *g, int n, int p0, int il, int seq);
+/* compress.c: one compressor over every sequence's rows of the step (inputs in S->ca / S->cg,
+ * rows by step row); st: a sequence of the step whose state gives the layer's offsets. */
+void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
+                        bool is_indexer, const struct dsv4_seq_state *st, int state, int il);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 
 /* engine.c internals for tools that look inside (dsv4 align, tests). */

@@ -135,9 +135,9 @@ void dsv4_spec_save_compressor(struct dsv4_step *S, struct dsv4_spec_undo *u, in
 }
 
 /* Restores one compressor's frontier and replays the kept rows through the compress op. */
-static void rewind_compressor(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_spec_undo *u,
-                              struct dsv4_layer_state *ls, const struct dsv4_compressor_w *cw, int il,
-                              bool is_indexer, int keep)
+static void rewind_compressor(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_step_desc *desc,
+                              struct dsv4_spec_undo *u, const struct dsv4_seq_state *st, struct dsv4_layer_state *ls,
+                              const struct dsv4_compressor_w *cw, int il, bool is_indexer)
 {
     struct dsv4_spec_comp *sc = &u->comp[2 * il + (is_indexer ? 1 : 0)];
     int    r = ls->ratio, d = cw->d_out;
@@ -150,7 +150,8 @@ static void rewind_compressor(const struct dsv4_model *m, struct dsv4_step *S, s
     }
     /* the pooled rows of blocks the kept rows complete are already in the pages: only the
      * frontier is wanted, S->crows takes the pooled output */
-    S->be.ops->compress(&S->be, r, d, keep, u->p0, sc->a, sc->g, cw->ape, kv, gs, S->crows);
+    S->be.ops->compress(&S->be, desc, r, d, sc->a, sc->g, cw->ape, dsv4_kv_slot_off(st, kv), dsv4_kv_slot_off(st, gs),
+                        S->crows);
     (void)m;
 }
 
@@ -159,14 +160,21 @@ void dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struct 
 {
     const struct dsv4_config *c = &m->cfg;
     DSV4_ASSERT(u->n > 0 && keep >= 1 && keep <= u->n && st->pos == u->p0 + u->n);
-    if (keep < u->n)
+    /* the replay is a step of one sequence: the kept rows, their inputs rows 0 .. keep - 1 */
+    struct dsv4_step_seq  seq  = { .row0 = 0, .n = keep, .p0 = u->p0, .slot = st->slot, .page_base = st->page_base,
+                                   .page = st->page };
+    struct dsv4_step_desc desc = { .n_seqs = 1, .n_rows = keep, .seq = &seq, .page_tokens = st->page_tokens,
+                                   .page_bytes = st->page_bytes };
+    if (keep < u->n) {
+        S->be.ops->step_begin(&S->be, &desc);
         for (int il = 0; il < c->n_layer; il++) {
             const struct dsv4_layer_w *L  = &m->w.layers[il];
             struct dsv4_layer_state   *ls = &st->layers[il];
             if (!ls->ratio) continue;
-            if (L->has_indexer) rewind_compressor(m, S, u, ls, &L->idx.comp, il, true, keep);
-            if (L->has_comp) rewind_compressor(m, S, u, ls, &L->comp, il, false, keep);
+            if (L->has_indexer) rewind_compressor(m, S, &desc, u, st, ls, &L->idx.comp, il, true);
+            if (L->has_comp) rewind_compressor(m, S, &desc, u, st, ls, &L->comp, il, false);
         }
+    }
     st->pos = u->p0 + keep;
     if (st->has_mtp) {
         size_t sd = (size_t)c->hc * (size_t)c->d_model;

@@ -107,6 +107,7 @@ static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max
     F(s->seq_row0, r);
     F(s->seq_n, r);
     F(s->seq_pos0, r);
+    B(s->dseq, r * sizeof(struct dsv4_step_seq));
     *host_bytes = off;
     if (dev) {
         s->be.scratch_len = sc;
@@ -148,6 +149,29 @@ int dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows
     s->be.ops     = m->ops;
     s->be.impl    = m->backend_impl;
     s->be.prof    = m->prof;
+    return DSV4_OK;
+}
+
+void dsv4_step_describe(struct dsv4_step *S, int n_rows)
+{
+    for (int s = 0; s < S->n_seqs; s++) {
+        const struct dsv4_seq_state *st = S->seqs[s].st;
+        S->dseq[s] = (struct dsv4_step_seq){ .row0 = S->seq_row0[s], .n = S->seq_n[s], .p0 = S->seq_pos0[s],
+                                             .slot = st->slot, .page_base = st->page_base, .page = st->page };
+    }
+    const struct dsv4_seq_state *st0 = S->n_seqs ? S->seqs[0].st : NULL;
+    S->desc = (struct dsv4_step_desc){ .n_seqs = S->n_seqs, .n_rows = n_rows, .seq = S->dseq, .pos = S->pos,
+                                       .tok = S->tok, .page_tokens = st0 ? st0->page_tokens : 0,
+                                       .page_bytes = st0 ? st0->page_bytes : 0 };
+    S->be.ops->step_begin(&S->be, &S->desc);
+}
+
+int dsv4_step_check_layout(const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err)
+{
+    for (int s = 1; s < n_seqs; s++)
+        if (seqs[s].st->page_tokens != seqs[0].st->page_tokens || seqs[s].st->page_bytes != seqs[0].st->page_bytes)
+            return dsv4_err_set(err, DSV4_EINVAL, "sequences of one step with different KV page sizes (%d, %d tokens)",
+                                seqs[0].st->page_tokens, seqs[s].st->page_tokens);
     return DSV4_OK;
 }
 

@@ -355,25 +355,26 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
             int     *sel  = malloc(sizeof(int) * (size_t)(nc + 1));
             float *kv = malloc(sizeof(float) * D), *q = malloc(sizeof(float) * H * D), *sink = malloc(sizeof(float) * H);
             float *o1 = malloc(sizeof(float) * H * D), *o2 = malloc(sizeof(float) * H * D);
-            static const int32_t page0[1] = { 0 };
             for (int k = 0; k < np; k++) pt[k] = np - 1 - k;
-            struct dsv4_attn_src src = {
-                .p0 = 0, .window = 4, .ratio = 4, .n_sel = &nc, .sel = sel, .sel_stride = nc,
-                .chunk = { .base = rows, .page = page0, .page_rows = 1, .row_bytes = rb },
-                .comp  = { .base = rows + rb, .page = pt, .page_bytes = (size_t)8 * (size_t)rb, .page_rows = 8, .row_bytes = rb },
-            };
-            src.ring = src.chunk;
+            /* one sequence of one row at position 0: its window is the staging row; the
+             * compressed rows in its pages (8 rows of 4 positions a page) */
+            struct dsv4_step_seq  seq  = { .row0 = 0, .n = 1, .p0 = 0, .slot = rows, .page_base = rows + rb, .page = pt };
+            struct dsv4_step_desc desc = { .n_seqs = 1, .n_rows = 1, .seq = &seq, .page_tokens = 32,
+                                           .page_bytes = (size_t)8 * (size_t)rb };
+            struct dsv4_attn_src  src  = { .window = 4, .ratio = 4, .ring_rows = 1, .row_bytes = rb, .chunk = rows,
+                                           .n_sel = &nc, .sel = sel, .sel_stride = nc };
+            struct dsv4_kv_rows   comp = dsv4_step_page_rows(&desc, 0, 0, 4, rb);
             for (int i = 0; i < n_rows; i++) {
                 for (int d = 0; d < D; d++) kv[d] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
                 if (fmt == DSV4_ROW_FP8) ref.ops->fp8_sim(&ref, 1, D - R, D, kv, 64);
-                dsv4_row_encode((enum dsv4_row_fmt)fmt, D, R, kv, i ? dsv4_kv_row_at(&src.comp, i - 1) : rows);
+                dsv4_row_encode((enum dsv4_row_fmt)fmt, D, R, kv, i ? dsv4_kv_row_at(&comp, i - 1) : rows);
                 if (i) sel[i - 1] = nc - i;
             }
             for (int i = 0; i < H * D; i++) q[i] = dsv4_round_bf16(test_rand_f32(&seed) * 3);
             for (int h = 0; h < H; h++) sink[h] = test_rand_f32(&seed) * 2;
             float scale = 1.0f / sqrtf((float)D);
-            fast.ops->attention(&fast, 1, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o1);
-            ref.ops->attention(&ref, 1, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o2);
+            fast.ops->attention(&fast, &desc, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o1);
+            ref.ops->attention(&ref, &desc, H, D, R, q, &src, (enum dsv4_row_fmt)fmt, sink, scale, o2);
             /* one bf16 rounding of the output, plus f32 sums over the rows in another order:
              * |values| <= 2, so n_rows * 2^-22 bounds the absolute error of a cancelling sum */
             int   bad = 0;

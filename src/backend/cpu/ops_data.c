@@ -154,10 +154,11 @@ static void pool(const float *skv, const float *ssc, int ratio, int d, float *ou
     }
 }
 
-void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
-                       const float *ape, float *kv, float *sc, float *out)
+/* One sequence's token loop; returns the rows written. */
+static int compress_seq(int ratio, int d, int n, int p0, const float *a, const float *g, const float *ape, float *kv,
+                        float *sc, float *out)
 {
-    (void)be;
+    int    done    = 0;
     bool   overlap = ratio == 4;
     int    width   = (overlap ? 2 : 1) * d;
     size_t W       = (size_t)width;
@@ -173,19 +174,34 @@ void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0,
         pool(kv, sc, ratio, d, out);
         for (int i = 0; i < d; i++) out[i] = dsv4_round_bf16(out[i]);
         out += d;
+        done++;
         if (overlap) {
             memcpy(kv, kv + (size_t)ratio * W, sizeof(float) * (size_t)ratio * W);
             memcpy(sc, sc + (size_t)ratio * W, sizeof(float) * (size_t)ratio * W);
         }
     }
+    return done;
+}
+
+void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+{
+    (void)be;
+    size_t W = (size_t)((ratio == 4 ? 2 : 1) * d);
+    for (int s = 0; s < desc->n_seqs; s++) {
+        const struct dsv4_step_seq *q = &desc->seq[s];
+        if (!q->n) continue;
+        size_t r0 = (size_t)q->row0 * W;
+        float *kv = (float *)(void *)(q->slot + kv_off), *sc = (float *)(void *)(q->slot + sc_off);
+        out += (size_t)compress_seq(ratio, d, q->n, q->p0, a + r0, g + r0, ape, kv, sc, out) * (size_t)d;
+    }
 }
 
 /* ------------------------------------------------------------------ stored rows */
 
-void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
-                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
+static void store_seq(enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x, int ldx,
+                      const struct dsv4_kv_rows *dst, int first, int wrap)
 {
-    (void)be;
     DSV4_ASSERT(dst->row_bytes == dsv4_row_bytes(fmt, d, d_rope));
     for (int t = 0; t < n; t++) {
         int j = wrap ? (first + t) % wrap : first + t;
@@ -193,14 +209,44 @@ void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, 
     }
 }
 
+void dsv4_cpu_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                         int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst)
+{
+    (void)be;
+    static const int32_t page0[1] = { 0 };
+    if (dst->to == DSV4_STORE_STEP) {
+        struct dsv4_kv_rows rows = { .base = dst->rows, .page = page0, .page_rows = desc->n_rows > 0 ? desc->n_rows : 1,
+                                     .row_bytes = dst->row_bytes };
+        store_seq(fmt, d, d_rope, desc->n_rows, x, ldx, &rows, 0, 0);
+        return;
+    }
+    const float *bx = x; /* BLOCKS: the packed rows of compress */
+    for (int s = 0; s < desc->n_seqs; s++) {
+        const struct dsv4_step_seq *q = &desc->seq[s];
+        if (!q->n) continue;
+        if (dst->to == DSV4_STORE_RING) { /* after every query of the chunk read the ring */
+            struct dsv4_kv_rows ring = { .base = q->slot + dst->off, .page = page0, .page_rows = dst->ring_rows,
+                                         .row_bytes = dst->row_bytes };
+            int from = q->n > dst->window ? q->n - dst->window : 0;
+            store_seq(fmt, d, d_rope, q->n - from, x + (size_t)(q->row0 + from) * (size_t)ldx, ldx, &ring, q->p0 + from,
+                      dst->ring_rows);
+        } else {
+            struct dsv4_kv_rows pages = dsv4_step_page_rows(desc, s, dst->off, dst->ratio, dst->row_bytes);
+            int                 rows  = dsv4_step_blocks(desc, s, dst->ratio);
+            store_seq(fmt, d, d_rope, rows, bx, ldx, &pages, q->p0 / dst->ratio, 0);
+            bx += (size_t)rows * (size_t)ldx;
+        }
+    }
+}
+
 /* How many rows query t reads (dsv4_cpu_attn_rows writes them). */
-static int attn_count(const struct dsv4_attn_src *src, int t)
+static int attn_count(const struct dsv4_cpu_attn_seq *src, int t)
 {
     int p = src->p0 + t, win = p + 1 < src->window ? p + 1 : src->window;
     return win + (src->sel ? src->n_sel[t] : src->ratio ? (p + 1) / src->ratio : 0);
 }
 
-int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **rows)
+int dsv4_cpu_attn_rows(const struct dsv4_cpu_attn_seq *src, int t, const uint8_t **rows)
 {
     int p = src->p0 + t, nr = 0;
     int first = p - src->window + 1 > 0 ? p - src->window + 1 : 0;
@@ -215,16 +261,42 @@ int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **r
     return nr;
 }
 
-void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, int n_q, int n_head, int d_head,
-                             int d_rope, const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt,
-                             const float *sink, float scale, float *o)
+/* Sequence s's view of a layer's attention sources. */
+static struct dsv4_cpu_attn_seq attn_seq(const struct dsv4_step_desc *desc, int s, const struct dsv4_attn_src *src)
+{
+    static const int32_t        page0[1] = { 0 };
+    const struct dsv4_step_seq *q        = &desc->seq[s];
+    struct dsv4_cpu_attn_seq    v        = {
+        .p0 = q->p0, .window = src->window, .ratio = src->ratio,
+        .ring  = { .base = q->slot + src->ring_off, .page = page0, .page_rows = src->ring_rows, .row_bytes = src->row_bytes },
+        .chunk = { .base = (uint8_t *)(uintptr_t)(src->chunk + (size_t)q->row0 * (size_t)src->row_bytes), .page = page0,
+                   .page_rows = q->n, .row_bytes = src->row_bytes },
+    };
+    if (src->ratio) v.comp = dsv4_step_page_rows(desc, s, src->comp_off, src->ratio, src->row_bytes);
+    if (src->sel) {
+        v.sel        = src->sel + (size_t)q->row0 * (size_t)src->sel_stride;
+        v.n_sel      = src->n_sel + q->row0;
+        v.sel_stride = src->sel_stride;
+    }
+    return v;
+}
+
+void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, const struct dsv4_step_desc *desc,
+                             int n_head, int d_head, int d_rope, const float *q, const struct dsv4_attn_src *src,
+                             enum dsv4_row_fmt fmt, const float *sink, float scale, float *o)
 {
     size_t          HD   = (size_t)n_head * (size_t)d_head;
     const uint8_t **rows = (const uint8_t **)(void *)be->scratch;
-    for (int t = 0; t < n_q; t++) {
-        struct dsv4_backend sub = after(be, ptr_floats((size_t)attn_count(src, t)));
-        int                 nr  = dsv4_cpu_attn_rows(src, t, rows);
-        fn(&sub, n_head, d_head, d_rope, q + (size_t)t * HD, rows, nr, fmt, sink, scale, o + (size_t)t * HD);
+    for (int s = 0; s < desc->n_seqs; s++) {
+        if (!desc->seq[s].n) continue;
+        struct dsv4_cpu_attn_seq v = attn_seq(desc, s, src);
+        size_t                   r0 = (size_t)desc->seq[s].row0;
+        for (int t = 0; t < desc->seq[s].n; t++) {
+            struct dsv4_backend sub = after(be, ptr_floats((size_t)attn_count(&v, t)));
+            int                 nr  = dsv4_cpu_attn_rows(&v, t, rows);
+            fn(&sub, n_head, d_head, d_rope, q + (r0 + (size_t)t) * HD, rows, nr, fmt, sink, scale,
+               o + (r0 + (size_t)t) * HD);
+        }
     }
 }
 
@@ -296,8 +368,9 @@ static void top_k(const float *sc, int n, int k, int *sel)
     }
 }
 
-void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
-                           const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+/* One sequence's rows (the per-sequence op of before the step descriptor). */
+static void topk_seq(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
+                     const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
 {
     for (int t = 0; t < n_q; t++) {
         int  n_done = (p0 + t + 1) / 4, k = topk < n_done ? topk : n_done;
@@ -313,6 +386,25 @@ void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head,
                                 keys, n_done, score);
         top_k(score, n_done, k, st);
     }
+}
+
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                           int *n_sel)
+{
+    for (int s = 0; s < desc->n_seqs; s++) {
+        const struct dsv4_step_seq *p = &desc->seq[s];
+        if (!p->n) continue;
+        struct dsv4_kv_rows keys = dsv4_step_page_rows(desc, s, keys_off, 4, key_bytes);
+        size_t              r0   = (size_t)p->row0;
+        topk_seq(be, p->n, p->p0, n_head, d, q + r0 * (size_t)n_head * (size_t)d, w + r0 * (size_t)n_head, &keys, topk,
+                 sel + r0 * (size_t)topk, n_sel + r0);
+    }
+}
+
+void dsv4_cpu_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc)
+{
+    (void)be, (void)desc; /* the ops read the descriptor's host arrays in place */
 }
 
 size_t dsv4_cpu_data_scratch_floats(const struct dsv4_plan_dims *dims)

@@ -20,20 +20,32 @@ void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, con
                            const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
                           const float *shared, float *f);
-void dsv4_cpu_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
-                       const float *ape, float *kv, float *sc, float *out);
-void dsv4_cpu_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
-                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap);
-void dsv4_cpu_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q,
-                           const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel);
+void dsv4_cpu_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
+void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
+void dsv4_cpu_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                         int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                           int *n_sel);
 
 /* A combine row's pairs (its k entries of pair_of) in ascending order, the order the experts
  * ran in and the order moe_combine sums them in. */
 void dsv4_cpu_moe_pairs(int k, const int *pair_of, int *p);
 
-/* The rows query t of a chunk reads (struct dsv4_attn_src), as row addresses in order;
- * returns their count. */
-int dsv4_cpu_attn_rows(const struct dsv4_attn_src *src, int t, const uint8_t **rows);
+/* The cached rows one sequence's chunk of queries attends to (positions p0, p0 + 1, ..):
+ * struct dsv4_attn_src resolved for that sequence (its ring, its staging rows, its
+ * compressed rows and its slice of the selection). */
+struct dsv4_cpu_attn_seq {
+    int                 p0, window, ratio;
+    struct dsv4_kv_rows ring, chunk, comp;
+    const int          *sel, *n_sel;
+    int                 sel_stride;
+};
+
+/* The rows query t of a sequence's chunk reads, as row addresses in order; returns their
+ * count. */
+int dsv4_cpu_attn_rows(const struct dsv4_cpu_attn_seq *src, int t, const uint8_t **rows);
 
 /* The row-pointer form of the attention and indexer kernels that the table ops wrap. */
 typedef void (*dsv4_cpu_attend_fn)(struct dsv4_backend *be, int n_head, int d_head, int d_rope, const float *q,
@@ -44,9 +56,9 @@ typedef void (*dsv4_cpu_scores_fn)(struct dsv4_backend *be, int n_head, int d, c
 
 /* The table ops on top of those kernels: row lists (and key block lists) are built at the
  * start of the context's scratch, and the kernel gets the rest of it. */
-void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, int n_q, int n_head, int d_head,
-                             int d_rope, const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt,
-                             const float *sink, float scale, float *o);
+void dsv4_cpu_attention_with(dsv4_cpu_attend_fn fn, struct dsv4_backend *be, const struct dsv4_step_desc *desc,
+                             int n_head, int d_head, int d_rope, const float *q, const struct dsv4_attn_src *src,
+                             enum dsv4_row_fmt fmt, const float *sink, float scale, float *o);
 void dsv4_cpu_indexer_scores_with(dsv4_cpu_scores_fn fn, struct dsv4_backend *be, int n_head, int d, const float *q,
                                   const float *w, const struct dsv4_kv_rows *keys, int n_keys, float *score);
 

@@ -615,11 +615,11 @@ static void fast_attend_rows(struct dsv4_backend *be, int n_head, int d_head, in
     dsv4_pool_for(cpu->pool, n_head, 1, 1, attn_heads, &j);
 }
 
-static void fast_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
-                           const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
-                           float *o)
+static void fast_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                        const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                        float scale, float *o)
 {
-    dsv4_cpu_attention_with(fast_attend_rows, be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
+    dsv4_cpu_attention_with(fast_attend_rows, be, desc, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
 }
 
 /* ------------------------------------------------------------------ indexer */
@@ -1108,6 +1108,7 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .hc_pre         = fast_hc_pre,
     .hc_post        = fast_hc_post,
     .hc_head        = fast_hc_head,
+    .step_begin     = dsv4_cpu_step_begin,
     .attention      = fast_attention,
     .indexer_scores = fast_indexer_scores,
     .router         = dsv4_ref_router,

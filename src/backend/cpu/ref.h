@@ -33,9 +33,9 @@ void dsv4_ref_attend_rows(struct dsv4_backend *be, int n_head, int d_head, int d
                           float scale, float *o);
 void dsv4_ref_scores_rows(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                           const uint8_t *const *blocks, int block_keys, int n_keys, float *score);
-void dsv4_ref_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
-                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
-                        float *o);
+void dsv4_ref_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                        const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                        float scale, float *o);
 void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                              const struct dsv4_kv_rows *keys, int n_keys, float *score);
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,

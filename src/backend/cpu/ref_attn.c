@@ -84,11 +84,11 @@ void dsv4_ref_scores_rows(struct dsv4_backend *be, int n_head, int d, const floa
 }
 
 /* The table ops: the row lists of each query (ops_data.c), then the kernels above. */
-void dsv4_ref_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
-                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale,
-                        float *o)
+void dsv4_ref_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                        const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                        float scale, float *o)
 {
-    dsv4_cpu_attention_with(dsv4_ref_attend_rows, be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
+    dsv4_cpu_attention_with(dsv4_ref_attend_rows, be, desc, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
 }
 
 void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,

@@ -14,6 +14,7 @@ const struct dsv4_backend_ops dsv4_cpu_ref_ops = {
     .hc_pre         = dsv4_ref_hc_pre,
     .hc_post        = dsv4_ref_hc_post,
     .hc_head        = dsv4_ref_hc_head,
+    .step_begin     = dsv4_cpu_step_begin,
     .attention      = dsv4_ref_attention,
     .indexer_scores = dsv4_ref_indexer_scores,
     .router         = dsv4_ref_router,
