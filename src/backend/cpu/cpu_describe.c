@@ -101,6 +101,7 @@ int dsv4_cpu_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
                  : op == DSV4_OP_COMPRESS     ? " (the pooling's softmax needs libm's exp in double bit for bit, which "
                                                 "a SIMD exp cannot promise; O(d) per compressed row)"
                  : op == DSV4_OP_STORE_ROWS   ? " (the row codec of backend/row_codec.c: byte packing, memory-bound)"
+                 : op == DSV4_OP_STEP_BEGIN   ? " (nothing to do: the ops read the descriptor's host arrays in place)"
                  : op == DSV4_OP_MOE_DISPATCH ? " (a counting sort and row copies: no arithmetic)"
                                               : "");
         return 1;
