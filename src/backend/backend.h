@@ -379,6 +379,8 @@ void              dsv4_prof_finish(struct dsv4_prof *p, FILE *f);
 /* A named span that is not an op (a forward step). */
 void              dsv4_prof_begin(struct dsv4_prof *p, const char *name);
 void              dsv4_prof_end(struct dsv4_prof *p);
+/* The calls of each op recorded so far (events kept: the buffer's first max_events). */
+void              dsv4_prof_calls(const struct dsv4_prof *p, uint64_t counts[DSV4_OP_COUNT]);
 
 /* The CPU backend with the scalar reference ops. */
 extern const struct dsv4_backend_ops dsv4_cpu_ref_ops;

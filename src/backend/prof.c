@@ -112,6 +112,13 @@ void dsv4_prof_xfers(const struct dsv4_prof *p, uint64_t counts[DSV4_XFER_COUNT]
     for (int x = 0; x < DSV4_XFER_COUNT; x++) counts[x] = p ? p->xfer_n[x] : 0;
 }
 
+void dsv4_prof_calls(const struct dsv4_prof *p, uint64_t counts[DSV4_OP_COUNT])
+{
+    for (int op = 0; op < DSV4_OP_COUNT; op++) counts[op] = 0;
+    for (size_t i = 0; p && i < p->n; i++)
+        if (p->ev[i].op < DSV4_OP_COUNT) counts[p->ev[i].op]++;
+}
+
 /* The transfers, in all and per step (the forward's "step" spans). */
 static void print_xfers(const struct dsv4_prof *p, FILE *f)
 {

@@ -305,6 +305,23 @@ static void decode_xfers(struct test_ctx *t, dsv4_engine *e, dsv4_session *s, in
     free(ml);
 }
 
+/* A tiny-a engine on `backend` (NULL: the default) with the profiler on (its trace named
+ * after tag), or NULL. */
+static dsv4_engine *open_profiled(struct test_ctx *t, const char *backend, const char *tag)
+{
+    char dir[256], trace[300];
+    if (!make_model(t, "tiny-a", 5, tag, dir, sizeof(dir))) return NULL;
+    snprintf(trace, sizeof(trace), "%s/%s-trace.json", t->tmpdir, tag);
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.backend      = backend;
+    ep.profile_path = trace;
+    dsv4_engine    *e = NULL;
+    struct dsv4_err err;
+    CHECKF(dsv4_engine_open(&e, dir, &ep, &err) == DSV4_OK, "open %s: %s", backend ? backend : "cpu", err.msg);
+    return e;
+}
+
 /* The host learns nothing inside a step (docs/BACKENDS.md, "No read-back inside a step"):
  * a decode step on cpu-staged downloads the logits and nothing else (the MTP head's too when
  * asked for), with one host synchronisation per download and no upload. Its copies stay on
@@ -312,19 +329,9 @@ static void decode_xfers(struct test_ctx *t, dsv4_engine *e, dsv4_session *s, in
  * pending row for the next step (forward.c). Its MoE layers read nothing back. */
 static void test_staged_decode_transfers(struct test_ctx *t)
 {
-    char dir[256], trace[300];
-    if (!make_model(t, "tiny-a", 5, "xfer", dir, sizeof(dir))) return;
-    snprintf(trace, sizeof(trace), "%s/xfer-trace.json", t->tmpdir);
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    ep.backend      = "cpu-staged";
-    ep.profile_path = trace;
-    dsv4_engine    *e;
+    dsv4_engine    *e = open_profiled(t, "cpu-staged", "xfer");
     struct dsv4_err err;
-    if (dsv4_engine_open(&e, dir, &ep, &err)) {
-        CHECKF(0, "open cpu-staged: %s", err.msg);
-        return;
-    }
+    if (!e) return;
     CHECK(e->model.prof != NULL);
     struct dsv4_model_info info;
     dsv4_engine_info(e, &info);
@@ -358,6 +365,64 @@ static void test_staged_decode_transfers(struct test_ctx *t)
         free(lg);
         dsv4_session_free(s);
     }
+    dsv4_engine_close(e);
+}
+
+/* The calls of each op that one dsv4_forward step over seqs makes. */
+static void step_calls(struct test_ctx *t, const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *q,
+                       int n, uint64_t *calls)
+{
+    uint64_t        a[DSV4_OP_COUNT], b[DSV4_OP_COUNT];
+    struct dsv4_err err;
+    dsv4_prof_calls(m->prof, a);
+    CHECKF(dsv4_forward(m, S, q, n, &err) == DSV4_OK, "step of %d sequences: %s", n, err.msg);
+    dsv4_prof_calls(m->prof, b);
+    for (int op = 0; op < DSV4_OP_COUNT; op++) calls[op] = b[op] - a[op];
+}
+
+/* The whole-step ops (docs/BACKENDS.md, "The step descriptor") make one call per layer
+ * whatever the number of sequences: a step of three (a decode row, a chunk across a
+ * compression block, a first chunk) calls step_begin, attention, indexer_topk and compress
+ * as often as a step of one decode row, MTP block included; store_rows twice per attention
+ * (staging, rings) and at most once per compressor (the rows of the blocks completed, none
+ * when no sequence completes one). */
+static void test_whole_step_calls(struct test_ctx *t)
+{
+    dsv4_engine    *e = open_profiled(t, NULL, "wstep");
+    struct dsv4_err err;
+    if (!e) return;
+    const struct dsv4_model *m = dsv4_engine_model(e);
+    struct dsv4_session_params sp;
+    dsv4_session_params_default(&sp);
+    sp.max_ctx = 64, sp.max_chunk = 8, sp.mtp = true;
+    dsv4_session *s[3] = { NULL, NULL, NULL };
+    int32_t       tok[8] = { 3, 1, 4, 1, 5, 9, 2, 6 };
+    for (int i = 0; i < 3; i++) CHECKF(dsv4_session_create(e, &sp, &s[i], &err) == DSV4_OK, "session: %s", err.msg);
+    if (!s[0] || !s[1] || !s[2]) goto done;
+    CHECK(dsv4_session_eval(s[0], tok, 5, NULL, NULL, NULL, &err) == DSV4_OK);
+    CHECK(dsv4_session_eval(s[1], tok, 6, NULL, NULL, NULL, &err) == DSV4_OK);
+    uint64_t one[DSV4_OP_COUNT], three[DSV4_OP_COUNT];
+    struct dsv4_fwd_seq q[3] = { { .st = &s[0]->st, .tokens = tok, .n = 1 }, { .st = &s[1]->st, .tokens = tok, .n = 3 },
+                                 { .st = &s[2]->st, .tokens = tok, .n = 2 } };
+    step_calls(t, m, &s[0]->step, q, 3, three);
+    step_calls(t, m, &s[0]->step, q, 1, one);
+    static const enum dsv4_op ops[] = { DSV4_OP_STEP_BEGIN, DSV4_OP_ATTENTION, DSV4_OP_INDEXER_TOPK, DSV4_OP_COMPRESS };
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        CHECKF(three[ops[i]] == one[ops[i]] && one[ops[i]] > 0, "%s: %llu calls for three sequences, %llu for one",
+               dsv4_op_name(ops[i]), (unsigned long long)three[ops[i]], (unsigned long long)one[ops[i]]);
+    for (int k = 0; k < 2; k++) {
+        const uint64_t *c = k ? three : one;
+        CHECKF(c[DSV4_OP_STORE_ROWS] >= 2 * c[DSV4_OP_ATTENTION] &&
+                   c[DSV4_OP_STORE_ROWS] <= 2 * c[DSV4_OP_ATTENTION] + c[DSV4_OP_COMPRESS],
+               "%s: %llu store_rows calls for %llu attention and %llu compress calls", k ? "three" : "one",
+               (unsigned long long)c[DSV4_OP_STORE_ROWS], (unsigned long long)c[DSV4_OP_ATTENTION],
+               (unsigned long long)c[DSV4_OP_COMPRESS]);
+    }
+    /* one attention call per layer and one for the MTP block */
+    CHECKF(one[DSV4_OP_ATTENTION] == (uint64_t)m->cfg.n_layer + 1, "%llu attention calls, %d layers + MTP",
+           (unsigned long long)one[DSV4_OP_ATTENTION], m->cfg.n_layer);
+done:
+    for (int i = 0; i < 3; i++) dsv4_session_free(s[i]);
     dsv4_engine_close(e);
 }
 
@@ -442,5 +507,6 @@ const struct test_case test_group_forward[] = {
     { "no_alloc_while_decoding", test_no_alloc_while_decoding },
     { "engines_keep_own_gemm_min", test_engines_keep_own_gemm_min },
     { "staged_decode_transfers", test_staged_decode_transfers },
+    { "whole_step_calls", test_whole_step_calls },
     { NULL, NULL },
 };
