@@ -385,7 +385,7 @@ static void step_calls(struct test_ctx *t, const struct dsv4_model *m, struct ds
  * compression block, a first chunk) calls step_begin, attention, indexer_topk and compress
  * as often as a step of one decode row, MTP block included; store_rows twice per attention
  * (staging, rings) and at most once per compressor (the rows of the blocks completed, none
- * when no sequence completes one). */
+ * when no sequence completes one). Sequences of different page sizes are refused. */
 static void test_whole_step_calls(struct test_ctx *t)
 {
     dsv4_engine    *e = open_profiled(t, NULL, "wstep");
@@ -418,6 +418,14 @@ static void test_whole_step_calls(struct test_ctx *t)
                (unsigned long long)c[DSV4_OP_STORE_ROWS], (unsigned long long)c[DSV4_OP_ATTENTION],
                (unsigned long long)c[DSV4_OP_COMPRESS]);
     }
+    /* the per-layer offsets hold for every sequence of a step: a state of another page size
+     * (its layout is never reached) is refused before anything runs */
+    struct dsv4_seq_state other = s[2]->st;
+    other.page_tokens           = s[2]->st.page_tokens / 4;
+    int pos0                    = s[0]->st.pos;
+    q[1].st                     = &other;
+    CHECK(dsv4_forward(m, &s[0]->step, q, 2, &err) == DSV4_EINVAL);
+    CHECKF(strstr(err.msg, "page size") != NULL && s[0]->st.pos == pos0, "%s", err.msg);
     /* one attention call per layer and one for the MTP block */
     CHECKF(one[DSV4_OP_ATTENTION] == (uint64_t)m->cfg.n_layer + 1, "%llu attention calls, %d layers + MTP",
            (unsigned long long)one[DSV4_OP_ATTENTION], m->cfg.n_layer);
