@@ -2,8 +2,8 @@
  * test_ops_harness.c - the op checker (src/backend/op_check.h, `dsv4 test-ops`) in the suite:
  * every op of the CPU backend at every level this machine runs against the scalar
  * reference (a failure per op and level that is off), the op list against the tables, the
- * profiler's wrapper table run through the same check, and a table with a hole reported as
- * missing rather than crashing.
+ * profiler's wrapper table run through the same check, a table with a hole reported as
+ * missing rather than crashing, and whole-step ops that skip sequences reported as failing.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -93,19 +93,96 @@ static const struct dsv4_backend_ops *holed_ops(void *impl)
     return &holed;
 }
 
+/* The checker on kind (level scalar) for each op of first .. last alone: each gets the status
+ * want(op), and counts as one failure exactly when that is not ok. */
+static void expect_status(struct test_ctx *t, struct dsv4_backend_kind *kind, int first, int last,
+                          enum dsv4_check_status (*want)(int op))
+{
+    struct dsv4_err err;
+    for (int op = first; op <= last; op++) {
+        struct dsv4_check_opts o = { .kind = kind, .level = "scalar", .op = op };
+        CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
+        enum dsv4_check_status w = want(op);
+        CHECKF(report.cell[op][0].status == w, "%s: status %d, want %d", dsv4_op_name((enum dsv4_op)op),
+               (int)report.cell[op][0].status, (int)w);
+        CHECK(dsv4_op_check_failures(&report) == (w != DSV4_CHECK_OK));
+    }
+}
+
+static enum dsv4_check_status scale_missing(int op)
+{
+    return op == DSV4_OP_SCALE ? DSV4_CHECK_MISSING : DSV4_CHECK_OK;
+}
+
 static void test_missing_op(struct test_ctx *t)
 {
     struct dsv4_backend_kind kind = dsv4_backend_cpu;
     kind.ops                      = holed_ops;
-    struct dsv4_err err;
-    for (int op = DSV4_OP_EMBED; op <= DSV4_OP_SCALE; op++) {
-        struct dsv4_check_opts o = { .kind = &kind, .level = "scalar", .op = op };
-        CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
-        enum dsv4_check_status want = op == DSV4_OP_SCALE ? DSV4_CHECK_MISSING : DSV4_CHECK_OK;
-        CHECKF(report.cell[op][0].status == want, "%s: status %d, want %d", dsv4_op_name((enum dsv4_op)op),
-               (int)report.cell[op][0].status, (int)want);
-        CHECK(dsv4_op_check_failures(&report) == (op == DSV4_OP_SCALE));
-    }
+    expect_status(t, &kind, DSV4_OP_EMBED, DSV4_OP_SCALE, scale_missing);
+}
+
+/* A backend whose whole-step ops run the descriptor's first sequence only (a device kernel
+ * that launched one block, say): the checker's steps of several sequences fail each of them. */
+static struct dsv4_backend_ops first_only;
+
+static struct dsv4_step_desc first_seq(const struct dsv4_step_desc *d)
+{
+    struct dsv4_step_desc one = *d;
+    one.n_seqs                = d->n_seqs ? 1 : 0;
+    return one;
+}
+
+static void fo_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                         const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                         float scale, float *o)
+{
+    struct dsv4_step_desc one = first_seq(desc);
+    dsv4_cpu_fast_ops.attention(be, &one, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
+}
+
+static void fo_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                            int *n_sel)
+{
+    struct dsv4_step_desc one = first_seq(desc);
+    dsv4_cpu_fast_ops.indexer_topk(be, &one, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel);
+}
+
+static void fo_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                        const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+{
+    struct dsv4_step_desc one = first_seq(desc);
+    dsv4_cpu_fast_ops.compress(be, &one, ratio, d, a, g, ape, kv_off, sc_off, out);
+}
+
+static void fo_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                          int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst)
+{
+    struct dsv4_step_desc one = first_seq(desc);
+    dsv4_cpu_fast_ops.store_rows(be, &one, fmt, d, d_rope, x, ldx, dst);
+}
+
+static const struct dsv4_backend_ops *first_only_ops(void *impl)
+{
+    (void)impl;
+    first_only              = dsv4_cpu_fast_ops;
+    first_only.attention    = fo_attention;
+    first_only.indexer_topk = fo_indexer_topk;
+    first_only.compress     = fo_compress;
+    first_only.store_rows   = fo_store_rows;
+    return &first_only;
+}
+
+static enum dsv4_check_status whole_step_fails(int op)
+{
+    return op == DSV4_OP_STEP_BEGIN || op == DSV4_OP_INDEXER_SCORES ? DSV4_CHECK_OK : DSV4_CHECK_FAIL;
+}
+
+static void test_whole_step_cases(struct test_ctx *t)
+{
+    struct dsv4_backend_kind kind = dsv4_backend_cpu;
+    kind.ops                      = first_only_ops;
+    expect_status(t, &kind, DSV4_OP_STEP_BEGIN, DSV4_OP_STORE_ROWS, whole_step_fails);
 }
 
 /* The registry: dsv4_backend_at lists what find finds, the default first; the name list
@@ -168,5 +245,6 @@ const struct test_case test_group_ops[] = {
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },
     { "missing_op_reported", test_missing_op },
+    { "whole_step_cases_see_every_sequence", test_whole_step_cases },
     { NULL, NULL },
 };
