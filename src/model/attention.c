@@ -6,16 +6,15 @@
  * Rows of several sequences are projected together, and the state-dependent parts
  * (compressor, indexer, attention, row stores) are one op call each for all the sequences
  * of the step: the step descriptor (backend.h, S->desc) gives each sequence's rows, slot and
- * page table, the call the layer's offsets in a slot and a page (kv.h). Within a chunk the window of a query at position p
- * is read from the ring for positions before the chunk and from the chunk's own rows
- * (staging) after it; the ring is updated only after the whole chunk, so any chunking of a
- * prompt reads exactly the same rows.
+ * page table, the call the layer's offsets in a slot and a page (kv.h). Within a chunk the
+ * window of a query at position p is read from the ring for positions before the chunk and
+ * from the chunk's own rows (staging) after it; the ring is updated only after the whole
+ * chunk, so any chunking of a prompt reads exactly the same rows.
  */
 #include <math.h>
 #include <string.h>
 
 #include "model/runtime.h"
-
 
 /* A sequence of the step with rows: its state's offsets are every sequence's (kv.h). The
  * sublayer runs only for a step with rows, so there is one. */

@@ -199,6 +199,7 @@ void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *des
 
 /* ------------------------------------------------------------------ stored rows */
 
+/* Rows t of x to rows first + t (mod wrap, when not 0) of dst: one sequence's store. */
 static void store_seq(enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x, int ldx,
                       const struct dsv4_kv_rows *dst, int first, int wrap)
 {
