@@ -23,8 +23,10 @@
  *   compressed block never straddles two pages and a full page is final: nothing writes into
  *   it once the sequence has moved past it (the prefix cache shares such pages read-only).
  *
- * The forward pass reaches compressed rows and indexer keys only through the accessors
- * below (page table lookups); where the pages come from is the owner's business: a session
+ * The forward pass reaches rings, frontiers, compressed rows and indexer keys only through
+ * the step descriptor (backend.h: per sequence its slot, page base and page table) and a
+ * layer's offsets in a slot (dsv4_kv_slot_off) and a page (comp_off, idx_off); where the
+ * pages come from is the owner's business: a session
  * (kv_state.c) owns one slot and every page its context needs in one allocation; the serving
  * pool (kv_pool.h) maps pages from a shared free list as positions advance.
  *
@@ -151,30 +153,6 @@ void dsv4_kv_snapshot_save(const struct dsv4_seq_state *st, void *dst);
 void dsv4_kv_snapshot_restore(struct dsv4_seq_state *st, const void *src, int pos);
 
 /* ------------------------------------------------------------------ accessors */
-
-/* The compressed rows of a layer (ratio > 0) as the ops address them: row j covers
- * positions j*ratio.. and lives in the page of position j*ratio. */
-static inline struct dsv4_kv_rows dsv4_kv_comp_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
-{
-    return (struct dsv4_kv_rows){ .base = st->page_base, .page = st->page, .page_bytes = st->page_bytes,
-                                  .off = ls->comp_off, .page_rows = st->page_tokens / ls->ratio,
-                                  .row_bytes = st->row_bytes };
-}
-
-/* The indexer key rows of a CSA layer (one per block of 4 positions). */
-static inline struct dsv4_kv_rows dsv4_kv_idx_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
-{
-    return (struct dsv4_kv_rows){ .base = st->page_base, .page = st->page, .page_bytes = st->page_bytes,
-                                  .off = ls->idx_off, .page_rows = st->page_tokens / 4, .row_bytes = st->idx_bytes };
-}
-
-/* The window ring of a layer: one page of `ring_rows` rows, row = position % ring_rows. */
-static inline struct dsv4_kv_rows dsv4_kv_ring_rows(const struct dsv4_seq_state *st, const struct dsv4_layer_state *ls)
-{
-    static const int32_t page0[1] = { 0 };
-    return (struct dsv4_kv_rows){ .base = ls->ring, .page = page0, .page_bytes = 0, .off = 0,
-                                  .page_rows = st->ring_rows, .row_bytes = st->row_bytes };
-}
 
 /* Where p (a ring or frontier of st's layers) lies in the slot: the same offset in every
  * slot of a model, which a whole-step op takes once for all the sequences of a step. */
