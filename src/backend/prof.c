@@ -271,6 +271,7 @@ static void p_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float
 
 static void p_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc)
 {
+    /* the sequences, not rows: what a device uploads here grows with them */
     TIMED(DSV4_OP_STEP_BEGIN, desc->n_seqs, P(be)->inner->step_begin(be, desc));
 }
 
