@@ -32,6 +32,14 @@ static struct dsv4_kv_rows make_rows(struct chk *h, int n_rows, int row_bytes, i
     return r;
 }
 
+/* r with its pool where the op of this run reads it (chk_in); the page table stays host
+ * metadata. */
+static struct dsv4_kv_rows rows_in(struct chk *h, struct dsv4_kv_rows r)
+{
+    r.base = chk_in(h, r.base);
+    return r;
+}
+
 /* A row's values as the model stores them: bf16, the nope part FP8-simulated for FP8 rows
  * (dsv4_row_encode is lossless then), through the reference's fp8_sim. */
 static void write_row(struct dsv4_backend *ref, enum dsv4_row_fmt fmt, int d, int d_rope, float *v, uint8_t *row)
@@ -148,7 +156,10 @@ static void attention_case(struct chk *h, const struct attn_case *c)
             attention_mag(h, &src, nq, H, D, R, c->fmt, q, sink, scale, max_rows, mag);
         }
         float *o = chk_out_f32(h, 0, (size_t)nq * H * D, tol, NULL, mag);
-        be->ops->attention(be, nq, H, D, R, q, &src, c->fmt, sink, scale, o);
+        struct dsv4_attn_src in = src; /* the rows and the indexer's selection: backend memory */
+        in.ring = rows_in(h, src.ring), in.chunk = rows_in(h, src.chunk), in.comp = rows_in(h, src.comp);
+        in.sel = chk_in(h, src.sel), in.n_sel = chk_in(h, src.n_sel);
+        be->ops->attention(be, nq, H, D, R, chk_in(h, q), &in, c->fmt, chk_in(h, sink), scale, o);
     }
 }
 
@@ -205,7 +216,8 @@ static void run_indexer_scores(struct chk *h)
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             if (chk_is_reference(h)) write_keys(h, be, &keys, nk, d);
             float *score = chk_out_f32(h, 0, (size_t)nk, tol, NULL, NULL);
-            be->ops->indexer_scores(be, H, d, q, w, &keys, nk, score);
+            struct dsv4_kv_rows k = rows_in(h, keys);
+            be->ops->indexer_scores(be, H, d, chk_in(h, q), chk_in(h, w), &k, nk, score);
         }
     }
 }
@@ -283,7 +295,8 @@ static void run_indexer_topk(struct chk *h)
             }
             int *sel   = chk_out_int(h, 0, (size_t)nq * K, NULL);
             int *n_sel = chk_out_int(h, 1, (size_t)nq, NULL);
-            be->ops->indexer_topk(be, nq, p0, H, d, q, w, &keys, K, sel, n_sel);
+            struct dsv4_kv_rows k = rows_in(h, keys);
+            be->ops->indexer_topk(be, nq, p0, H, d, chk_in(h, q), chk_in(h, w), &k, K, sel, n_sel);
         }
     }
 }
@@ -320,7 +333,7 @@ static void run_compress(struct chk *h)
             float *kv  = chk_out_f32(h, 0, (size_t)rows * W, CHK_EXACT, kv0, NULL);
             float *sc  = chk_out_f32(h, 1, (size_t)rows * W, CHK_EXACT, sc0, NULL);
             float *out = chk_out_f32(h, 2, (size_t)(blocks > 0 ? blocks : 1) * d, CHK_EXACT, NULL, NULL);
-            be->ops->compress(be, ratio, d, n, p0, a, g, ape, kv, sc, out);
+            be->ops->compress(be, ratio, d, n, p0, chk_in(h, a), chk_in(h, g), chk_in(h, ape), kv, sc, out);
         }
     }
 }
@@ -363,7 +376,7 @@ static void run_store_rows(struct chk *h)
                     if (cases[s].fmt == DSV4_ROW_IDX_FP4) be->ops->fp4_sim(be, 1, d, d, xr, 32);
                 }
             dst.base = chk_out_bytes(h, 0, pb, pool0); /* the whole pool: nothing else may change */
-            be->ops->store_rows(be, cases[s].fmt, d, dr, n, x, ldx, &dst, first, wrap);
+            be->ops->store_rows(be, cases[s].fmt, d, dr, n, chk_in(h, x), ldx, &dst, first, wrap);
             dst.base = base;
         }
     }

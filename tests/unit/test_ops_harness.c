@@ -2,8 +2,9 @@
  * test_ops_harness.c - the op checker (src/backend/op_check.h, `dsv4 test-ops`) in the suite:
  * every op of the CPU backend at every level this machine runs against the scalar
  * reference (a failure per op and level that is off), the op list against the tables, the
- * profiler's wrapper table run through the same check, and a table with a hole reported as
- * missing rather than crashing.
+ * profiler's wrapper table run through the same check, a table with a hole reported as
+ * missing rather than crashing, and a backend whose buffers are not host memory (cpu-staged)
+ * checked through its memory half, with a corrupting download caught.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +109,54 @@ static void test_missing_op(struct test_ctx *t)
     }
 }
 
+/* cpu-staged (buffers not host memory): the checker moves every input, output and scratch
+ * through alloc, upload and download; every op passes at every level with the same figures
+ * as cpu, whose ops are the same. */
+static struct dsv4_check_report staged_report;
+
+static void test_staged_ops(struct test_ctx *t)
+{
+    struct dsv4_check_opts o = { .op = -1 }, s = { .backend = "cpu-staged", .op = -1 };
+    struct dsv4_err        err;
+    CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
+    CHECKF(dsv4_op_check(&s, &staged_report, &err) == DSV4_OK, "cpu-staged: %s", err.msg);
+    check_report(t, &staged_report, "cpu-staged ");
+    if (dsv4_op_check_failures(&staged_report)) dsv4_op_check_print(&staged_report, stderr);
+    CHECK(staged_report.n_levels == report.n_levels);
+    for (int op = 0; op < DSV4_OP_COUNT; op++)
+        for (int l = 0; l < report.n_levels; l++) {
+            const struct dsv4_check_cell *a = &report.cell[op][l], *b = &staged_report.cell[op][l];
+            CHECKF(a->status == b->status && a->runs == b->runs && a->values == b->values && a->differ == b->differ &&
+                       a->max_abs == b->max_abs,
+                   "%s at %s: cpu-staged %zu of %zu values differ (largest %g), cpu %zu of %zu (%g)",
+                   dsv4_op_name((enum dsv4_op)op), report.level[l], b->differ, b->values, b->max_abs, a->differ,
+                   a->values, a->max_abs);
+        }
+}
+
+/* A download that brings back one wrong byte (the sign and exponent of the first value):
+ * the checker compares what comes back through download, so the op checks fail. */
+static void corrupt_download(void *impl, void *dst, const void *src, size_t bytes)
+{
+    dsv4_backend_cpu_staged.download(impl, dst, src, bytes);
+    if (bytes >= 4) ((uint8_t *)dst)[3] ^= 0xc0;
+}
+
+static void test_corrupt_download(struct test_ctx *t)
+{
+    struct dsv4_backend_kind kind = dsv4_backend_cpu_staged;
+    kind.download                 = corrupt_download;
+    struct dsv4_check_opts o      = { .kind = &kind, .level = "scalar", .op = -1 };
+    struct dsv4_err        err;
+    CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
+    for (int op = 0; op < DSV4_OP_COUNT; op++) {
+        /* the experts' tolerance lets 1% of the values off: one per output goes unseen */
+        bool lenient = op == DSV4_OP_EXPERT || op == DSV4_OP_EXPERTS;
+        CHECKF(lenient || report.cell[op][0].status == DSV4_CHECK_FAIL, "%s: a corrupted download not caught (%d)",
+               dsv4_op_name((enum dsv4_op)op), (int)report.cell[op][0].status);
+    }
+}
+
 /* The registry: dsv4_backend_at lists what find finds, the default first; the name list
  * (engine open's error, `dsv4 ops`, --backend's usage) is that order, cut cleanly. */
 static void test_registry_list(struct test_ctx *t)
@@ -168,5 +217,7 @@ const struct test_case test_group_ops[] = {
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },
     { "missing_op_reported", test_missing_op },
+    { "staged_ops_through_memory_half", test_staged_ops },
+    { "corrupt_download_caught", test_corrupt_download },
     { NULL, NULL },
 };
