@@ -127,9 +127,8 @@ static double gemm_time(const struct dsv4_backend_kind *kind, struct dsv4_backen
             spent += t;
         }
     }
-    *tiled = l->wi != NULL;
-    l->wi  = NULL; /* the backend's, gone with it */
-    l->si  = NULL;
+    *tiled  = l->prep != NULL;
+    l->prep = NULL; /* the backend's, gone with it */
     free(scratch);
     kind->destroy(impl);
     return best;

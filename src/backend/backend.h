@@ -48,9 +48,10 @@ struct dsv4_linear {
     const void     *scale;     /* NULL for BF16/F32 */
     bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
     const struct dsv4_tensor *wt, *st;
-    /* The same weights as interleaved 16-row tiles for the bf16 kernels (backend/cpu/repack.c,
-     * made at load), or NULL; si: FP4's scales in tile order. A view (row_off) shares them. */
-    const void *wi, *si;
+    /* What the backend's prepare_weights made for this weight (its own layout or copy: the
+     * CPU's interleaved tiles, a device's upload), owned and read by that backend alone, or
+     * NULL. A view (row_off) shares it. */
+    const void *prep;
 };
 
 struct dsv4_expert_w {

@@ -16,10 +16,11 @@
 
 struct tiles_plan {
     const struct dsv4_checkpoint *ck;
-    bool              *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
-    size_t             bytes, n, n_stored, replaced;
-    uint8_t           *at;      /* packing: next free byte */
-    struct dsv4_pool  *pool;
+    bool                *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
+    size_t               bytes, n, n_stored, replaced;
+    struct dsv4_linear **elig;    /* the projections held as tiles, in each_linear's order */
+    size_t               n_elig, cap_elig;
+    bool                 oom;
 };
 
 static double now_s(void)
@@ -44,24 +45,43 @@ static const void *stored_tiles(const struct dsv4_checkpoint *ck, const struct d
     return s && s->dtype == DSV4_DTYPE_U8 && s->ndim == 1 && s->nbytes == bytes ? s->data : NULL;
 }
 
+/* Lists the projections that will be held as tiles (eligibility reads every scale: once). */
 static void plan_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tiles_plan *P = ud;
-    if (!dsv4_i16_eligible(l)) return;
-    size_t wb, sb;
-    dsv4_i16_sizes(l, &wb, &sb);
-    const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+    if (P->oom || !dsv4_i16_eligible(l)) return;
+    if (P->n_elig == P->cap_elig) {
+        size_t               nc = P->cap_elig ? 2 * P->cap_elig : 256;
+        struct dsv4_linear **ne = realloc(P->elig, nc * sizeof(*ne));
+        if (!ne) {
+            P->oom = true;
+            return;
+        }
+        P->elig = ne, P->cap_elig = nc;
+    }
+    P->elig[P->n_elig++] = l;
     P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
     if (l->wt) P->gone[l->wt - P->ck->tensors] = true;
     if (l->st) P->gone[l->st - P->ck->tensors] = true;
-    if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
-        l->wi = wi;
-        l->si = si;
-        P->n_stored++;
-        return;
+}
+
+/* The tiles `dsv4 convert --tiles` stored, where present (used where they are mapped); the
+ * bytes the others need. */
+static void find_stored(struct tiles_plan *P, struct dsv4_cpu_tiles *preps)
+{
+    for (size_t i = 0; i < P->n_elig; i++) {
+        const struct dsv4_linear *l = P->elig[i];
+        size_t                    wb, sb;
+        dsv4_i16_sizes(l, &wb, &sb);
+        const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+        if (wi && (si || !sb)) {
+            preps[i] = (struct dsv4_cpu_tiles){ wi, si };
+            P->n_stored++;
+            continue;
+        }
+        P->bytes += align64(wb) + align64(sb);
+        P->n++;
     }
-    P->bytes += align64(wb) + align64(sb);
-    P->n++;
 }
 
 struct pack_job {
@@ -85,17 +105,15 @@ static void advise_inside(const void *p, size_t n, int advice)
     if (b > a) (void)madvise((void *)a, b - a, advice);
 }
 
-static void pack_tiles(struct dsv4_linear *l, void *ud)
+/* Packs l into the tiles at *at (advanced past them), recorded in *t. */
+static void pack_tiles(struct dsv4_pool *pool, const struct dsv4_linear *l, uint8_t **at, struct dsv4_cpu_tiles *t)
 {
-    struct tiles_plan *P = ud;
-    if (l->wi || !dsv4_i16_eligible(l)) return; /* stored tiles, or none */
     size_t wb, sb;
     dsv4_i16_sizes(l, &wb, &sb);
-    struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
-    dsv4_pool_for(P->pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
-    l->wi = J.wi;
-    l->si = J.si;
-    P->at += align64(wb) + align64(sb);
+    struct pack_job J = { .l = l, .wi = *at, .si = sb ? *at + align64(wb) : NULL };
+    dsv4_pool_for(pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
+    *t = (struct dsv4_cpu_tiles){ J.wi, J.si };
+    *at += align64(wb) + align64(sb);
 #ifdef MADV_PAGEOUT
     /* the source pages are not read again: give them back now, or the page cache, full of
      * them, pushes out the tensors that are read in place (the embedding, a 1 GB table of
@@ -122,6 +140,27 @@ static void prefetch_in_place(const struct dsv4_checkpoint *ck, const bool *gone
     dsv4_log(lg, DSV4_LOG_INFO, "read-ahead asked for %.2f GB of weights read in place", (double)bytes / 1e9);
 }
 
+/* The tiles of the planned projections into cpu->preps: the stored ones where they are
+ * mapped, the others packed into one anonymous mapping of the backend's. */
+static int make_tiles(struct dsv4_cpu *cpu, struct tiles_plan *P, const struct dsv4_logger *lg)
+{
+    find_stored(P, cpu->preps);
+    if (P->n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P->n_stored);
+    if (!P->bytes) return DSV4_OK;
+    double t0  = now_s();
+    void  *mem = mmap(NULL, P->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return DSV4_ENOMEM;
+    madvise(mem, P->bytes, MADV_HUGEPAGE);
+    cpu->tiles       = mem;
+    cpu->tiles_bytes = P->bytes;
+    uint8_t *at      = mem;
+    dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P->n, (double)P->bytes / 1e9);
+    for (size_t i = 0; i < P->n_elig; i++)
+        if (!cpu->preps[i].wi) pack_tiles(cpu->pool, P->elig[i], &at, &cpu->preps[i]);
+    dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    return DSV4_OK;
+}
+
 /*
  * On the levels with VDPBF16PS, the projections are copied once into interleaved 16-row
  * tiles (repack.c), the layout of the kernels that give the same bits at any batch size and
@@ -138,31 +177,23 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
         prefetch_in_place(ws->ck, NULL, false, lg);
         return DSV4_OK;
     }
-    struct tiles_plan P = { .pool = cpu->pool, .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
+    struct tiles_plan P = { .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
     if (!P.gone) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     ws->each_linear(ws->ctx, plan_tiles, &P);
-    ws->replaced = P.replaced;
-    if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
-    if (P.bytes) {
-        double t0  = now_s();
-        void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED) {
-            free(P.gone);
-            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
-                                "(tiles off: --no-tiles or DSV4_TILES=0, runs on the checkpoint's own layout)",
-                                (double)P.bytes / 1e9);
-        }
-        madvise(mem, P.bytes, MADV_HUGEPAGE);
-        cpu->tiles       = mem;
-        cpu->tiles_bytes = P.bytes;
-        P.at             = mem;
-        dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
-        ws->each_linear(ws->ctx, pack_tiles, &P);
-        dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    /* one struct dsv4_cpu_tiles per projection held as tiles: what its descriptor's prep names */
+    cpu->preps = P.oom ? NULL : calloc(P.n_elig + 1, sizeof(*cpu->preps));
+    int rc     = cpu->preps ? make_tiles(cpu, &P, lg) : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (rc == DSV4_ENOMEM && cpu->preps)
+        dsv4_err_set(err, rc, "out of memory for the %.2f GB of interleaved weight tiles (tiles off: --no-tiles or "
+                     "DSV4_TILES=0, runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
+    if (!rc) {
+        for (size_t i = 0; i < P.n_elig; i++) P.elig[i]->prep = &cpu->preps[i];
+        ws->replaced = P.replaced;
+        prefetch_in_place(ws->ck, P.gone, true, lg);
     }
-    prefetch_in_place(ws->ck, P.gone, true, lg);
+    free(P.elig);
     free(P.gone);
-    return DSV4_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ the backend */
