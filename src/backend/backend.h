@@ -332,12 +332,26 @@ float dsv4_act_scale(float amax, float qmax, float floor_);
  * model layer names no backend's types; dsv4_backend_find picks one by name.
  */
 struct dsv4_backend_params {
-    const char               *level;     /* the backend's code path ("avx2", "ref", ...); NULL = best */
-    const char               *gemm_min;  /* backend tuning spec (cpu: dsv4_cpu_gemm_min); NULL = default */
+    /* The backend's own options (dsv4_engine_params.backend_opts; backend_opts.c): "key=value"
+     * entries, parsed by create, which refuses a key it does not know. Two keys have a meaning
+     * for every backend, so that the op checker can drive any of them: `level=NAME` (one of
+     * the kind's level list; a backend without levels refuses it) and `tiles=0|1` (0: what
+     * prepare_weights makes keeps the checkpoint's layout, as far as the backend can; a
+     * backend with no layout of its own accepts and ignores it). NULL = its defaults. The
+     * CPU's: level, gemm_min, tiles. */
+    const char               *opts;
     int                       n_threads; /* 0 = all */
-    bool                      tiles;     /* may repack weights into its preferred layout */
     const struct dsv4_logger *lg;
 };
+
+/* Calls fn(key, value, ud) on each entry of an options string, in order, and returns its
+ * first nonzero status; an entry without a key and '=' is DSV4_EINVAL, the error naming the
+ * backend. A piece without '=' continues the value before it ("gemm_min=3,7,9"). */
+int  dsv4_backend_opts_each(const char *opts, const char *backend, struct dsv4_err *err,
+                            int (*fn)(const char *key, const char *val, void *ud), void *ud);
+/* The last value of key in opts into buf (cut at cap); false when opts has none (or does not
+ * parse). */
+bool dsv4_backend_opt_get(const char *opts, const char *key, char *buf, size_t cap);
 
 /* The projections of a loaded model, for prepare_weights. */
 struct dsv4_weight_set {
@@ -369,7 +383,8 @@ enum dsv4_mem_kind { DSV4_MEM_WEIGHTS, DSV4_MEM_KV, DSV4_MEM_ACT };
 struct dsv4_backend_settings {
     const char *level;       /* its code path, "" when it has no levels */
     int         n_threads;
-    int         gemm_min[3]; /* the crossovers of dsv4_backend_params.gemm_min, 0 when it has none */
+    int         gemm_min[3]; /* the CPU's GEMM crossovers (option gemm_min), 0 when it has none */
+    bool        tiles;       /* it repacks weights into a layout of its own (option tiles) */
 };
 
 struct dsv4_backend_kind {
@@ -407,7 +422,7 @@ struct dsv4_backend_kind {
     /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when
      * that is plain C (no vector or device code), 0 otherwise. */
     int (*describe_op)(void *impl, enum dsv4_op op, char *buf, size_t cap);
-    /* The code paths params.level names, lowest first: the i-th one, NULL past the last;
+    /* The code paths option `level` names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
 

@@ -383,13 +383,22 @@ static void each_no_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, v
     (void)ctx, (void)fn, (void)ud;
 }
 
+/* The options of a context of level l (backend.h: the two keys every backend takes): the
+ * level ("default" for a kind without levels: none) and whether weights may be repacked. */
+static void level_opts(const struct chk *h, int l, bool tiles, char *buf, size_t cap)
+{
+    if (strcmp(h->lv[l].name, "default")) snprintf(buf, cap, "level=%s,tiles=%d", h->lv[l].name, tiles);
+    else snprintf(buf, cap, "tiles=%d", tiles);
+}
+
 /* A fresh context of level l for a case with weights, prepared with or without tiles;
  * false when it could not be made (a failure is recorded) or, for the prepared layout, when
  * preparing left every descriptor as it was (nothing more to check). */
 static bool make_weight_ctx(struct chk *h, int l, bool tiles)
 {
-    struct dsv4_backend_params p = { .level = h->lv[l].name, .n_threads = h->o->n_threads ? h->o->n_threads : 2,
-                                     .tiles = tiles };
+    char opts[64];
+    level_opts(h, l, tiles, opts, sizeof(opts));
+    struct dsv4_backend_params p = { .opts = opts, .n_threads = h->o->n_threads ? h->o->n_threads : 2 };
     struct dsv4_err            err;
     if (h->kind->create(&h->run_impl, &p, &err)) {
         h->run_impl = NULL;
@@ -606,8 +615,9 @@ static int setup_levels(struct chk *h, struct dsv4_err *err)
     }
     for (int l = 0; l < h->n_levels; l++) {
         if (!h->lv[l].here) continue;
-        struct dsv4_backend_params p = { .level = strcmp(h->lv[l].name, "default") ? h->lv[l].name : NULL,
-                                         .n_threads = h->o->n_threads ? h->o->n_threads : 2, .tiles = true };
+        char opts[64];
+        level_opts(h, l, true, opts, sizeof(opts));
+        struct dsv4_backend_params p = { .opts = opts, .n_threads = h->o->n_threads ? h->o->n_threads : 2 };
         int rc = k->create(&h->lv[l].impl, &p, err);
         if (rc) return rc;
     }
@@ -628,7 +638,7 @@ int dsv4_op_check(const struct dsv4_check_opts *o, struct dsv4_check_report *r, 
         rc = dsv4_err_set(err, DSV4_EINVAL, "this build has no backend '%s'", o->backend ? o->backend : "cpu");
         goto out;
     }
-    struct dsv4_backend_params rp = { .level = "ref", .n_threads = 1 };
+    struct dsv4_backend_params rp = { .opts = "level=ref", .n_threads = 1 };
     if ((rc = h->cpu->create(&h->ref_impl, &rp, err))) goto out;
     if ((rc = setup_levels(h, err))) goto out;
     void *best = NULL; /* the describe line of the highest level run */

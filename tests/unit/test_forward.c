@@ -145,14 +145,14 @@ static void test_engines_keep_own_gemm_min(struct test_ctx *t)
 {
     char dir[256];
     if (!make_model(t, "tiny-a", 13, "gmin", dir, sizeof(dir))) return;
-    static const char *const spec[2] = { "1,1,1", "64,64,64" };
+    static const char *const spec[2] = { "gemm_min=1,1,1", "gemm_min=64,64,64" };
     dsv4_engine             *e[2]    = { NULL, NULL };
     struct dsv4_err          err;
     for (int i = 0; i < 2; i++) {
         struct dsv4_engine_params ep;
         dsv4_engine_params_default(&ep);
-        ep.gemm_min  = spec[i];
-        ep.n_threads = 2;
+        ep.backend_opts = spec[i];
+        ep.n_threads    = 2;
         CHECKF(dsv4_engine_open(&e[i], dir, &ep, &err) == DSV4_OK, "open with gemm_min %s: %s", spec[i], err.msg);
         if (!e[i]) goto done;
     }

@@ -183,6 +183,53 @@ static void test_registry_list(struct test_ctx *t)
     CHECK(got[0] == '\0');
 }
 
+/* The backend options string: entries split at commas, a piece without '=' continuing the
+ * value (gemm_min=3,7,9), the last of a key winning; the CPU refuses an unknown key, naming
+ * the backend and the key, and a bad value; its settings report what the options said. */
+struct seen {
+    char text[128];
+};
+
+static int note_opt(const char *key, const char *val, void *ud)
+{
+    struct seen *s = ud;
+    size_t       n = strlen(s->text);
+    snprintf(s->text + n, sizeof(s->text) - n, "[%s|%s]", key, val);
+    return DSV4_OK;
+}
+
+static void test_backend_options(struct test_ctx *t)
+{
+    struct seen     s = { "" };
+    struct dsv4_err err;
+    CHECK(dsv4_backend_opts_each("level=avx2,gemm_min=3,7,9,tiles=0,level=scalar", "x", &err, note_opt, &s) == DSV4_OK);
+    CHECKF(!strcmp(s.text, "[level|avx2][gemm_min|3,7,9][tiles|0][level|scalar]"), "split as %s", s.text);
+    CHECK(dsv4_backend_opts_each(NULL, "x", &err, note_opt, &s) == DSV4_OK);
+    CHECK(dsv4_backend_opts_each("avx2", "x", &err, note_opt, &s) == DSV4_EINVAL && strstr(err.msg, "'avx2'"));
+    CHECK(dsv4_backend_opts_each("=1", "x", &err, note_opt, &s) == DSV4_EINVAL);
+    char v[16];
+    CHECK(dsv4_backend_opt_get("level=avx2,tiles=0,level=scalar", "level", v, sizeof(v)) && !strcmp(v, "scalar"));
+    CHECK(!dsv4_backend_opt_get("tiles=0", "level", v, sizeof(v)));
+    static const char *const bad[] = { "colour=blue", "tiles=2", "level=no-such-level", "gemm_min=1,2" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct dsv4_backend_params bp   = { .opts = bad[i], .n_threads = 1 };
+        void                      *impl = NULL;
+        CHECKF(dsv4_backend_cpu_staged.create(&impl, &bp, &err) != DSV4_OK && !impl, "'%s' accepted", bad[i]);
+        if (i == 0) CHECKF(strstr(err.msg, "'cpu-staged'") && strstr(err.msg, "'colour'"), "error: %s", err.msg);
+        if (impl) dsv4_backend_cpu_staged.destroy(impl);
+    }
+    struct dsv4_backend_params bp   = { .opts = "gemm_min=3,7,9,tiles=0,level=scalar", .n_threads = 1 };
+    void                      *impl = NULL;
+    CHECKF(dsv4_backend_cpu.create(&impl, &bp, &err) == DSV4_OK, "%s", err.msg);
+    if (!impl) return;
+    struct dsv4_backend_settings st = { .level = "" };
+    dsv4_backend_cpu.settings(impl, &st);
+    CHECKF(!strcmp(st.level, "scalar") && st.gemm_min[0] == 3 && st.gemm_min[1] == 7 && st.gemm_min[2] == 9 && !st.tiles,
+           "settings: level %s, gemm_min %d,%d,%d, tiles %d", st.level, st.gemm_min[0], st.gemm_min[1], st.gemm_min[2],
+           st.tiles);
+    dsv4_backend_cpu.destroy(impl);
+}
+
 /* The machine figures `dsv4 bench` reads through the table: a read bandwidth over a buffer of
  * the backend's own, and the peaks of its kernels (none for the reference table). */
 static void test_machine_figures(struct test_ctx *t)
@@ -190,7 +237,7 @@ static void test_machine_figures(struct test_ctx *t)
     const struct dsv4_backend_kind *k  = &dsv4_backend_cpu;
     const char                     *lv[2] = { "ref", NULL };
     for (int i = 0; i < 2; i++) {
-        struct dsv4_backend_params bp   = { .level = lv[i], .n_threads = 2 };
+        struct dsv4_backend_params bp   = { .opts = i == 0 ? "level=ref" : NULL, .n_threads = 2 };
         void                      *impl = NULL;
         struct dsv4_err            err;
         CHECKF(k->create(&impl, &bp, &err) == DSV4_OK, "create %s: %s", lv[i] ? lv[i] : "best", err.msg);
@@ -213,6 +260,7 @@ static void test_machine_figures(struct test_ctx *t)
 const struct test_case test_group_ops[] = {
     { "machine_figures", test_machine_figures },
     { "registry_lists_backends", test_registry_list },
+    { "backend_options_parsed", test_backend_options },
     { "ops_vs_reference_all_levels", test_ops_vs_reference },
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },

@@ -281,6 +281,7 @@ struct dsv4_cpu {
     void                       *tiles;       /* interleaved copies of the projections (mmap), or NULL */
     size_t                      tiles_bytes;
     struct dsv4_cpu_tiles      *preps;       /* what each tiled projection's prep points at, or NULL */
+    bool                        repack;      /* option tiles: prepare_weights makes the tiles */
     void                       *placed;      /* cpu-staged: its copies of the each_tensor tables, or NULL */
 };
 

@@ -166,14 +166,14 @@ static int make_tiles(struct dsv4_cpu *cpu, struct tiles_plan *P, const struct d
  * tiles (repack.c), the layout of the kernels that give the same bits at any batch size and
  * run the prefill GEMM near the machine's peak. The copy is anonymous memory (transparent
  * huge pages asked for), owned by the backend; the checkpoint's pages are no longer touched
- * by the kernels, so the page cache may drop them. p->tiles false keeps the release layout.
+ * by the kernels, so the page cache may drop them. Option tiles=0 keeps the release layout.
  */
 static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
                                struct dsv4_err *err)
 {
     struct dsv4_cpu          *cpu = impl;
     const struct dsv4_logger *lg  = p->lg;
-    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !p->tiles) {
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !cpu->repack) {
         prefetch_in_place(ws->ck, NULL, false, lg);
         return DSV4_OK;
     }
@@ -198,12 +198,57 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
 
 /* ------------------------------------------------------------------ the backend */
 
+/* The CPU's options (backend.h dsv4_backend_params.opts). */
+struct cpu_opts {
+    const char *backend;
+    char        level[32], gemm_min[64];
+    bool        tiles;
+    struct dsv4_err *err;
+};
+
+static int cpu_opt(const char *key, const char *val, void *ud)
+{
+    struct cpu_opts *o = ud;
+    if (!strcmp(key, "level") || !strcmp(key, "gemm_min")) {
+        char  *dst = key[0] == 'l' ? o->level : o->gemm_min;
+        size_t cap = key[0] == 'l' ? sizeof(o->level) : sizeof(o->gemm_min);
+        if (strlen(val) >= cap)
+            return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': option %s '%s' is too long", o->backend, key, val);
+        snprintf(dst, cap, "%s", val);
+    } else if (!strcmp(key, "tiles") && (!strcmp(val, "0") || !strcmp(val, "1"))) {
+        o->tiles = val[0] == '1';
+    } else if (!strcmp(key, "tiles")) {
+        return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': option tiles takes 0 or 1, not '%s'", o->backend, val);
+    } else {
+        return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': no option '%s' (it takes level, gemm_min, tiles)",
+                            o->backend, key);
+    }
+    return DSV4_OK;
+}
+
+/* Creates the CPU state from the options: level (default: this CPU's best), gemm_min (the
+ * crossovers measured for this core), tiles (1). */
+static int create_named(void **impl, const struct dsv4_backend_params *p, const char *name, struct dsv4_err *err)
+{
+    struct cpu_opts o = { .backend = name, .tiles = true, .err = err };
+    *impl             = NULL;
+    int rc            = dsv4_backend_opts_each(p->opts, name, err, cpu_opt, &o);
+    if (rc) return rc;
+    struct dsv4_cpu *cpu = NULL;
+    rc = dsv4_cpu_create(&cpu, o.level[0] ? o.level : NULL, o.gemm_min[0] ? o.gemm_min : NULL, p->n_threads, err);
+    if (cpu) cpu->repack = o.tiles;
+    *impl = cpu;
+    return rc;
+}
+
 static int cpu_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
 {
-    struct dsv4_cpu *cpu = NULL;
-    int              rc  = dsv4_cpu_create(&cpu, p->level, p->gemm_min, p->n_threads, err);
-    *impl                = cpu;
-    return rc;
+    return create_named(impl, p, "cpu", err);
+}
+
+static int staged_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
+{
+    return create_named(impl, p, "cpu-staged", err);
 }
 
 static void cpu_destroy(void *impl)
@@ -229,6 +274,7 @@ static void cpu_settings(void *impl, struct dsv4_backend_settings *s)
     s->level                   = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
     s->n_threads               = cpu->n_threads;
     for (int i = 0; i < 3; i++) s->gemm_min[i] = cpu->gemm_min[i];
+    s->tiles = cpu->repack;
 }
 
 static size_t cpu_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
@@ -358,17 +404,18 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
     *bf16                = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->kb);
 }
 
-/* Every entry but the name, host_visible and prepare_weights, shared by the two CPU kinds. */
+/* Every entry but the name, create, host_visible and prepare_weights, shared by the two CPU
+ * kinds. */
 #define CPU_KIND_ENTRIES                                                                                           \
-    .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
+    .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
     .settings = cpu_settings,                                                                                       \
     .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
     .sync = cpu_sync, .memory = cpu_memory, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
-const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES,
-                                                    .prepare_weights = cpu_prepare_weights };
+const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .create = cpu_create, .host_visible = true,
+                                                    CPU_KIND_ENTRIES, .prepare_weights = cpu_prepare_weights };
 
 /* ------------------------------------------------------------------ cpu-staged */
 
@@ -424,6 +471,6 @@ static int staged_prepare_weights(void *impl, struct dsv4_weight_set *ws, const 
  * own memory (staged_prepare_weights). It proves, test by test, that the model layer needs
  * nothing from a backend but the two tables (tests/unit/test_forward.c).
  */
-const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .host_visible = false,
-                                                           CPU_KIND_ENTRIES,
+const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .create = staged_create,
+                                                           .host_visible = false, CPU_KIND_ENTRIES,
                                                            .prepare_weights = staged_prepare_weights };
