@@ -363,7 +363,6 @@ struct dsv4_weight_set {
      * may point *t at its own copy */
     void (*each_tensor)(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
     void  *ctx;
-    size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */
 };
 
 /* The widths and bounds of a step plan: what a backend sizes its scratch by (filled by the
@@ -417,6 +416,12 @@ struct dsv4_backend_kind {
      * status when it cannot tell (the serving memory plan then sets no limit). NULL: the
      * same as cannot tell. */
     int   (*memory)(void *impl, size_t *avail, size_t *total);
+    /* Of the loaded model's weights, the bytes that sit in that memory without having come
+     * from alloc (so `avail` does not yet show them), given the bytes of the mapped checkpoint:
+     * the serving memory plan leaves them out of what it may use. The CPU: the checkpoint
+     * pages its ops read in place, mapped less what its prepared copies replaced. A backend
+     * whose weights all live in copies of its own answers 0; NULL: the same. */
+    size_t (*weights_resident)(void *impl, size_t mapped);
 
     /* ---- introspection (`dsv4 ops`, `dsv4 test-ops`) */
     /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when

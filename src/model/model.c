@@ -144,7 +144,6 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     dsv4_log(lg, DSV4_LOG_INFO, "backend: %s", desc);
     struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .each_tensor = each_tensor, .ctx = m };
     rc                        = m->backend->prepare_weights(m->backend_impl, &ws, &bp, err);
-    m->tiles_replaced         = ws.replaced;
     if (rc) {
         dsv4_model_free(m);
         return rc;

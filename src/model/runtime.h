@@ -28,7 +28,6 @@ struct dsv4_model {
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
-    size_t                         tiles_replaced; /* checkpoint bytes the backend's copies stand in for (no longer read) */
 };
 
 /* Loads a checkpoint with the engine's parameters (revision, threads, backend and its

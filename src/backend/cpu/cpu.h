@@ -282,6 +282,7 @@ struct dsv4_cpu {
     size_t                      tiles_bytes;
     struct dsv4_cpu_tiles      *preps;       /* what each tiled projection's prep points at, or NULL */
     bool                        repack;      /* option tiles: prepare_weights makes the tiles */
+    size_t                      replaced;    /* checkpoint bytes the tiles stand in for (no longer read) */
     void                       *placed;      /* cpu-staged: its copies of the each_tensor tables, or NULL */
 };
 

@@ -188,7 +188,7 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
                      "DSV4_TILES=0, runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
     if (!rc) {
         for (size_t i = 0; i < P.n_elig; i++) P.elig[i]->prep = &cpu->preps[i];
-        ws->replaced = P.replaced;
+        cpu->replaced = P.replaced;
         prefetch_in_place(ws->ck, P.gone, true, lg);
     }
     free(P.elig);
@@ -329,6 +329,13 @@ static int cpu_memory(void *impl, size_t *avail, size_t *total)
     return a > 0 && t > 0 ? DSV4_OK : DSV4_EIO;
 }
 
+/* The checkpoint pages read in place: all but those the tiles replaced. */
+static size_t cpu_weights_resident(void *impl, size_t mapped)
+{
+    const struct dsv4_cpu *cpu = impl;
+    return mapped - (cpu->replaced < mapped ? cpu->replaced : 0);
+}
+
 /* ------------------------------------------------------------------ machine figures */
 
 struct bw_job {
@@ -407,12 +414,12 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
 /* Every entry but the name, create, host_visible and prepare_weights, shared by the two CPU
  * kinds. */
 #define CPU_KIND_ENTRIES                                                                                           \
-    .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
-    .settings = cpu_settings,                                                                                       \
+    .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe, .settings = cpu_settings,                     \
     .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
-    .sync = cpu_sync, .memory = cpu_memory, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
+    .sync = cpu_sync, .memory = cpu_memory, .weights_resident = cpu_weights_resident,                               \
+    .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
 
 const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .create = cpu_create, .host_visible = true,
                                                     CPU_KIND_ENTRIES, .prepare_weights = cpu_prepare_weights };
