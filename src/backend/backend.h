@@ -438,6 +438,17 @@ struct dsv4_backend_kind {
     /* The arithmetic peaks of its kernels on all its threads, GFLOP/s: f32 multiply-adds and
      * bf16 dot products; 0 for a kind it has no peak loop for (the CPU's reference: both). */
     void (*peaks)(void *impl, double *f32, double *bf16);
+
+    /* ---- prepared weights stored in a checkpoint (`dsv4 convert --tiles`); NULL where the
+     * backend stores none */
+    /* The suffix of the tensors it stores beside a projection's ("TENSOR.i16") and finds
+     * again at load in the mapped checkpoint (struct dsv4_weight_set.ck). */
+    const char *prepared_suffix;
+    /* The prepared form of l it would store, a function of the weight alone (no state): the
+     * bytes beside l's weight tensor (parts[0]) and beside its scale tensor (parts[1], 0 for
+     * none); returns the bytes buf needs, 0 when l has no stored form; with buf, also writes
+     * part 0 at buf and part 1 right after it. */
+    size_t (*export_prepared)(const struct dsv4_linear *l, size_t parts[2], void *buf);
 };
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */

@@ -410,6 +410,10 @@ static void test_convert_roundtrip(struct test_ctx *t)
     snprintf(cmd, sizeof(cmd), "%s convert -q --tiles -m %s -o %s && %s inspect -m %s", bin, out, out2, bin, out2);
     CHECKF(test_run(cmd, &txt) == 0, "convert --tiles / inspect: %s", txt);
     free(txt);
+    /* the stored form is the backend's (export_prepared): an unknown one is refused by name */
+    snprintf(cmd, sizeof(cmd), "%s convert -q --tiles --backend no-such -m %s -o %s/none 2>&1", bin, out, t->tmpdir);
+    CHECK(test_run(cmd, &txt) != 0 && txt && strstr(txt, "no backend 'no-such'"));
+    free(txt);
     snprintf(path, sizeof(path), "%s/model.safetensors", out2);
     CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);
     int n_tiles = 0, n_i16_scales = 0;

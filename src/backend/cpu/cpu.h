@@ -225,6 +225,9 @@ bool dsv4_i16_eligible(const struct dsv4_linear *l);
 int  dsv4_i16_groups(const struct dsv4_linear *l);
 void dsv4_i16_sizes(const struct dsv4_linear *l, size_t *w_bytes, size_t *s_bytes);
 void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *si);
+/* The kind's export_prepared (backend.h): l's tiles as `dsv4 convert --tiles` stores them,
+ * "W.i16" beside the weight tensor and, for FP4, "S.i16" beside its scales. */
+size_t dsv4_i16_export(const struct dsv4_linear *l, size_t parts[2], void *buf);
 
 /* Rows of a prefill GEMM panel: each panel is dequantised once and swept by every token, so
  * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */

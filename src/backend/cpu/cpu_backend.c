@@ -419,7 +419,8 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
     .sync = cpu_sync, .memory = cpu_memory, .weights_resident = cpu_weights_resident,                               \
-    .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
+    .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks, .prepared_suffix = "i16",                              \
+    .export_prepared = dsv4_i16_export /* repack.c; found again by stored_tiles */
 
 const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .create = cpu_create, .host_visible = true,
                                                     CPU_KIND_ENTRIES, .prepare_weights = cpu_prepare_weights };
