@@ -82,28 +82,32 @@ struct dsv4_engine_params {
     void              *log_ud;
     enum dsv4_revision revision;
     int                n_threads; /* 0 = all online CPUs */
-    /* The CPU code path: NULL or "" = the best this CPU has; "scalar", "avx2", "avx512",
-     * "avx512bf16" cap it (a level above the CPU's runs the CPU's best; one this build
-     * lacks, the x86 levels on another architecture, is DSV4_EUNSUPPORTED); "ref" = the
-     * double-precision reference ops (bit-exact with the Python reference, one thread).
-     * The command-line tools set it from --cpu-level or DSV4_CPU. */
-    const char        *cpu_level;
-    /* The token counts "FP8,FP4,BF16" from which the avx2/avx512/neon f32 kernels take their
-     * GEMM instead of the GEMV (the same bits either way; this engine's own): NULL or "" = the
-     * ones measured for this core (docs/PERF.md). Tools: --gemm-min or DSV4_GEMM_MIN. */
-    const char        *gemm_min;
     /* The backend by name: NULL or "" = the default ("cpu", the one this build has; tools:
      * --backend). */
     const char        *backend;
-    /* Interleaved weight tiles on the levels that use them: 1 = yes (default), 0 = run on
-     * the checkpoint's own layout (tools: --no-tiles or DSV4_TILES=0). */
-    int                tiles;
+    /* The backend's own options: "key=value" entries separated by commas (a piece without
+     * '=' continues the value before it; a key given twice takes the last value), parsed by
+     * the backend, which refuses a key it does not know, naming itself and the key. NULL or
+     * "" = its defaults. The CPU's (cpu and cpu-staged; docs/BACKENDS.md):
+     *   level=L      the code path: the best this CPU has by default; "scalar", "avx2",
+     *                "avx512", "avx512bf16", "amx" cap it (a level above the CPU's runs the
+     *                CPU's best; one this build lacks is DSV4_EUNSUPPORTED); "ref" = the
+     *                double-precision reference ops (bit-exact with the Python reference)
+     *   gemm_min=A,B,C  the token counts (FP8, FP4, BF16) from which the avx2/avx512/neon f32
+     *                kernels take their GEMM instead of the GEMV (the same bits either way;
+     *                this engine's own); default: measured for this core (docs/PERF.md)
+     *   tiles=0|1    interleaved weight tiles on the levels that use them (default 1; 0 runs
+     *                on the checkpoint's own layout)
+     * Tools: --backend-opt K=V, and the spellings --cpu-level (DSV4_CPU), --gemm-min
+     * (DSV4_GEMM_MIN), --no-tiles (DSV4_TILES=0). */
+    const char        *backend_opts;
     /* Write a Chrome/Perfetto trace of every op call here and print each op's share of the
      * time at close; NULL = off (tools: --profile F or DSV4_PROFILE). */
     const char        *profile_path;
 };
 
-/* Fills params with defaults (no logging, current revision, all CPUs, best level, tiles). */
+/* Fills params with defaults (no logging, current revision, all CPUs, the default backend
+ * with its default options). */
 void dsv4_engine_params_default(struct dsv4_engine_params *params);
 
 /*
@@ -139,8 +143,8 @@ struct dsv4_engine_settings {
     const char        *backend;     /* "cpu", "cpu-staged" */
     const char        *level;       /* "ref", "scalar", "avx2", "avx512", ...; "" when the backend has none */
     int                n_threads;   /* threads of the engine's pool */
-    int                gemm_min[3]; /* FP8, FP4, BF16 crossovers of the f32 kernels (params.gemm_min) */
-    bool               tiles;       /* params.tiles: the backend may repack weights into tiles */
+    int                gemm_min[3]; /* FP8, FP4, BF16 crossovers of the f32 kernels (option gemm_min), 0 when none */
+    bool               tiles;       /* the backend repacks weights into its own layout (option tiles) */
     enum dsv4_revision revision;
     bool               profiling;   /* an op trace is written (params.profile_path) */
 };

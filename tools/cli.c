@@ -166,14 +166,38 @@ void cli_log_stderr(void *ud, enum dsv4_log_level level, const char *msg)
     fprintf(stderr, "dsv4 %s: %s%s\n", (const char *)ud, level == DSV4_LOG_WARN ? "warning: " : "", msg);
 }
 
+/* The option strings the flags build (struct dsv4_engine_params keeps a pointer to the
+ * last): kept for the life of the process, a few per command line. */
+struct opt_str {
+    struct opt_str *next;
+    char            s[];
+};
+static struct opt_str *opt_strs;
+static pthread_mutex_t opt_strs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool cli_backend_opt(struct dsv4_engine_params *ep, const char *key, const char *val)
+{
+    const char *old = ep->backend_opts && *ep->backend_opts ? ep->backend_opts : NULL;
+    size_t      n   = (old ? strlen(old) + 1 : 0) + (key ? strlen(key) + 1 : 0) + strlen(val) + 1;
+    struct opt_str *o = malloc(sizeof(*o) + n);
+    if (!o) return false;
+    snprintf(o->s, n, "%s%s%s%s%s", old ? old : "", old ? "," : "", key ? key : "", key ? "=" : "", val);
+    pthread_mutex_lock(&opt_strs_lock);
+    o->next  = opt_strs;
+    opt_strs = o;
+    pthread_mutex_unlock(&opt_strs_lock);
+    ep->backend_opts = o->s;
+    return true;
+}
+
 void cli_engine_params(struct dsv4_engine_params *ep)
 {
     dsv4_engine_params_default(ep);
     const char *cpu = getenv("DSV4_CPU"), *tiles = getenv("DSV4_TILES"), *prof = getenv("DSV4_PROFILE");
-    if (cpu && *cpu) ep->cpu_level = cpu;
+    if (cpu && *cpu) cli_backend_opt(ep, "level", cpu);
     const char *gmin = getenv("DSV4_GEMM_MIN");
-    if (gmin && *gmin) ep->gemm_min = gmin;
-    if (tiles && !strcmp(tiles, "0")) ep->tiles = 0;
+    if (gmin && *gmin) cli_backend_opt(ep, "gemm_min", gmin);
+    if (tiles && !strcmp(tiles, "0")) cli_backend_opt(ep, "tiles", "0");
     if (prof && *prof) ep->profile_path = prof;
 }
 
@@ -304,10 +328,23 @@ static bool set_revision(const struct cli_opt *o, const char *cmd, const char *v
     return true;
 }
 
-static bool set_no_tiles(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+/* The spellings of the CPU's backend options (--cpu-level L = level=L, ...) and
+ * --backend-opt K=V: each appends an entry to the backend options (a later one wins). */
+static bool set_backend_opt(const struct cli_opt *o, const char *cmd, const char *v, void *base)
 {
-    (void)cmd, (void)v;
-    *(int *)(void *)((char *)base + o->off) = 0;
+    struct dsv4_engine_params *ep  = base;
+    const char                *key = !strcmp(o->name, "--cpu-level") ? "level"
+                                     : !strcmp(o->name, "--gemm-min") ? "gemm_min"
+                                     : !strcmp(o->name, "--no-tiles") ? "tiles"
+                                                                      : NULL;
+    if (!key && (!strchr(v, '=') || v[0] == '=')) {
+        fprintf(stderr, "dsv4 %s: --backend-opt wants KEY=VALUE (got '%s')\n", cmd, v);
+        return false;
+    }
+    if (!cli_backend_opt(ep, key, v ? v : "0")) {
+        fprintf(stderr, "dsv4 %s: out of memory\n", cmd);
+        return false;
+    }
     return true;
 }
 
@@ -327,14 +364,16 @@ static void write_backend_help(void)
 static const struct cli_opt ENGINE_OPTS[] = {
     { "--threads", NULL, "N", "CPU threads (default: all)", CLI_INT, EP(n_threads), 0, 4096, NULL },
     { "--cpu-level", NULL, "L",
-      "ref|scalar|avx2|avx512|avx512bf16|amx|neon (default: the best; env DSV4_CPU)", CLI_STR, EP(cpu_level), 0, 0,
-      NULL },
+      "ref|scalar|avx2|avx512|avx512bf16|amx|neon (default: the best; env DSV4_CPU;\nbackend option level=L)",
+      CLI_CALL, EP(backend_opts), 0, 0, set_backend_opt },
     { "--gemm-min", NULL, "A,B,C",
       "FP8,FP4,BF16 token counts from which the f32 kernels take the GEMM\n(default: measured for this core; env "
-      "DSV4_GEMM_MIN)",
-      CLI_STR, EP(gemm_min), 0, 0, NULL },
-    { "--no-tiles", NULL, NULL, "keep the checkpoint's layout (env DSV4_TILES=0)", CLI_CALL, EP(tiles), 0, 0,
-      set_no_tiles },
+      "DSV4_GEMM_MIN; backend option gemm_min=A,B,C)",
+      CLI_CALL, EP(backend_opts), 0, 0, set_backend_opt },
+    { "--no-tiles", NULL, NULL, "keep the checkpoint's layout (env DSV4_TILES=0; backend option tiles=0)", CLI_CALL,
+      EP(backend_opts), 0, 0, set_backend_opt },
+    { "--backend-opt", NULL, "K=V", "an option of the backend (repeatable; the cpu's: level, gemm_min, tiles)",
+      CLI_CALL, EP(backend_opts), 0, 0, set_backend_opt },
     { "--profile", NULL, "FILE", "Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)", CLI_STR,
       EP(profile_path), 0, 0, NULL },
     /* an unknown name is refused at engine open, with the list */

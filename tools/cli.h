@@ -55,6 +55,9 @@ double cli_now(void);
  * crossovers), DSV4_TILES=0 (no tiles), DSV4_PROFILE=FILE (op trace). The library itself
  * reads no environment variable. */
 void cli_engine_params(struct dsv4_engine_params *ep);
+/* Appends "key=val" (key NULL: val is the entry) to ep->backend_opts, in a string kept for
+ * the life of the process; false when out of memory. */
+bool cli_backend_opt(struct dsv4_engine_params *ep, const char *key, const char *val);
 /* ==================================================================================== */
 /* Option tables: each command declares its options once; parsing and usage come from it */
 /* ==================================================================================== */
@@ -112,8 +115,9 @@ void cli_usage(const struct cli_spec *spec, FILE *f);
 int  cli_usage_error(const struct cli_spec *spec, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The engine options every command that opens a model takes (--threads, --cpu-level,
- * --gemm-min, --no-tiles, --profile, --backend, --revision), declared once: a new engine
- * option is a line of cli.c's table and a field of struct dsv4_engine_params. A command
+ * --gemm-min, --no-tiles, --backend-opt, --profile, --backend, --revision), declared once:
+ * a new engine option is a line of cli.c's table and a field of struct dsv4_engine_params
+ * (the CPU's options are entries of its backend_opts). A command
  * that opens no model (dsv4 ops: a backend alone) takes them without --revision. */
 struct cli_group cli_engine_group(struct dsv4_engine_params *ep, bool opens_model);
 

@@ -100,7 +100,7 @@ static double gemm_time(const struct dsv4_backend_kind *kind, struct dsv4_backen
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return -1;
     }
-    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    struct dsv4_backend_settings set = { "", 1, { 0 }, false };
     if (kind->settings) kind->settings(impl, &set);
     int N = l->n_out, K = l->n_in;
     /* activations (rows padded by up to 512 floats, ops_fast.c act_ld), then panels: generous */
@@ -127,9 +127,8 @@ static double gemm_time(const struct dsv4_backend_kind *kind, struct dsv4_backen
             spent += t;
         }
     }
-    *tiled = l->wi != NULL;
-    l->wi  = NULL; /* the backend's, gone with it */
-    l->si  = NULL;
+    *tiled  = l->prep != NULL;
+    l->prep = NULL; /* the backend's, gone with it */
     free(scratch);
     kind->destroy(impl);
     return best;
@@ -141,12 +140,13 @@ static int bench_gemm(const char *spec, const struct dsv4_engine_params *ep)
     struct dsv4_err                 err;
     const struct dsv4_backend_kind *kind = dsv4_backend_find(ep->backend);
     void                           *impl = NULL;
-    struct dsv4_backend_params      bp = { .level = ep->cpu_level, .gemm_min = ep->gemm_min, .n_threads = ep->n_threads };
+    struct dsv4_backend_params      bp = { .opts = ep->backend_opts, .n_threads = ep->n_threads };
+    char                            opts[600]; /* the options and the case's tiles= */
     if (!kind || kind->create(&impl, &bp, &err)) {
         fprintf(stderr, "dsv4 bench: %s\n", kind ? err.msg : "this build has no such backend");
         return 1;
     }
-    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    struct dsv4_backend_settings set = { "", 1, { 0 }, false };
     if (kind->settings) kind->settings(impl, &set);
     printf("backend %s, %d threads\n%8s %8s %8s %5s %10s %10s %10s\n", set.level, set.n_threads, "M", "N", "K", "fmt",
            "ms", "GFLOP/s", "weight GB/s");
@@ -171,8 +171,11 @@ static int bench_gemm(const char *spec, const struct dsv4_engine_params *ep)
             }
             p += n;
         }
-        bp.tiles = !strncmp(p, ",i16", 4);
-        if (bp.tiles) p += 4;
+        bool i16 = !strncmp(p, ",i16", 4);
+        if (i16) p += 4;
+        snprintf(opts, sizeof(opts), "%s%stiles=%d", ep->backend_opts ? ep->backend_opts : "",
+                 ep->backend_opts && *ep->backend_opts ? "," : "", i16);
+        bp.opts = opts;
         if (*p == ':') p++;
         enum dsv4_wfmt wf = !strcmp(fmt, "fp4") ? DSV4_WFMT_FP4 : !strcmp(fmt, "bf16") ? DSV4_WFMT_BF16 : DSV4_WFMT_FP8;
         /* bytes of weights and of scales: FP8 e4m3 + 128x128 e8m0, FP4 packed + per-32 e8m0 */
@@ -341,7 +344,7 @@ static double bandwidth(const struct bench_run *R, int reps)
  * the backend (its threads, its memory, its kernels' peak loops). */
 static bool measure_machine(struct bench_run *R)
 {
-    struct dsv4_backend_settings set = { "", 1, { 0 } };
+    struct dsv4_backend_settings set = { "", 1, { 0 }, false };
     if (R->kind->settings) R->kind->settings(R->impl, &set);
     R->n_threads = set.n_threads;
     R->backend   = set.level;
@@ -519,7 +522,7 @@ static int bench_contexts(struct bench_run *R, struct level_sum *sum, struct dsv
     return DSV4_OK;
 }
 
-/* One model at one level (ep->cpu_level): bandwidth, peak, then prefill and decode rows;
+/* One model at one level (backend option level): bandwidth, peak, then prefill and decode rows;
  * sum (if given) keeps the first context's figures for the summary of --cpu-level all. */
 static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *epp, struct level_sum *sum)
 {
@@ -625,7 +628,8 @@ int cmd_bench(int argc, char **argv)
     ep.log       = cli_log_stderr;
     ep.log_ud    = (void *)"bench";
     struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, steps, chunk, false, spec_k };
-    if (!ep.cpu_level || strcmp(ep.cpu_level, "all") != 0) {
+    char level[32];
+    if (!dsv4_backend_opt_get(ep.backend_opts, "level", level, sizeof(level)) || strcmp(level, "all") != 0) {
         rc = bench_model(&o, &ep, NULL);
     } else {
         /* every level this machine runs, lowest first, then one summary table */
@@ -636,7 +640,10 @@ int cmd_bench(int argc, char **argv)
         const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
         for (int l = 0; kind && kind->level && (name = kind->level(l, &here)) && n_sum < 16; l++) {
             if (!here) continue;
-            ep.cpu_level = name;
+            if (!cli_backend_opt(&ep, "level", name)) { /* the last level= wins */
+                rc = 1;
+                break;
+            }
             printf("\n=== level %s ===\n", name);
             memset(&sums[n_sum], 0, sizeof(sums[n_sum]));
             snprintf(sums[n_sum].level, sizeof(sums[n_sum].level), "%s", name);

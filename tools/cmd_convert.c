@@ -7,10 +7,11 @@
  * starts on one (gaps filled by "__pad.N" U8 tensors, so the file stays valid safetensors
  * that any reader opens). Tensors keep the release's layouts (row-major codes with block
  * scales), grouped by layer in forward order, so a decode step walks the file front to back.
- * With --tiles, every projection the AVX512-BF16 kernels run on interleaved 16-row tiles also
- * gets them stored beside it ("NAME.i16", U8, and "SCALE.i16" for FP4's scales; about as many
- * bytes again), so that level loads with no repacking either. Opening it is one mmap and one
- * JSON header parse.
+ * With --tiles, every projection the backend (--backend, default the first) prepares in a
+ * form of its own also gets that stored beside it, made by the backend's export_prepared
+ * (backend.h; the CPU: the interleaved 16-row tiles of the AVX512-BF16 kernels, "NAME.i16",
+ * U8, and "SCALE.i16" for FP4's scales; about as many bytes again), so that it loads with no
+ * repacking either. Opening it is one mmap and one JSON header parse.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -20,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "cli.h"
 #include "model/model.h"
 
@@ -52,14 +53,15 @@ static int rank_of(const char *name)
     return 0;
 }
 
-/* One tensor of the output: a source tensor, or the tiles (part 0) or FP4 scale tiles (part
- * 1) of a projection, made when written. */
+/* One tensor of the output: a source tensor, or the part of a projection's prepared form
+ * stored beside its weight (part 0) or its scale tensor (part 1), made when written. */
 struct out_tensor {
-    char                      name[300];
-    const struct dsv4_tensor *src;
-    const struct dsv4_linear *lin;
-    int                       part;
-    uint64_t                  nbytes;
+    char                            name[300];
+    const struct dsv4_tensor       *src;
+    const struct dsv4_linear       *lin;
+    const struct dsv4_backend_kind *kind; /* whose prepared form */
+    int                             part;
+    uint64_t                        nbytes;
 };
 
 static int cmp_out(const void *a, const void *b)
@@ -70,24 +72,31 @@ static int cmp_out(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* Whether a tensor is a prepared form the backend stored in an earlier conversion
+ * ("NAME.SUFFIX"): made again when asked for, else left out. */
+static bool is_prepared(const struct dsv4_backend_kind *kind, const char *name, size_t len)
+{
+    size_t s = kind->prepared_suffix ? strlen(kind->prepared_suffix) : 0;
+    return s && len > s + 1 && name[len - s - 1] == '.' && !strcmp(name + len - s, kind->prepared_suffix);
+}
+
 struct tile_list {
-    struct out_tensor *out;
-    size_t             n;
+    struct out_tensor              *out;
+    size_t                          n;
+    const struct dsv4_backend_kind *kind;
 };
 
 static void add_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tile_list *T = ud;
-    if (!dsv4_i16_eligible(l) || !l->wt) return;
-    size_t wb, sb;
-    dsv4_i16_sizes(l, &wb, &sb);
-    struct out_tensor *o = &T->out[T->n++];
-    snprintf(o->name, sizeof(o->name), "%s.i16", l->wt->name);
-    o->lin = l, o->part = 0, o->nbytes = wb;
-    if (sb && l->st) {
-        o = &T->out[T->n++];
-        snprintf(o->name, sizeof(o->name), "%s.i16", l->st->name);
-        o->lin = l, o->part = 1, o->nbytes = sb;
+    size_t            parts[2];
+    if (!T->kind->export_prepared(l, parts, NULL)) return;
+    for (int p = 0; p < 2; p++) {
+        const struct dsv4_tensor *t = p ? l->st : l->wt;
+        if (!parts[p] || !t) continue;
+        struct out_tensor *o = &T->out[T->n++];
+        snprintf(o->name, sizeof(o->name), "%s.%s", t->name, T->kind->prepared_suffix);
+        o->lin = l, o->kind = T->kind, o->part = p, o->nbytes = parts[p];
     }
 }
 
@@ -101,23 +110,22 @@ static void count_linear(struct dsv4_linear *l, void *ud)
 static const void *out_bytes(const struct out_tensor *o, uint8_t **buf, size_t *cap)
 {
     if (o->src) return o->src->data;
-    size_t wb, sb;
-    dsv4_i16_sizes(o->lin, &wb, &sb);
-    if (*cap < wb + sb) {
+    size_t parts[2], need = o->kind->export_prepared(o->lin, parts, NULL);
+    if (*cap < need) {
         free(*buf);
-        *cap = wb + sb;
+        *cap = need;
         *buf = malloc(*cap);
         if (!*buf) {
             *cap = 0;
             return NULL;
         }
     }
-    dsv4_i16_pack(o->lin, 0, dsv4_i16_groups(o->lin), *buf, sb ? *buf + wb : NULL);
-    return o->part ? *buf + wb : *buf;
+    o->kind->export_prepared(o->lin, parts, *buf);
+    return o->part ? *buf + parts[0] : *buf;
 }
 
 struct convert_opts {
-    const char *src, *dst;
+    const char *src, *dst, *backend;
     bool        quiet, tiles;
 };
 
@@ -126,20 +134,23 @@ static const struct cli_opt CONVERT_OPTS[] = {
       NULL },
     { "-o", NULL, "OUT_DIR", "where to write the dsv4-native checkpoint", CLI_STR, offsetof(struct convert_opts, dst), 0,
       0, NULL },
-    { "--tiles", NULL, NULL, "also store the interleaved 16-row tiles of the projections (AVX512-BF16 kernels)",
+    { "--tiles", NULL, NULL,
+      "also store the backend's prepared projections (cpu: the interleaved 16-row tiles\nof the AVX512-BF16 kernels)",
       CLI_FLAG, offsetof(struct convert_opts, tiles), 0, 0, NULL },
+    { "--backend", NULL, "NAME", "whose prepared projections --tiles stores (default: the first backend)", CLI_STR,
+      offsetof(struct convert_opts, backend), 0, 0, NULL },
     { "-q", NULL, NULL, "no progress or summary", CLI_FLAG, offsetof(struct convert_opts, quiet), 0, 0, NULL },
 };
 
 /* Writes the n tensors of order (total bytes) through wr, with progress on a terminal. */
 static int write_tensors(struct dsv4_st_writer *wr, const struct out_tensor *order, size_t n, uint64_t total,
-                         bool tiles, bool quiet, struct dsv4_err *err)
+                         const char *tiles, bool quiet, struct dsv4_err *err)
 {
     int rc = DSV4_OK;
     dsv4_st_writer_set_alignment(wr, 4096);
     dsv4_st_writer_set_metadata(wr, "format", "dsv4-native");
     dsv4_st_writer_set_metadata(wr, "version", "1");
-    if (tiles) dsv4_st_writer_set_metadata(wr, "tiles", "i16");
+    if (tiles) dsv4_st_writer_set_metadata(wr, "tiles", tiles);
     for (size_t i = 0; i < n && rc == DSV4_OK; i++) {
         const struct out_tensor *o   = &order[i];
         int64_t                  len = (int64_t)o->nbytes;
@@ -172,13 +183,19 @@ int cmd_convert(int argc, char **argv)
 {
     struct convert_opts    co    = { 0 };
     const struct cli_group group = { NULL, CONVERT_OPTS, sizeof(CONVERT_OPTS) / sizeof(CONVERT_OPTS[0]), &co };
-    const struct cli_spec  spec  = { "convert", "usage: dsv4 convert -m HF_DIR -o OUT_DIR [--tiles] [-q]\n", &group, 1,
+    const struct cli_spec  spec  = { "convert", "usage: dsv4 convert -m HF_DIR -o OUT_DIR [--tiles [--backend NAME]] [-q]\n", &group, 1,
                                      NULL };
     int                    prc   = cli_parse(&spec, argc, argv);
     if (prc != CLI_PARSED) return prc;
     if (!co.src || !co.dst) return cli_usage_error(&spec, "-m and -o are required");
     const char *src = co.src, *dst = co.dst;
     bool        quiet = co.quiet, tiles = co.tiles;
+    const struct dsv4_backend_kind *kind = dsv4_backend_find(co.backend);
+    if (!kind || (tiles && (!kind->export_prepared || !kind->prepared_suffix))) {
+        fprintf(stderr, "dsv4 convert: %s '%s'\n", kind ? "--tiles: nothing to store for backend" : "no backend",
+                co.backend ? co.backend : kind ? kind->name : "");
+        return 1;
+    }
     struct dsv4_err        err;
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
@@ -215,15 +232,14 @@ int cmd_convert(int argc, char **argv)
         const struct dsv4_tensor *t = &ck.tensors[i];
         size_t                    l = strlen(t->name);
         /* padding, and tiles of an earlier conversion (made again below when asked for) */
-        if (!strncmp(t->name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) || (l > 4 && !strcmp(t->name + l - 4, ".i16")))
-            continue;
+        if (!strncmp(t->name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) || is_prepared(kind, t->name, l)) continue;
         snprintf(order[n].name, sizeof(order[n].name), "%s", t->name);
         order[n].src    = t;
         order[n].nbytes = t->nbytes;
         n++;
     }
     if (order && tiles) {
-        struct tile_list T = { order + n, 0 };
+        struct tile_list T = { order + n, 0, kind };
         dsv4_weights_each_linear(&w, &cfg, add_tiles, &T);
         n += T.n;
     }
@@ -232,7 +248,7 @@ int cmd_convert(int argc, char **argv)
     char *out = dsv4_path_join(dst, "model.safetensors");
     struct dsv4_st_writer *wr;
     rc = order ? dsv4_st_writer_open(&wr, out, &err) : dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
-    if (rc == DSV4_OK) rc = write_tensors(wr, order, n, total, tiles, quiet, &err);
+    if (rc == DSV4_OK) rc = write_tensors(wr, order, n, total, tiles ? kind->prepared_suffix : NULL, quiet, &err);
     if (rc) fprintf(stderr, "dsv4 convert: %s\n", err.msg);
     const char *extra[] = { "config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json" };
     for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]) && rc == DSV4_OK; i++) {

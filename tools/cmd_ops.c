@@ -40,10 +40,7 @@ int cmd_ops(int argc, char **argv)
         fprintf(stderr, "dsv4 ops: this build has no backend '%s' (it has: %s)\n", ep.backend, names);
         return 1;
     }
-    struct dsv4_backend_params bp = { .level     = ep.cpu_level,
-                                      .gemm_min  = ep.gemm_min,
-                                      .n_threads = ep.n_threads,
-                                      .tiles     = ep.tiles };
+    struct dsv4_backend_params bp = { .opts = ep.backend_opts, .n_threads = ep.n_threads };
     struct dsv4_err            err;
     void                      *impl = NULL;
     if (kind->create(&impl, &bp, &err)) {

@@ -48,9 +48,10 @@ struct dsv4_linear {
     const void     *scale;     /* NULL for BF16/F32 */
     bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
     const struct dsv4_tensor *wt, *st;
-    /* The same weights as interleaved 16-row tiles for the bf16 kernels (backend/cpu/repack.c,
-     * made at load), or NULL; si: FP4's scales in tile order. A view (row_off) shares them. */
-    const void *wi, *si;
+    /* What the backend's prepare_weights made for this weight (its own layout or copy: the
+     * CPU's interleaved tiles, a device's upload), owned and read by that backend alone, or
+     * NULL. A view (row_off) shares it. */
+    const void *prep;
 };
 
 struct dsv4_expert_w {
@@ -421,12 +422,26 @@ float dsv4_act_scale(float amax, float qmax, float floor_);
  * model layer names no backend's types; dsv4_backend_find picks one by name.
  */
 struct dsv4_backend_params {
-    const char               *level;     /* the backend's code path ("avx2", "ref", ...); NULL = best */
-    const char               *gemm_min;  /* backend tuning spec (cpu: dsv4_cpu_gemm_min); NULL = default */
+    /* The backend's own options (dsv4_engine_params.backend_opts; backend_opts.c): "key=value"
+     * entries, parsed by create, which refuses a key it does not know. Two keys have a meaning
+     * for every backend, so that the op checker can drive any of them: `level=NAME` (one of
+     * the kind's level list; a backend without levels refuses it) and `tiles=0|1` (0: what
+     * prepare_weights makes keeps the checkpoint's layout, as far as the backend can; a
+     * backend with no layout of its own accepts and ignores it). NULL = its defaults. The
+     * CPU's: level, gemm_min, tiles. */
+    const char               *opts;
     int                       n_threads; /* 0 = all */
-    bool                      tiles;     /* may repack weights into its preferred layout */
     const struct dsv4_logger *lg;
 };
+
+/* Calls fn(key, value, ud) on each entry of an options string, in order, and returns its
+ * first nonzero status; an entry without a key and '=' is DSV4_EINVAL, the error naming the
+ * backend. A piece without '=' continues the value before it ("gemm_min=3,7,9"). */
+int  dsv4_backend_opts_each(const char *opts, const char *backend, struct dsv4_err *err,
+                            int (*fn)(const char *key, const char *val, void *ud), void *ud);
+/* The last value of key in opts into buf (cut at cap); false when opts has none (or does not
+ * parse). */
+bool dsv4_backend_opt_get(const char *opts, const char *key, char *buf, size_t cap);
 
 /* The projections of a loaded model, for prepare_weights. */
 struct dsv4_weight_set {
@@ -438,7 +453,6 @@ struct dsv4_weight_set {
      * may point *t at its own copy */
     void (*each_tensor)(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
     void  *ctx;
-    size_t replaced;              /* out: checkpoint bytes the prepared copies stand in for */
 };
 
 /* The widths and bounds of a step plan: what a backend sizes its scratch by (filled by the
@@ -458,7 +472,8 @@ enum dsv4_mem_kind { DSV4_MEM_WEIGHTS, DSV4_MEM_KV, DSV4_MEM_ACT };
 struct dsv4_backend_settings {
     const char *level;       /* its code path, "" when it has no levels */
     int         n_threads;
-    int         gemm_min[3]; /* the crossovers of dsv4_backend_params.gemm_min, 0 when it has none */
+    int         gemm_min[3]; /* the CPU's GEMM crossovers (option gemm_min), 0 when it has none */
+    bool        tiles;       /* it repacks weights into a layout of its own (option tiles) */
 };
 
 struct dsv4_backend_kind {
@@ -491,12 +506,18 @@ struct dsv4_backend_kind {
      * status when it cannot tell (the serving memory plan then sets no limit). NULL: the
      * same as cannot tell. */
     int   (*memory)(void *impl, size_t *avail, size_t *total);
+    /* Of the loaded model's weights, the bytes that sit in that memory without having come
+     * from alloc (so `avail` does not yet show them), given the bytes of the mapped checkpoint:
+     * the serving memory plan leaves them out of what it may use. The CPU: the checkpoint
+     * pages its ops read in place, mapped less what its prepared copies replaced. A backend
+     * whose weights all live in copies of its own answers 0; NULL: the same. */
+    size_t (*weights_resident)(void *impl, size_t mapped);
 
     /* ---- introspection (`dsv4 ops`, `dsv4 test-ops`) */
     /* What runs op in this state (level, prepared weights) into buf, one line; returns 1 when
      * that is plain C (no vector or device code), 0 otherwise. */
     int (*describe_op)(void *impl, enum dsv4_op op, char *buf, size_t cap);
-    /* The code paths params.level names, lowest first: the i-th one, NULL past the last;
+    /* The code paths option `level` names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
 
@@ -507,6 +528,17 @@ struct dsv4_backend_kind {
     /* The arithmetic peaks of its kernels on all its threads, GFLOP/s: f32 multiply-adds and
      * bf16 dot products; 0 for a kind it has no peak loop for (the CPU's reference: both). */
     void (*peaks)(void *impl, double *f32, double *bf16);
+
+    /* ---- prepared weights stored in a checkpoint (`dsv4 convert --tiles`); NULL where the
+     * backend stores none */
+    /* The suffix of the tensors it stores beside a projection's ("TENSOR.i16") and finds
+     * again at load in the mapped checkpoint (struct dsv4_weight_set.ck). */
+    const char *prepared_suffix;
+    /* The prepared form of l it would store, a function of the weight alone (no state): the
+     * bytes beside l's weight tensor (parts[0]) and beside its scale tensor (parts[1], 0 for
+     * none); returns the bytes buf needs, 0 when l has no stored form; with buf, also writes
+     * part 0 at buf and part 1 right after it. */
+    size_t (*export_prepared)(const struct dsv4_linear *l, size_t parts[2], void *buf);
 };
 
 /* The backend called name (NULL or "" = the default, "cpu"); NULL if this build has none. */

@@ -8,6 +8,13 @@
  * plan widths, no more: an op that needs more than its backend says fails its own assert.
  * Memory of a case comes from a list freed when the case ends; when an allocation fails the
  * op's check stops there (longjmp back to run_op) and is reported failed.
+ *
+ * A backend whose buffers are not host memory (kind->host_visible false) gets everything the
+ * contract puts in backend memory through its memory half: a run's scratch and outputs are
+ * its own buffers (outputs uploaded from their initial values, downloaded after the run),
+ * and chk_in hands it an uploaded twin of each host input, one per case allocation and run.
+ * The checker never reads or writes those buffers in place, so a backend whose memory the
+ * host cannot touch is checked as it would be used.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -32,8 +39,20 @@ struct slot {
     enum slot_kind kind;
     size_t         n, elem;
     void          *ref, *got;
+    void          *dev; /* the run's output in backend memory (mirrored runs), read back into got */
     struct chk_tol tol;
     const float   *mag;
+};
+
+/* A host allocation of the case, and a buffer of the backend's made for one run: a twin of
+ * host allocation `of` (chk_in), or (of SIZE_MAX) an output or scratch. */
+struct host_mem {
+    void  *p;
+    size_t bytes;
+};
+struct dev_mem {
+    void  *impl, *p;
+    size_t bytes, of;
 };
 
 struct level {
@@ -63,8 +82,10 @@ struct chk {
     struct slot           slot[MAX_SLOTS];
     void (*custom)(struct chk *h, void *ud);
     void                 *custom_ud;
-    void                **mem;
+    struct host_mem      *mem;
     size_t                n_mem, cap_mem;
+    struct dev_mem       *dev; /* the run's backend buffers (mirrored runs), freed when it ends */
+    size_t                n_dev, cap_dev;
 
     /* the run: level -1 is the reference; variant 1 runs on prepared weights */
     int                  level, variant;
@@ -79,19 +100,69 @@ struct chk {
 
 /* ------------------------------------------------------------------ memory and inputs */
 
+/* Grows a list of n elements of size elem to hold one more (longjmp when out of memory). */
+static void *grow(struct chk *h, void *list, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap) return list;
+    size_t nc = *cap ? 2 * *cap : 64;
+    void  *nl = realloc(list, nc * elem);
+    if (!nl) longjmp(h->oom, 1);
+    *cap = nc;
+    return nl;
+}
+
 static void *raw_alloc(struct chk *h, size_t bytes)
 {
-    if (h->n_mem == h->cap_mem) {
-        size_t nc = h->cap_mem ? 2 * h->cap_mem : 64;
-        void **nm = realloc(h->mem, nc * sizeof(void *));
-        if (!nm) longjmp(h->oom, 1);
-        h->mem     = nm;
-        h->cap_mem = nc;
-    }
+    h->mem  = grow(h, h->mem, h->n_mem, &h->cap_mem, sizeof(*h->mem));
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) longjmp(h->oom, 1);
-    h->mem[h->n_mem++] = p;
+    h->mem[h->n_mem++] = (struct host_mem){ p, bytes };
     return p;
+}
+
+/* Whether this run moves data through the backend's memory half (a level's run of a kind
+ * whose buffers are not host memory; the reference is the CPU's, host memory). */
+static bool mirrored(const struct chk *h)
+{
+    return h->level >= 0 && !h->kind->host_visible;
+}
+
+/* A zero-filled buffer of the run's backend, freed when the run ends; of: as struct dev_mem. */
+static void *dev_alloc(struct chk *h, size_t bytes, size_t of)
+{
+    h->dev  = grow(h, h->dev, h->n_dev, &h->cap_dev, sizeof(*h->dev));
+    void *p = h->kind->alloc(h->be.impl, bytes ? bytes : 1, DSV4_MEM_ACT);
+    if (!p) longjmp(h->oom, 1);
+    h->dev[h->n_dev++] = (struct dev_mem){ h->be.impl, p, bytes ? bytes : 1, of };
+    return p;
+}
+
+static void free_dev(struct chk *h)
+{
+    for (size_t i = 0; i < h->n_dev; i++) h->kind->free(h->dev[i].impl, h->dev[i].p, h->dev[i].bytes);
+    h->n_dev = 0;
+}
+
+void *chk_in(struct chk *h, const void *host)
+{
+    if (!host || !mirrored(h)) return (void *)host;
+    const uint8_t *p = host;
+    for (size_t i = 0; i < h->n_mem; i++) {
+        const uint8_t *b = h->mem[i].p;
+        if (p < b || p >= b + (h->mem[i].bytes ? h->mem[i].bytes : 1)) continue;
+        for (size_t j = 0; j < h->n_dev; j++)
+            if (h->dev[j].of == i) return (uint8_t *)h->dev[j].p + (p - b);
+        uint8_t *d = dev_alloc(h, h->mem[i].bytes, i);
+        h->kind->upload(h->be.impl, d, b, h->mem[i].bytes);
+        return d + (p - b);
+    }
+    DSV4_ASSERT(!"op_check: chk_in of memory that is not the case's");
+    return NULL;
+}
+
+void *chk_work(struct chk *h, size_t bytes)
+{
+    return mirrored(h) ? dev_alloc(h, bytes, SIZE_MAX) : chk_alloc(h, bytes);
 }
 
 void *chk_alloc(struct chk *h, size_t bytes)
@@ -198,7 +269,21 @@ static void *slot_buf(struct chk *h, struct slot *s, const void *init)
     void *p = h->level < 0 ? s->ref : s->got;
     if (init) memcpy(p, init, s->n * s->elem);
     else memset(p, 0xa5, s->n * s->elem); /* floats: a NaN; ints: negative */
-    return p;
+    if (!mirrored(h)) return p;
+    /* the op writes the backend's buffer, starting from the same bytes; got gets them back */
+    s->dev = dev_alloc(h, s->n * s->elem, SIZE_MAX);
+    h->kind->upload(h->be.impl, s->dev, p, s->n * s->elem);
+    return s->dev;
+}
+
+/* The outputs of a mirrored run, downloaded into the slots' got, then waited for. */
+static void read_back(struct chk *h)
+{
+    if (!mirrored(h)) return;
+    for (int i = 0; i < MAX_SLOTS; i++)
+        if (h->slot[i].got && h->slot[i].dev)
+            h->kind->download(h->be.impl, h->slot[i].got, h->slot[i].dev, h->slot[i].n * h->slot[i].elem);
+    h->kind->sync(h->be.impl);
 }
 
 float *chk_out_f32(struct chk *h, int i, size_t n, struct chk_tol tol, const float *init, const float *mag)
@@ -290,11 +375,20 @@ static void each_weight(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), 
     for (int i = 0; i < h->n_w; i++) fn(h->w[i], ud);
 }
 
-/* The other tensors of the case (norm weights, tables) are host arrays the ops read in
- * place: none to prepare (the checker runs host-visible backends only). */
+/* The other tables of the case (norm weights, mixers, sinks, APE, frequencies, routing
+ * tables) are not offered: a backend that keeps them in its memory gets them through chk_in,
+ * uploaded per run, as it gets activations. */
 static void each_no_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
 {
     (void)ctx, (void)fn, (void)ud;
+}
+
+/* The options of a context of level l (backend.h: the two keys every backend takes): the
+ * level ("default" for a kind without levels: none) and whether weights may be repacked. */
+static void level_opts(const struct chk *h, int l, bool tiles, char *buf, size_t cap)
+{
+    if (strcmp(h->lv[l].name, "default")) snprintf(buf, cap, "level=%s,tiles=%d", h->lv[l].name, tiles);
+    else snprintf(buf, cap, "tiles=%d", tiles);
 }
 
 /* A fresh context of level l for a case with weights, prepared with or without tiles;
@@ -302,8 +396,9 @@ static void each_no_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, v
  * preparing left every descriptor as it was (nothing more to check). */
 static bool make_weight_ctx(struct chk *h, int l, bool tiles)
 {
-    struct dsv4_backend_params p = { .level = h->lv[l].name, .n_threads = h->o->n_threads ? h->o->n_threads : 2,
-                                     .tiles = tiles };
+    char opts[64];
+    level_opts(h, l, tiles, opts, sizeof(opts));
+    struct dsv4_backend_params p = { .opts = opts, .n_threads = h->o->n_threads ? h->o->n_threads : 2 };
     struct dsv4_err            err;
     if (h->kind->create(&h->run_impl, &p, &err)) {
         h->run_impl = NULL;
@@ -331,8 +426,10 @@ static void start_run(struct chk *h, void *impl)
 {
     const struct dsv4_backend_kind *k = h->level < 0 ? h->cpu : h->kind;
     size_t                          n = k->scratch_floats(impl, &h->dims);
-    h->scratch                        = raw_alloc(h, (n ? n : 1) * sizeof(float));
-    h->be = (struct dsv4_backend){ .ops = level_ops(h, impl), .impl = impl, .scratch = h->scratch, .scratch_len = n };
+    h->be      = (struct dsv4_backend){ .ops = level_ops(h, impl), .impl = impl, .scratch_len = n };
+    h->scratch = mirrored(h) ? dev_alloc(h, (n ? n : 1) * sizeof(float), SIZE_MAX)
+                             : raw_alloc(h, (n ? n : 1) * sizeof(float));
+    h->be.scratch = h->scratch;
     if (h->level >= 0 && h->o->profile) {
         /* one profiler per op table: a level with another table starts a new trace */
         if (h->prof && h->prof_inner != h->be.ops) {
@@ -362,6 +459,7 @@ static void end_run(struct chk *h)
     if (h->level >= 0 && h->level < h->n_levels && h->scratch) {
         struct dsv4_check_cell *c      = cell(h);
         size_t                  differ = c->differ;
+        read_back(h);
         if (h->custom) h->custom(h, h->custom_ud);
         else
             for (int i = 0; i < MAX_SLOTS; i++) chk_compare_slot(h, i);
@@ -369,9 +467,10 @@ static void end_run(struct chk *h)
             fprintf(h->o->verbose, "  %-15s %-11s %s%s: %s (%zu values differ, largest %.0f%% of the tolerance)\n",
                     dsv4_op_name(h->op), h->lv[h->level].name, h->what, h->variant ? " (prepared weights)" : "",
                     h->run_failed ? "FAIL" : "ok", c->differ - differ, 100 * h->run_used);
-        for (int i = 0; i < MAX_SLOTS; i++) h->slot[i].got = NULL;
+        for (int i = 0; i < MAX_SLOTS; i++) h->slot[i].got = h->slot[i].dev = NULL;
     }
-    h->scratch = NULL; /* freed with the case */
+    free_dev(h);
+    h->scratch = NULL; /* freed with the case, or with the run's buffers */
     if (h->run_impl) {
         for (int i = 0; i < h->n_w; i++) *h->w[i] = h->saved[i];
         h->kind->destroy(h->run_impl);
@@ -381,7 +480,7 @@ static void end_run(struct chk *h)
 
 static void end_case(struct chk *h)
 {
-    for (size_t i = 0; i < h->n_mem; i++) free(h->mem[i]);
+    for (size_t i = 0; i < h->n_mem; i++) free(h->mem[i].p);
     h->n_mem = 0;
     h->open  = false;
 }
@@ -477,6 +576,7 @@ static void run_op(struct chk *h, const struct chk_op *spec)
     if (setjmp(h->oom)) {
         /* out of memory inside a case: what the case made is freed, the op fails */
         h->scratch = NULL;
+        free_dev(h);
         if (h->run_impl) {
             for (int i = 0; i < h->n_w; i++) *h->w[i] = h->saved[i];
             h->kind->destroy(h->run_impl);
@@ -515,8 +615,9 @@ static int setup_levels(struct chk *h, struct dsv4_err *err)
     }
     for (int l = 0; l < h->n_levels; l++) {
         if (!h->lv[l].here) continue;
-        struct dsv4_backend_params p = { .level = strcmp(h->lv[l].name, "default") ? h->lv[l].name : NULL,
-                                         .n_threads = h->o->n_threads ? h->o->n_threads : 2, .tiles = true };
+        char opts[64];
+        level_opts(h, l, true, opts, sizeof(opts));
+        struct dsv4_backend_params p = { .opts = opts, .n_threads = h->o->n_threads ? h->o->n_threads : 2 };
         int rc = k->create(&h->lv[l].impl, &p, err);
         if (rc) return rc;
     }
@@ -537,13 +638,7 @@ int dsv4_op_check(const struct dsv4_check_opts *o, struct dsv4_check_report *r, 
         rc = dsv4_err_set(err, DSV4_EINVAL, "this build has no backend '%s'", o->backend ? o->backend : "cpu");
         goto out;
     }
-    if (!h->kind->host_visible) {
-        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED,
-                          "backend '%s' does not run on host memory; the op checker passes host buffers",
-                          h->kind->name);
-        goto out;
-    }
-    struct dsv4_backend_params rp = { .level = "ref", .n_threads = 1 };
+    struct dsv4_backend_params rp = { .opts = "level=ref", .n_threads = 1 };
     if ((rc = h->cpu->create(&h->ref_impl, &rp, err))) goto out;
     if ((rc = setup_levels(h, err))) goto out;
     void *best = NULL; /* the describe line of the highest level run */
@@ -579,6 +674,7 @@ out:
         if (h->lv[l].impl) h->kind->destroy(h->lv[l].impl);
     if (h->ref_impl) h->cpu->destroy(h->ref_impl);
     free(h->mem);
+    free(h->dev);
     free(h);
     return rc;
 }

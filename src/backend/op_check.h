@@ -61,7 +61,8 @@ struct dsv4_check_report {
 
 /* Runs the check into *r (caller's memory). Returns DSV4_OK when it ran, whatever the
  * outcome (see dsv4_op_check_failures), or an error (no such backend or level; the backend
- * cannot be created; its buffers are not host memory, which the checker needs). */
+ * cannot be created). A backend whose buffers are not host memory gets its inputs through
+ * upload and returns its outputs through download (op_check.c). */
 int  dsv4_op_check(const struct dsv4_check_opts *o, struct dsv4_check_report *r, struct dsv4_err *err);
 /* Cells that are FAIL or MISSING. */
 int  dsv4_op_check_failures(const struct dsv4_check_report *r);

@@ -8,8 +8,13 @@
  *     float *x = chk_alloc(h, ...);                  (inputs, freed with the case)
  *     for (struct dsv4_backend *be; (be = chk_next(h));) {
  *         float *y = chk_out_f32(h, 0, n, tol, NULL, NULL);
- *         be->ops->linear(be, &w, ...);
+ *         be->ops->linear(be, &w, n, chk_in(h, x), ...);
  *     }
+ *
+ * What the op reads or writes in backend memory (activations, stored rows, scratch, the MoE
+ * tables, the tables of each_tensor) goes to it through chk_in, chk_work and the output
+ * slots; host metadata the contract leaves on the host (positions, token ids, page tables)
+ * is passed as it is.
  */
 #ifndef DSV4_OP_CHECK_INT_H
 #define DSV4_OP_CHECK_INT_H
@@ -51,7 +56,9 @@ struct dsv4_backend *chk_next(struct chk *h);
 bool chk_is_reference(const struct chk *h);
 
 /* Output slot `slot` of this run: n values, filled from init (in-place ops) or with a
- * canary that a value the op should write but does not will show. */
+ * canary that a value the op should write but does not will show. For a backend whose
+ * buffers are not host memory the pointer is its buffer (written by upload, read back by
+ * download when the run ends): the case passes it to the op and never touches it. */
 float   *chk_out_f32(struct chk *h, int slot, size_t n, struct chk_tol tol, const float *init, const float *mag);
 int     *chk_out_int(struct chk *h, int slot, size_t n, const int *init);
 uint8_t *chk_out_bytes(struct chk *h, int slot, size_t n, const uint8_t *init);
@@ -66,6 +73,15 @@ void        chk_compare_slot(struct chk *h, int slot);
  * fraction of the difference the tolerance allows there (0 when not measured). */
 void        chk_note(struct chk *h, size_t values, size_t differ, double max_abs, double max_used);
 void        chk_fail(struct chk *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What the op of this run reads at host pointer p (memory of the case, anywhere inside an
+ * allocation; NULL stays NULL): p itself, or for a backend whose buffers are not host memory
+ * the same place in its uploaded twin of p's allocation (one per allocation and run, made
+ * at the first call: call it after the run's host code has filled the inputs). */
+void *chk_in(struct chk *h, const void *p);
+/* bytes of memory the op may use as it likes (explicit scratch arguments), zero-filled:
+ * backend memory for a backend whose buffers are not host memory, never read back. */
+void *chk_work(struct chk *h, size_t bytes);
 
 /* Memory of the case (freed when it ends; the check stops the op if none is left). */
 void  *chk_alloc(struct chk *h, size_t bytes);

@@ -34,6 +34,14 @@ static struct dsv4_kv_rows make_rows(struct chk *h, int n_rows, int row_bytes, i
     return r;
 }
 
+/* r with its pool where the op of this run reads it (chk_in); the page table stays host
+ * metadata. */
+static struct dsv4_kv_rows rows_in(struct chk *h, struct dsv4_kv_rows r)
+{
+    r.base = chk_in(h, r.base);
+    return r;
+}
+
 /* A row's values as the model stores them: bf16, the nope part FP8-simulated for FP8 rows
  * (dsv4_row_encode is lossless then), through the reference's fp8_sim. */
 static void write_row(struct dsv4_backend *ref, enum dsv4_row_fmt fmt, int d, int d_rope, float *v, uint8_t *row)
@@ -164,6 +172,7 @@ static void attention_case(struct chk *h, const struct attn_case *c)
     struct chk_step f;
     chk_step_make(h, &f, c->n_seqs, (const int (*)[2])c->pn, 64 + (size_t)(W + 3) * rb + 32, 5 * (ratio ? ratio : 1),
                   64 + (size_t)5 * rb + 32);
+    uint8_t *arena = f.arena; /* the case's: each run reads its own copy (chk_in) */
     int nq = f.desc.n_rows;
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = nq, dims.max_ctx = last + 1, dims.max_attn_rows = max_rows;
@@ -189,8 +198,12 @@ static void attention_case(struct chk *h, const struct attn_case *c)
             attention_mag(h, &f, &src, H, D, R, c->fmt, q, sink, scale, max_rows, mag);
         }
         float *o = chk_out_f32(h, 0, (size_t)nq * H * D, tol, NULL, mag);
+        /* the slots and pages, the staging rows and the indexer's selection: backend memory */
+        struct dsv4_attn_src in = src;
+        in.chunk = chk_in(h, src.chunk), in.sel = chk_in(h, src.sel), in.n_sel = chk_in(h, src.n_sel);
+        chk_step_rebase(&f, chk_in(h, arena));
         be->ops->step_begin(be, &f.desc);
-        be->ops->attention(be, &f.desc, H, D, R, q, &src, c->fmt, sink, scale, o);
+        be->ops->attention(be, &f.desc, H, D, R, chk_in(h, q), &in, c->fmt, chk_in(h, sink), scale, o);
     }
 }
 
@@ -252,7 +265,8 @@ static void run_indexer_scores(struct chk *h)
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             if (chk_is_reference(h)) write_keys(h, be, &keys, nk, d);
             float *score = chk_out_f32(h, 0, (size_t)nk, tol, NULL, NULL);
-            be->ops->indexer_scores(be, H, d, q, w, &keys, nk, score);
+            struct dsv4_kv_rows k = rows_in(h, keys);
+            be->ops->indexer_scores(be, H, d, chk_in(h, q), chk_in(h, w), &k, nk, score);
         }
     }
 }
@@ -332,6 +346,7 @@ static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], 
     int n_keys = last / 4 > 0 ? last / 4 : 1;
     struct chk_step f; /* keys at byte 64 of a page of pr keys */
     chk_step_make(h, &f, n_seqs, pn, 64, 4 * pr, 64 + (size_t)pr * kb + 32);
+    uint8_t *arena = f.arena; /* the case's: each run reads its own copy (chk_in) */
     int nq = f.desc.n_rows;
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = nq, dims.max_ctx = last, dims.n_idx_head = H, dims.d_idx_head = d, dims.idx_topk = K;
@@ -346,8 +361,9 @@ static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], 
         if (chk_is_reference(h)) topk_inputs(h, be, &f, kb, H, d, q, w, &tc);
         int *sel   = chk_out_int(h, 0, (size_t)nq * K, NULL);
         int *n_sel = chk_out_int(h, 1, (size_t)nq, NULL);
+        chk_step_rebase(&f, chk_in(h, arena)); /* the keys' pages: backend memory */
         be->ops->step_begin(be, &f.desc);
-        be->ops->indexer_topk(be, &f.desc, H, d, q, w, 64, kb, K, sel, n_sel);
+        be->ops->indexer_topk(be, &f.desc, H, d, chk_in(h, q), chk_in(h, w), 64, kb, K, sel, n_sel);
     }
 }
 

@@ -146,7 +146,7 @@ static void linear_case(struct chk *h, const struct lin_case *c)
         view.row_off = c->view_off, view.n_out = O;
         for (int i = 0; i < n_t; i++) {
             float *y = chk_out_f32(h, i, (size_t)c->toks[i] * ldy, tol, NULL, mag[i]);
-            be->ops->linear(be, &view, c->toks[i], x, ldx, y, ldy, c->act, c->out);
+            be->ops->linear(be, &view, c->toks[i], chk_in(h, x), ldx, y, ldy, c->act, c->out);
         }
     }
 }
@@ -296,8 +296,9 @@ static void run_router(struct chk *h)
             }
             int   *ids = chk_out_int(h, 0, (size_t)n * nu, NULL);
             float *w   = chk_out_f32(h, 1, (size_t)n * nu, CHK_EXACT, NULL, NULL);
-            float *scr = chk_floats(h, (size_t)(n + 1) * ne);
-            be->ops->router(be, n, x, &gate, bias, tid2eid, tok, ne, nu, 1.5, ids, w, scr);
+            float *scr = chk_work(h, sizeof(float) * (size_t)(n + 1) * ne);
+            be->ops->router(be, n, chk_in(h, x), &gate, chk_in(h, bias), chk_in(h, tid2eid), tok, ne, nu, 1.5, ids, w,
+                            scr); /* token ids: host metadata */
         }
     }
 }
@@ -339,7 +340,8 @@ static void run_expert(struct chk *h)
         for (int i = 0; rw && i < n; i++) rw[i] = 0.2f + 0.5f * (float)fabs(chk_uniform(h));
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)n * d, EXPERT_TOL, NULL, NULL);
-            be->ops->expert(be, &e, n, x, ldx, rw, limit, y, chk_floats(h, 2 * (size_t)n * f));
+            be->ops->expert(be, &e, n, chk_in(h, x), ldx, chk_in(h, rw), limit, y,
+                            chk_work(h, sizeof(float) * 2 * (size_t)n * f));
         }
     }
 }
@@ -394,7 +396,8 @@ static void run_experts(struct chk *h)
         for (int i = 0; i < np; i++) rw[i] = 0.2f + 0.5f * (float)fabs(chk_uniform(h));
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)np * d, EXPERT_TOL, NULL, NULL);
-            be->ops->experts(be, ex, c->n_exp, np, grp, x, rw, c->limit, y, chk_floats(h, 2 * (size_t)np * f));
+            be->ops->experts(be, ex, c->n_exp, np, chk_in(h, grp), chk_in(h, x), chk_in(h, rw), c->limit, y,
+                             chk_work(h, sizeof(float) * 2 * (size_t)np * f));
         }
     }
 }
@@ -435,7 +438,7 @@ static void run_moe_dispatch(struct chk *h)
             float *row_w   = chk_out_f32(h, 1, (size_t)np, CHK_EXACT, NULL, NULL);
             int   *pair_of = chk_out_int(h, 2, (size_t)np, NULL);
             int   *grp     = chk_out_int(h, 3, 2 * (size_t)ne + 2, NULL); /* the whole table, tail included */
-            be->ops->moe_dispatch(be, n, k, ne, ids, w, x, d, xe, row_w, pair_of, grp);
+            be->ops->moe_dispatch(be, n, k, ne, chk_in(h, ids), chk_in(h, w), chk_in(h, x), d, xe, row_w, pair_of, grp);
         }
     }
 }
@@ -458,7 +461,7 @@ static void run_moe_combine(struct chk *h)
         chk_fill_bf16(h, shared, (size_t)n * d, 2.0f);
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *f = chk_out_f32(h, 0, (size_t)n * d, CHK_EXACT, NULL, NULL);
-            be->ops->moe_combine(be, n, k, d, pair_of, ye, shared, f);
+            be->ops->moe_combine(be, n, k, d, chk_in(h, pair_of), chk_in(h, ye), chk_in(h, shared), f);
         }
     }
 }

@@ -47,7 +47,7 @@ static void run_rmsnorm(struct chk *h)
         for (int i = 0; i < d; i++) w[i] = dsv4_bf16_from_f32(1.0f + 0.5f * (float)chk_uniform(h));
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)n * ld, CHK_EXACT, inplace ? x : NULL, NULL);
-            be->ops->rmsnorm(be, n, d, inplace ? y : x, ld, w, 1e-6, y, ld);
+            be->ops->rmsnorm(be, n, d, inplace ? y : chk_in(h, x), ld, chk_in(h, w), 1e-6, y, ld);
         }
     }
 }
@@ -88,12 +88,12 @@ static void run_rope(struct chk *h)
             chk_case(h, &dims, "n %d vectors %d of %d, d_rope %d%s", n, nv, df, dr, inv ? " inverse" : "");
             float *freq = chk_floats(h, (size_t)dr / 2 + 1);
             for (int i = 0; i < dr / 2; i++) freq[i] = powf(10000.0f, -2.0f * (float)i / (float)dr);
-            struct dsv4_rope_table t = { dr, freq };
             size_t N = (size_t)n * nv * df;
             float *x = chk_floats(h, N);
             chk_fill_bf16(h, x, N, 3.0f);
             for (struct dsv4_backend *be; (be = chk_next(h));) {
-                float *y = chk_out_f32(h, 0, N, CHK_EXACT, x, NULL);
+                float                 *y = chk_out_f32(h, 0, N, CHK_EXACT, x, NULL);
+                struct dsv4_rope_table t = { dr, chk_in(h, freq) }; /* positions: host metadata */
                 be->ops->rope(be, n, nv, df, y, pos, &t, inv);
             }
         }
@@ -167,7 +167,7 @@ enum { N_HC = sizeof(hc_shapes) / sizeof(hc_shapes[0]) };
 
 struct hc_in {
     int    n, hc, d, n_mix;
-    float *X, *fn, *base, scale[3];
+    float *X, *fn, *base, *scale;
 };
 
 /* One bf16 rounding, and an absolute floor for outputs that cancel: the mixing weights come
@@ -189,6 +189,7 @@ static void hc_inputs(struct chk *h, struct hc_in *in, int s, bool head)
     in->X    = chk_floats(h, (size_t)in->n * hd);
     in->fn   = chk_floats(h, (size_t)in->n_mix * hd);
     in->base = chk_floats(h, (size_t)in->n_mix);
+    in->scale = chk_floats(h, 3);
     chk_fill_bf16(h, in->X, (size_t)in->n * hd, 2.0f);
     for (size_t i = 0; i < (size_t)in->n_mix * hd; i++) in->fn[i] = (float)chk_uniform(h) * 0.05f;
     for (int i = 0; i < in->n_mix; i++) in->base[i] = (float)chk_uniform(h) * 0.5f;
@@ -207,7 +208,8 @@ static void run_hc_pre(struct chk *h)
             float *u    = chk_out_f32(h, 0, (size_t)in.n * in.d, hc_tol(&in), NULL, NULL);
             float *post = chk_out_f32(h, 1, (size_t)in.n * in.hc, w, NULL, NULL);
             float *comb = chk_out_f32(h, 2, (size_t)in.n * in.hc * in.hc, w, NULL, NULL);
-            be->ops->hc_pre(be, in.n, in.hc, in.d, in.X, in.fn, in.scale, in.base, 20, 1e-6, 1e-6, u, post, comb);
+            be->ops->hc_pre(be, in.n, in.hc, in.d, chk_in(h, in.X), chk_in(h, in.fn), chk_in(h, in.scale),
+                            chk_in(h, in.base), 20, 1e-6, 1e-6, u, post, comb);
         }
     }
 }
@@ -225,7 +227,7 @@ static void run_hc_post(struct chk *h)
         for (int i = 0; i < n * hc * hc; i++) comb[i] = (float)fabs(chk_uniform(h)) / (float)hc;
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)n * hc * d, hc_tol(&in), NULL, NULL);
-            be->ops->hc_post(be, n, hc, d, f, in.X, post, comb, y);
+            be->ops->hc_post(be, n, hc, d, chk_in(h, f), chk_in(h, in.X), chk_in(h, post), chk_in(h, comb), y);
         }
     }
 }
@@ -237,7 +239,8 @@ static void run_hc_head(struct chk *h)
         hc_inputs(h, &in, s, true);
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)in.n * in.d, hc_tol(&in), NULL, NULL);
-            be->ops->hc_head(be, in.n, in.hc, in.d, in.X, in.fn, in.scale, in.base, 1e-6, 1e-6, y);
+            be->ops->hc_head(be, in.n, in.hc, in.d, chk_in(h, in.X), chk_in(h, in.fn), chk_in(h, in.scale),
+                             chk_in(h, in.base), 1e-6, 1e-6, y);
         }
     }
 }
@@ -259,7 +262,7 @@ static void run_embed(struct chk *h)
         for (int r = 0; r < n; r++) tok[r] = r == 0 ? vocab - 1 : r == 1 ? 0 : (int)(chk_u64(h) % (uint64_t)vocab);
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *X = chk_out_f32(h, 0, (size_t)n * copies * d, CHK_EXACT, NULL, NULL);
-            be->ops->embed(be, n, tok, table, d, copies, X);
+            be->ops->embed(be, n, tok, chk_in(h, table), d, copies, X); /* token ids: host metadata */
         }
     }
 }
@@ -295,7 +298,7 @@ static void run_add_streams(struct chk *h)
         chk_fill_bf16(h, e, (size_t)n * d, 3.0f);
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)n * hc * d, CHK_EXACT, X, NULL);
-            be->ops->add_streams(be, n, hc, d, e, y);
+            be->ops->add_streams(be, n, hc, d, chk_in(h, e), y);
         }
     }
 }

@@ -54,7 +54,7 @@ static void compress_case(struct chk *h, const struct comp_case *c)
         chk_step_rebase(&f, chk_out_bytes(h, 0, f.bytes, arena0));
         float *out = chk_out_f32(h, 1, (size_t)(blocks > 0 ? blocks : 1) * d, CHK_EXACT, NULL, NULL);
         be->ops->step_begin(be, &f.desc);
-        be->ops->compress(be, &f.desc, ratio, d, a, g, ape, kv_off, sc_off, out);
+        be->ops->compress(be, &f.desc, ratio, d, chk_in(h, a), chk_in(h, g), chk_in(h, ape), kv_off, sc_off, out);
     }
 }
 
@@ -134,7 +134,7 @@ static void store_case(struct chk *h, const struct store_case *c)
         if (c->to == DSV4_STORE_STEP) dst.rows = chk_out_bytes(h, 0, stage_bytes, stage0);
         else chk_step_rebase(&f, chk_out_bytes(h, 0, f.bytes, arena0)); /* nothing else may change */
         be->ops->step_begin(be, &f.desc);
-        be->ops->store_rows(be, &f.desc, c->fmt, d, dr, x, ldx, &dst);
+        be->ops->store_rows(be, &f.desc, c->fmt, d, dr, chk_in(h, x), ldx, &dst);
     }
 }
 
@@ -166,7 +166,24 @@ void chk_run_store_rows(struct chk *h)
 /* ------------------------------------------------------------------ step_begin */
 
 /* step_begin takes the descriptor (a device backend uploads it there) and must leave the
- * host's copy as it was; the whole-step op after it reads the descriptor it took. */
+ * host's copy as it was; the whole-step op after it reads the descriptor it took. The
+ * descriptor is host memory (the contract), so each run gets a host copy of it, compared
+ * with the case's after the run; the stored rows are the run's output slot. */
+struct begin_check {
+    const struct chk_step *f;
+    struct dsv4_step_seq  *seq; /* the run's copies */
+    int                   *pos;
+};
+
+static void begin_compare(struct chk *h, void *ud)
+{
+    const struct begin_check *b = ud;
+    chk_compare_slot(h, 0);
+    size_t n = (size_t)b->f->desc.n_rows;
+    if (memcmp(b->seq, b->f->seq, sizeof(b->f->seq[0]) * (size_t)b->f->desc.n_seqs) || memcmp(b->pos, b->f->pos, sizeof(int) * n))
+        chk_fail(h, "step_begin changed the host's descriptor");
+}
+
 void chk_run_step_begin(struct chk *h)
 {
     const struct chk_model *M  = chk_models;
@@ -180,13 +197,16 @@ void chk_run_step_begin(struct chk *h)
     chk_case(h, &dims, "3 sequences, then store_rows to staging");
     float *x = chk_floats(h, (size_t)n * d);
     chk_fill_bf16(h, x, (size_t)n * d, 2.0f);
+    struct begin_check bc = { &f, chk_alloc(h, sizeof(f.seq[0]) * 3), chk_alloc(h, sizeof(int) * (size_t)n) };
+    chk_custom(h, begin_compare, &bc);
     struct dsv4_store_dst dst = { .to = DSV4_STORE_STEP, .row_bytes = rb };
     for (struct dsv4_backend *be; (be = chk_next(h));) {
         struct dsv4_step_desc desc = f.desc;
-        desc.seq = (const struct dsv4_step_seq *)(void *)chk_out_bytes(h, 0, sizeof(f.seq[0]) * 3, (const uint8_t *)f.seq);
-        desc.pos = chk_out_int(h, 1, (size_t)n, f.pos);
-        dst.rows = chk_out_bytes(h, 2, (size_t)n * rb, NULL);
+        memcpy(bc.seq, f.seq, sizeof(f.seq[0]) * 3);
+        memcpy(bc.pos, f.pos, sizeof(int) * (size_t)n);
+        desc.seq = bc.seq, desc.pos = bc.pos;
+        dst.rows = chk_out_bytes(h, 0, (size_t)n * rb, NULL);
         be->ops->step_begin(be, &desc);
-        be->ops->store_rows(be, &desc, DSV4_ROW_BF16, d, dr, x, d, &dst);
+        be->ops->store_rows(be, &desc, DSV4_ROW_BF16, d, dr, chk_in(h, x), d, &dst);
     }
 }

@@ -11,5 +11,4 @@ void dsv4_engine_params_default(struct dsv4_engine_params *p)
 {
     memset(p, 0, sizeof(*p));
     p->revision = DSV4_REVISION_CURRENT;
-    p->tiles    = 1;
 }

@@ -118,7 +118,6 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     m->rope_swa     = (struct dsv4_rope_table){ c->d_rope, m->freq_swa };
     m->rope_comp    = (struct dsv4_rope_table){ c->d_rope, m->freq_comp };
     m->revision     = rev;
-    m->tiles        = params->tiles != 0;
     m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
     m->backend = dsv4_backend_find(params->backend);
@@ -129,7 +128,7 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
         goto fail_ck;
     }
     struct dsv4_backend_params bp = {
-        .level = params->cpu_level, .gemm_min = params->gemm_min, .n_threads = params->n_threads, .tiles = params->tiles != 0, .lg = lg
+        .opts = params->backend_opts, .n_threads = params->n_threads, .lg = lg
     };
     rc = m->backend->create(&m->backend_impl, &bp, err);
     if (rc) goto fail_ck;
@@ -145,7 +144,6 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     dsv4_log(lg, DSV4_LOG_INFO, "backend: %s", desc);
     struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .each_tensor = each_tensor, .ctx = m };
     rc                        = m->backend->prepare_weights(m->backend_impl, &ws, &bp, err);
-    m->tiles_replaced         = ws.replaced;
     if (rc) {
         dsv4_model_free(m);
         return rc;

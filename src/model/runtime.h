@@ -28,12 +28,10 @@ struct dsv4_model {
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
-    bool                           tiles;       /* params.tiles: the backend may repack projections */
-    size_t                         tiles_replaced; /* checkpoint bytes the backend's copies stand in for (no longer read) */
 };
 
-/* Loads a checkpoint with the engine's parameters (revision, threads, CPU level, tiles,
- * profile). */
+/* Loads a checkpoint with the engine's parameters (revision, threads, backend and its
+ * options, profile). */
 int  dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                      const struct dsv4_logger *lg, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);

@@ -260,9 +260,12 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
         struct dsv4_model_stats ms;
         dsv4_model_stats(&m->cfg, &m->ck, &ms);
         plan->mem_available = avail;
-        /* checkpoint pages that stay in use: all but those the interleaved tiles replaced
-         * (the tiles themselves are allocated already, so they are out of `avail`) */
-        plan->weights_bytes = (size_t)ms.bytes_total - (m->tiles_replaced < ms.bytes_total ? m->tiles_replaced : 0);
+        /* weights in that memory that `avail` does not show yet, as the backend says (the CPU:
+         * the checkpoint pages read in place, all but those its tiles replaced; the tiles
+         * themselves are allocated already, so they are out of `avail`) */
+        plan->weights_bytes = m->backend->weights_resident
+                                  ? m->backend->weights_resident(m->backend_impl, (size_t)ms.bytes_total)
+                                  : 0;
         plan->margin        = total / 20 > ((size_t)512 << 20) ? total / 20 : ((size_t)512 << 20);
         size_t used         = plan->weights_bytes + plan->margin;
         plan->mem_limit     = avail > used ? avail - used : 0;

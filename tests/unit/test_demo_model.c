@@ -137,8 +137,10 @@ static void check_logits(struct test_ctx *t, const struct dsv4_tensor *tt, const
     dsv4_engine_params_default(&ep);
     struct dsv4_err err;
     dsv4_engine    *e = NULL;
-    ep.cpu_level = level;
-    int rc       = dsv4_engine_open(&e, DEMO_MODEL, &ep, &err);
+    char opts[48];
+    snprintf(opts, sizeof(opts), "level=%s", level ? level : "");
+    ep.backend_opts = level ? opts : NULL;
+    int rc          = dsv4_engine_open(&e, DEMO_MODEL, &ep, &err);
     CHECKF(rc == DSV4_OK, "%s", err.msg);
     if (rc) return;
     struct dsv4_session_params sp;

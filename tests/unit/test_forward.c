@@ -145,14 +145,14 @@ static void test_engines_keep_own_gemm_min(struct test_ctx *t)
 {
     char dir[256];
     if (!make_model(t, "tiny-a", 13, "gmin", dir, sizeof(dir))) return;
-    static const char *const spec[2] = { "1,1,1", "64,64,64" };
+    static const char *const spec[2] = { "gemm_min=1,1,1", "gemm_min=64,64,64" };
     dsv4_engine             *e[2]    = { NULL, NULL };
     struct dsv4_err          err;
     for (int i = 0; i < 2; i++) {
         struct dsv4_engine_params ep;
         dsv4_engine_params_default(&ep);
-        ep.gemm_min  = spec[i];
-        ep.n_threads = 2;
+        ep.backend_opts = spec[i];
+        ep.n_threads    = 2;
         CHECKF(dsv4_engine_open(&e[i], dir, &ep, &err) == DSV4_OK, "open with gemm_min %s: %s", spec[i], err.msg);
         if (!e[i]) goto done;
     }
@@ -482,6 +482,10 @@ static void test_convert_roundtrip(struct test_ctx *t)
     snprintf(out2, sizeof(out2), "%s/tiny-b-tiles", t->tmpdir);
     snprintf(cmd, sizeof(cmd), "%s convert -q --tiles -m %s -o %s && %s inspect -m %s", bin, out, out2, bin, out2);
     CHECKF(test_run(cmd, &txt) == 0, "convert --tiles / inspect: %s", txt);
+    free(txt);
+    /* the stored form is the backend's (export_prepared): an unknown one is refused by name */
+    snprintf(cmd, sizeof(cmd), "%s convert -q --tiles --backend no-such -m %s -o %s/none 2>&1", bin, out, t->tmpdir);
+    CHECK(test_run(cmd, &txt) != 0 && txt && strstr(txt, "no backend 'no-such'"));
     free(txt);
     snprintf(path, sizeof(path), "%s/model.safetensors", out2);
     CHECKF(dsv4_checkpoint_open(&ck, path, &err) == DSV4_OK, "%s", err.msg);

@@ -184,7 +184,9 @@ static void check_fixture(struct test_ctx *t, const char *file, const char *leve
         struct dsv4_engine_params ep;
         dsv4_engine_params_default(&ep);
         ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
-        ep.cpu_level = level;
+        char opts[48];
+        snprintf(opts, sizeof(opts), "level=%s", level);
+        ep.backend_opts = opts;
         dsv4_engine *e;
         int          rc = dsv4_engine_open(&e, dir, &ep, &err);
         if (rc) {

@@ -838,8 +838,8 @@ static void i16_kernels_at(struct test_ctx *t, enum dsv4_cpu_level level)
                                dsv4_wfmt_name(r.l.fmt), O, K, g, p, lane, j, got, want);
                     }
                 }
-        r.l.wi = wi;
-        r.l.si = sci;
+        struct dsv4_cpu_tiles tl = { wi, sci }; /* as the CPU's prepare_weights makes them */
+        r.l.prep                 = &tl;
         int       ntg = 53; /* the AMX kernels: blocks of 16 and 32 tokens, a panel above 32 */
         float    *x = malloc(sizeof(float) * (size_t)ntg * K), *y = malloc(sizeof(float) * (size_t)ntg * O);
         float    *yv = malloc(sizeof(float) * (size_t)ntg * O);

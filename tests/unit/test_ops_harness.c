@@ -3,7 +3,9 @@
  * every op of the CPU backend at every level this machine runs against the scalar
  * reference (a failure per op and level that is off), the op list against the tables, the
  * profiler's wrapper table run through the same check, a table with a hole reported as
- * missing rather than crashing, and whole-step ops that skip sequences reported as failing.
+ * missing rather than crashing, whole-step ops that skip sequences reported as failing, and a
+ * backend whose buffers are not host memory (cpu-staged) checked through its memory half,
+ * with a corrupting download caught.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -185,6 +187,54 @@ static void test_whole_step_cases(struct test_ctx *t)
     expect_status(t, &kind, DSV4_OP_STEP_BEGIN, DSV4_OP_STORE_ROWS, whole_step_fails);
 }
 
+/* cpu-staged (buffers not host memory): the checker moves every input, output and scratch
+ * through alloc, upload and download; every op passes at every level with the same figures
+ * as cpu, whose ops are the same. */
+static struct dsv4_check_report staged_report;
+
+static void test_staged_ops(struct test_ctx *t)
+{
+    struct dsv4_check_opts o = { .op = -1 }, s = { .backend = "cpu-staged", .op = -1 };
+    struct dsv4_err        err;
+    CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
+    CHECKF(dsv4_op_check(&s, &staged_report, &err) == DSV4_OK, "cpu-staged: %s", err.msg);
+    check_report(t, &staged_report, "cpu-staged ");
+    if (dsv4_op_check_failures(&staged_report)) dsv4_op_check_print(&staged_report, stderr);
+    CHECK(staged_report.n_levels == report.n_levels);
+    for (int op = 0; op < DSV4_OP_COUNT; op++)
+        for (int l = 0; l < report.n_levels; l++) {
+            const struct dsv4_check_cell *a = &report.cell[op][l], *b = &staged_report.cell[op][l];
+            CHECKF(a->status == b->status && a->runs == b->runs && a->values == b->values && a->differ == b->differ &&
+                       a->max_abs == b->max_abs,
+                   "%s at %s: cpu-staged %zu of %zu values differ (largest %g), cpu %zu of %zu (%g)",
+                   dsv4_op_name((enum dsv4_op)op), report.level[l], b->differ, b->values, b->max_abs, a->differ,
+                   a->values, a->max_abs);
+        }
+}
+
+/* A download that brings back one wrong byte (the sign and exponent of the first value):
+ * the checker compares what comes back through download, so the op checks fail. */
+static void corrupt_download(void *impl, void *dst, const void *src, size_t bytes)
+{
+    dsv4_backend_cpu_staged.download(impl, dst, src, bytes);
+    if (bytes >= 4) ((uint8_t *)dst)[3] ^= 0xc0;
+}
+
+static void test_corrupt_download(struct test_ctx *t)
+{
+    struct dsv4_backend_kind kind = dsv4_backend_cpu_staged;
+    kind.download                 = corrupt_download;
+    struct dsv4_check_opts o      = { .kind = &kind, .level = "scalar", .op = -1 };
+    struct dsv4_err        err;
+    CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
+    for (int op = 0; op < DSV4_OP_COUNT; op++) {
+        /* the experts' tolerance lets 1% of the values off: one per output goes unseen */
+        bool lenient = op == DSV4_OP_EXPERT || op == DSV4_OP_EXPERTS;
+        CHECKF(lenient || report.cell[op][0].status == DSV4_CHECK_FAIL, "%s: a corrupted download not caught (%d)",
+               dsv4_op_name((enum dsv4_op)op), (int)report.cell[op][0].status);
+    }
+}
+
 /* The registry: dsv4_backend_at lists what find finds, the default first; the name list
  * (engine open's error, `dsv4 ops`, --backend's usage) is that order, cut cleanly. */
 static void test_registry_list(struct test_ctx *t)
@@ -211,6 +261,53 @@ static void test_registry_list(struct test_ctx *t)
     CHECK(got[0] == '\0');
 }
 
+/* The backend options string: entries split at commas, a piece without '=' continuing the
+ * value (gemm_min=3,7,9), the last of a key winning; the CPU refuses an unknown key, naming
+ * the backend and the key, and a bad value; its settings report what the options said. */
+struct seen {
+    char text[128];
+};
+
+static int note_opt(const char *key, const char *val, void *ud)
+{
+    struct seen *s = ud;
+    size_t       n = strlen(s->text);
+    snprintf(s->text + n, sizeof(s->text) - n, "[%s|%s]", key, val);
+    return DSV4_OK;
+}
+
+static void test_backend_options(struct test_ctx *t)
+{
+    struct seen     s = { "" };
+    struct dsv4_err err;
+    CHECK(dsv4_backend_opts_each("level=avx2,gemm_min=3,7,9,tiles=0,level=scalar", "x", &err, note_opt, &s) == DSV4_OK);
+    CHECKF(!strcmp(s.text, "[level|avx2][gemm_min|3,7,9][tiles|0][level|scalar]"), "split as %s", s.text);
+    CHECK(dsv4_backend_opts_each(NULL, "x", &err, note_opt, &s) == DSV4_OK);
+    CHECK(dsv4_backend_opts_each("avx2", "x", &err, note_opt, &s) == DSV4_EINVAL && strstr(err.msg, "'avx2'"));
+    CHECK(dsv4_backend_opts_each("=1", "x", &err, note_opt, &s) == DSV4_EINVAL);
+    char v[16];
+    CHECK(dsv4_backend_opt_get("level=avx2,tiles=0,level=scalar", "level", v, sizeof(v)) && !strcmp(v, "scalar"));
+    CHECK(!dsv4_backend_opt_get("tiles=0", "level", v, sizeof(v)));
+    static const char *const bad[] = { "colour=blue", "tiles=2", "level=no-such-level", "gemm_min=1,2" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct dsv4_backend_params bp   = { .opts = bad[i], .n_threads = 1 };
+        void                      *impl = NULL;
+        CHECKF(dsv4_backend_cpu_staged.create(&impl, &bp, &err) != DSV4_OK && !impl, "'%s' accepted", bad[i]);
+        if (i == 0) CHECKF(strstr(err.msg, "'cpu-staged'") && strstr(err.msg, "'colour'"), "error: %s", err.msg);
+        if (impl) dsv4_backend_cpu_staged.destroy(impl);
+    }
+    struct dsv4_backend_params bp   = { .opts = "gemm_min=3,7,9,tiles=0,level=scalar", .n_threads = 1 };
+    void                      *impl = NULL;
+    CHECKF(dsv4_backend_cpu.create(&impl, &bp, &err) == DSV4_OK, "%s", err.msg);
+    if (!impl) return;
+    struct dsv4_backend_settings st = { .level = "" };
+    dsv4_backend_cpu.settings(impl, &st);
+    CHECKF(!strcmp(st.level, "scalar") && st.gemm_min[0] == 3 && st.gemm_min[1] == 7 && st.gemm_min[2] == 9 && !st.tiles,
+           "settings: level %s, gemm_min %d,%d,%d, tiles %d", st.level, st.gemm_min[0], st.gemm_min[1], st.gemm_min[2],
+           st.tiles);
+    dsv4_backend_cpu.destroy(impl);
+}
+
 /* The machine figures `dsv4 bench` reads through the table: a read bandwidth over a buffer of
  * the backend's own, and the peaks of its kernels (none for the reference table). */
 static void test_machine_figures(struct test_ctx *t)
@@ -218,7 +315,7 @@ static void test_machine_figures(struct test_ctx *t)
     const struct dsv4_backend_kind *k  = &dsv4_backend_cpu;
     const char                     *lv[2] = { "ref", NULL };
     for (int i = 0; i < 2; i++) {
-        struct dsv4_backend_params bp   = { .level = lv[i], .n_threads = 2 };
+        struct dsv4_backend_params bp   = { .opts = i == 0 ? "level=ref" : NULL, .n_threads = 2 };
         void                      *impl = NULL;
         struct dsv4_err            err;
         CHECKF(k->create(&impl, &bp, &err) == DSV4_OK, "create %s: %s", lv[i] ? lv[i] : "best", err.msg);
@@ -241,10 +338,13 @@ static void test_machine_figures(struct test_ctx *t)
 const struct test_case test_group_ops[] = {
     { "machine_figures", test_machine_figures },
     { "registry_lists_backends", test_registry_list },
+    { "backend_options_parsed", test_backend_options },
     { "ops_vs_reference_all_levels", test_ops_vs_reference },
     { "op_list_covers_the_tables", test_op_list },
     { "profiled_table_complete", test_profiled_ops },
     { "missing_op_reported", test_missing_op },
     { "whole_step_cases_see_every_sequence", test_whole_step_cases },
+    { "staged_ops_through_memory_half", test_staged_ops },
+    { "corrupt_download_caught", test_corrupt_download },
     { NULL, NULL },
 };

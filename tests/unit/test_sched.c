@@ -629,6 +629,40 @@ static int fake_memory(void *impl, size_t *avail, size_t *total)
     return fake_mem.rc;
 }
 
+/* A device backend's weight answer: its copies are allocated, a few bytes stay outside. */
+static size_t fake_resident(void *impl, size_t mapped)
+{
+    (void)impl, (void)mapped;
+    return (size_t)3 << 30;
+}
+
+/* The weight term: the plan takes the backend's answer (weights_resident), the CPU's being
+ * the checkpoint pages read in place (all of them unless its level makes tiles); a backend
+ * whose weights all live in its own copies (the hook absent) leaves none. */
+static void check_weight_term(struct test_ctx *t, dsv4_engine *e, struct dsv4_backend_kind *fake)
+{
+    struct dsv4_model      *m = (struct dsv4_model *)dsv4_engine_model(e);
+    struct dsv4_model_stats ms;
+    dsv4_model_stats(&m->cfg, &m->ck, &ms);
+    struct dsv4_sched_params p = small_params(2);
+    struct dsv4_sched_plan   plan;
+    struct dsv4_err          err;
+    p.mem_limit = 0;
+    CHECKF(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK, "%s", err.msg);
+    struct dsv4_backend_settings st = { .level = "" };
+    fake->settings(m->backend_impl, &st);
+    bool tiles = st.tiles && (!strcmp(st.level, "avx512bf16") || !strcmp(st.level, "amx"));
+    CHECKF(tiles ? plan.weights_bytes < ms.bytes_total : plan.weights_bytes == ms.bytes_total,
+           "cpu %s: weights %zu of a %llu-byte checkpoint", st.level, plan.weights_bytes,
+           (unsigned long long)ms.bytes_total);
+    fake->weights_resident = fake_resident;
+    CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK && plan.weights_bytes == (size_t)3 << 30);
+    CHECK(plan.mem_limit == fake_mem.avail - plan.weights_bytes - plan.margin);
+    fake->weights_resident = NULL;
+    CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK && plan.weights_bytes == 0);
+    CHECK(plan.mem_limit == fake_mem.avail - plan.margin);
+}
+
 /* The default limit comes from the backend's memory hook: the CPU's answers what
  * /proc/meminfo says; a kind with other answers (swapped into the model for the test) moves
  * the limit by them, and one that cannot tell leaves the plan unlimited. */
@@ -658,6 +692,8 @@ static void test_memory_from_backend(struct test_ctx *t)
     CHECKF(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_OK, "%s", err.msg);
     CHECK(plan.mem_available == fake_mem.avail && plan.margin == fake_mem.total / 20);
     CHECK(plan.mem_limit == fake_mem.avail - plan.weights_bytes - plan.margin);
+    check_weight_term(t, e, &fake);
+    fake.weights_resident = real->weights_resident;
     fake_mem.avail = (size_t)1 << 20; /* less than the margin: nothing may be used */
     CHECK(dsv4_sched_plan(e, &p, &plan, &err) == DSV4_ENOMEM && plan.mem_limit == 0);
     CHECKF(strstr(err.msg, "available 0.00 GiB") != NULL, "%s", err.msg);

@@ -32,6 +32,8 @@ static const struct eopt EOPTS[] = {
     { "--cpu-level", "scalar", "level=\"scalar\"", "level scalar" },
     { "--gemm-min", "3,7,9", "gemm_min=\"3,7,9\"", "gemm-min 3,7,9" },
     { "--no-tiles", NULL, "tiles=\"off\"", "tiles off" },
+    /* with every option at once it repeats --no-tiles; alone, below, it sets what it names */
+    { "--backend-opt", "tiles=0", "tiles=\"off\"", "tiles off" },
     { "--profile", "@", "profile=\"on\"", "profile on" },
     { "--backend", "cpu-staged", "backend=\"cpu-staged\"", "backend cpu-staged" },
 };
@@ -132,6 +134,14 @@ void tsrv_test_engine_options(struct test_ctx *t, const char *model_dir)
     if (!up) return;
     info = engine_info(&s);
     CHECKF(info && strstr(info, "gemm_min=\"4,6,8\""), "DSV4_GEMM_MIN=4,6,8: /metrics says %s", info ? info : "nothing");
+    free(info);
+    tsrv_stop(&s, SIGTERM, 20);
+
+    /* the backend's options as key=value, the CPU's spelled without their flags */
+    if (!tsrv_start(t, &s, model_dir, "--backend-opt gemm_min=5,6,7 --backend-opt level=scalar")) return;
+    info = engine_info(&s);
+    CHECKF(info && strstr(info, "gemm_min=\"5,6,7\"") && strstr(info, "level=\"scalar\"") && strstr(info, "tiles=\"on\""),
+           "--backend-opt gemm_min=5,6,7 --backend-opt level=scalar: /metrics says %s", info ? info : "nothing");
     free(info);
     tsrv_stop(&s, SIGTERM, 20);
 }

@@ -210,6 +210,7 @@ void dsv4_cpu_free(struct dsv4_cpu *cpu)
 {
     if (!cpu) return;
     if (cpu->tiles) munmap(cpu->tiles, cpu->tiles_bytes);
+    free(cpu->preps);
     free(cpu->placed);
     dsv4_pool_free(cpu->pool);
     free(cpu);

@@ -108,7 +108,7 @@ struct dsv4_kernels {
      * scales and n_in % 32 == 0; NULL when the level has none. */
     void (*gemmb)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                   uint16_t *panel);
-    /* The same two on interleaved tiles (w->wi set, row_off and o0 multiples of 16): GEMV for
+    /* The same two on interleaved tiles (w->prep set, row_off and o0 multiples of 16): GEMV for
      * a few tokens, GEMM with panels of 32 rows; both give the same bits for a row. */
     void (*dotb_i16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y,
                      int ldy);
@@ -202,12 +202,32 @@ void dsv4_avx512bf16_idx_keys(const struct dsv4_idx_bf16 *x, int b0, int b1, flo
  * Interleaved 16-row tiles ("i16", repack.c): whether a projection can be held so (FP8/FP4
  * with e8m0 scales all within the range the kernels fold into bf16 exponents, or BF16; n_in
  * a multiple of 32; a whole tensor), its sizes, and the packing of groups [g0, g1) of 16 rows
- * (callers split the groups over threads). Kernels take the tiles when w->wi is set.
+ * (callers split the groups over threads). Kernels take the tiles when w->prep is set: it
+ * points at the projection's struct dsv4_cpu_tiles (cpu_backend.c's prepare_weights makes
+ * them, owned by the backend state).
  */
+struct dsv4_cpu_tiles {
+    const void *wi; /* the weights as interleaved 16-row tiles */
+    const void *si; /* FP4's scales in tile order, or NULL */
+};
+
+static inline const void *dsv4_i16_w(const struct dsv4_linear *l)
+{
+    return l->prep ? ((const struct dsv4_cpu_tiles *)l->prep)->wi : NULL;
+}
+
+static inline const void *dsv4_i16_s(const struct dsv4_linear *l)
+{
+    return l->prep ? ((const struct dsv4_cpu_tiles *)l->prep)->si : NULL;
+}
+
 bool dsv4_i16_eligible(const struct dsv4_linear *l);
 int  dsv4_i16_groups(const struct dsv4_linear *l);
 void dsv4_i16_sizes(const struct dsv4_linear *l, size_t *w_bytes, size_t *s_bytes);
 void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *si);
+/* The kind's export_prepared (backend.h): l's tiles as `dsv4 convert --tiles` stores them,
+ * "W.i16" beside the weight tensor and, for FP4, "S.i16" beside its scales. */
+size_t dsv4_i16_export(const struct dsv4_linear *l, size_t parts[2], void *buf);
 
 /* Rows of a prefill GEMM panel: each panel is dequantised once and swept by every token, so
  * the token rows are streamed from L3 once per panel (taller panels: less traffic, more L2). */
@@ -263,6 +283,9 @@ struct dsv4_cpu {
     int                         gemm_min[4];
     void                       *tiles;       /* interleaved copies of the projections (mmap), or NULL */
     size_t                      tiles_bytes;
+    struct dsv4_cpu_tiles      *preps;       /* what each tiled projection's prep points at, or NULL */
+    bool                        repack;      /* option tiles: prepare_weights makes the tiles */
+    size_t                      replaced;    /* checkpoint bytes the tiles stand in for (no longer read) */
     void                       *placed;      /* cpu-staged: its copies of the each_tensor tables, or NULL */
 };
 

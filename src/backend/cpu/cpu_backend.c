@@ -16,10 +16,11 @@
 
 struct tiles_plan {
     const struct dsv4_checkpoint *ck;
-    bool              *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
-    size_t             bytes, n, n_stored, replaced;
-    uint8_t           *at;      /* packing: next free byte */
-    struct dsv4_pool  *pool;
+    bool                *gone;    /* [n_tensors]: tensors the tiles stand in for (never read) */
+    size_t               bytes, n, n_stored, replaced;
+    struct dsv4_linear **elig;    /* the projections held as tiles, in each_linear's order */
+    size_t               n_elig, cap_elig;
+    bool                 oom;
 };
 
 static double now_s(void)
@@ -44,24 +45,43 @@ static const void *stored_tiles(const struct dsv4_checkpoint *ck, const struct d
     return s && s->dtype == DSV4_DTYPE_U8 && s->ndim == 1 && s->nbytes == bytes ? s->data : NULL;
 }
 
+/* Lists the projections that will be held as tiles (eligibility reads every scale: once). */
 static void plan_tiles(struct dsv4_linear *l, void *ud)
 {
     struct tiles_plan *P = ud;
-    if (!dsv4_i16_eligible(l)) return;
-    size_t wb, sb;
-    dsv4_i16_sizes(l, &wb, &sb);
-    const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+    if (P->oom || !dsv4_i16_eligible(l)) return;
+    if (P->n_elig == P->cap_elig) {
+        size_t               nc = P->cap_elig ? 2 * P->cap_elig : 256;
+        struct dsv4_linear **ne = realloc(P->elig, nc * sizeof(*ne));
+        if (!ne) {
+            P->oom = true;
+            return;
+        }
+        P->elig = ne, P->cap_elig = nc;
+    }
+    P->elig[P->n_elig++] = l;
     P->replaced += (l->wt ? (size_t)l->wt->nbytes : 0) + (l->st ? (size_t)l->st->nbytes : 0);
     if (l->wt) P->gone[l->wt - P->ck->tensors] = true;
     if (l->st) P->gone[l->st - P->ck->tensors] = true;
-    if (wi && (si || !sb)) { /* stored by dsv4 convert --tiles: used where they are mapped */
-        l->wi = wi;
-        l->si = si;
-        P->n_stored++;
-        return;
+}
+
+/* The tiles `dsv4 convert --tiles` stored, where present (used where they are mapped); the
+ * bytes the others need. */
+static void find_stored(struct tiles_plan *P, struct dsv4_cpu_tiles *preps)
+{
+    for (size_t i = 0; i < P->n_elig; i++) {
+        const struct dsv4_linear *l = P->elig[i];
+        size_t                    wb, sb;
+        dsv4_i16_sizes(l, &wb, &sb);
+        const void *wi = stored_tiles(P->ck, l->wt, wb), *si = sb ? stored_tiles(P->ck, l->st, sb) : NULL;
+        if (wi && (si || !sb)) {
+            preps[i] = (struct dsv4_cpu_tiles){ wi, si };
+            P->n_stored++;
+            continue;
+        }
+        P->bytes += align64(wb) + align64(sb);
+        P->n++;
     }
-    P->bytes += align64(wb) + align64(sb);
-    P->n++;
 }
 
 struct pack_job {
@@ -85,17 +105,15 @@ static void advise_inside(const void *p, size_t n, int advice)
     if (b > a) (void)madvise((void *)a, b - a, advice);
 }
 
-static void pack_tiles(struct dsv4_linear *l, void *ud)
+/* Packs l into the tiles at *at (advanced past them), recorded in *t. */
+static void pack_tiles(struct dsv4_pool *pool, const struct dsv4_linear *l, uint8_t **at, struct dsv4_cpu_tiles *t)
 {
-    struct tiles_plan *P = ud;
-    if (l->wi || !dsv4_i16_eligible(l)) return; /* stored tiles, or none */
     size_t wb, sb;
     dsv4_i16_sizes(l, &wb, &sb);
-    struct pack_job J = { .l = l, .wi = P->at, .si = sb ? P->at + align64(wb) : NULL };
-    dsv4_pool_for(P->pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
-    l->wi = J.wi;
-    l->si = J.si;
-    P->at += align64(wb) + align64(sb);
+    struct pack_job J = { .l = l, .wi = *at, .si = sb ? *at + align64(wb) : NULL };
+    dsv4_pool_for(pool, dsv4_i16_groups(l), 1, 4, pack_groups, &J);
+    *t = (struct dsv4_cpu_tiles){ J.wi, J.si };
+    *at += align64(wb) + align64(sb);
 #ifdef MADV_PAGEOUT
     /* the source pages are not read again: give them back now, or the page cache, full of
      * them, pushes out the tensors that are read in place (the embedding, a 1 GB table of
@@ -122,57 +140,115 @@ static void prefetch_in_place(const struct dsv4_checkpoint *ck, const bool *gone
     dsv4_log(lg, DSV4_LOG_INFO, "read-ahead asked for %.2f GB of weights read in place", (double)bytes / 1e9);
 }
 
+/* The tiles of the planned projections into cpu->preps: the stored ones where they are
+ * mapped, the others packed into one anonymous mapping of the backend's. */
+static int make_tiles(struct dsv4_cpu *cpu, struct tiles_plan *P, const struct dsv4_logger *lg)
+{
+    find_stored(P, cpu->preps);
+    if (P->n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P->n_stored);
+    if (!P->bytes) return DSV4_OK;
+    double t0  = now_s();
+    void  *mem = mmap(NULL, P->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return DSV4_ENOMEM;
+    madvise(mem, P->bytes, MADV_HUGEPAGE);
+    cpu->tiles       = mem;
+    cpu->tiles_bytes = P->bytes;
+    uint8_t *at      = mem;
+    dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P->n, (double)P->bytes / 1e9);
+    for (size_t i = 0; i < P->n_elig; i++)
+        if (!cpu->preps[i].wi) pack_tiles(cpu->pool, P->elig[i], &at, &cpu->preps[i]);
+    dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    return DSV4_OK;
+}
+
 /*
  * On the levels with VDPBF16PS, the projections are copied once into interleaved 16-row
  * tiles (repack.c), the layout of the kernels that give the same bits at any batch size and
  * run the prefill GEMM near the machine's peak. The copy is anonymous memory (transparent
  * huge pages asked for), owned by the backend; the checkpoint's pages are no longer touched
- * by the kernels, so the page cache may drop them. p->tiles false keeps the release layout.
+ * by the kernels, so the page cache may drop them. Option tiles=0 keeps the release layout.
  */
 static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
                                struct dsv4_err *err)
 {
     struct dsv4_cpu          *cpu = impl;
     const struct dsv4_logger *lg  = p->lg;
-    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !p->tiles) {
+    if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !cpu->repack) {
         prefetch_in_place(ws->ck, NULL, false, lg);
         return DSV4_OK;
     }
-    struct tiles_plan P = { .pool = cpu->pool, .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
+    struct tiles_plan P = { .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
     if (!P.gone) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     ws->each_linear(ws->ctx, plan_tiles, &P);
-    ws->replaced = P.replaced;
-    if (P.n_stored) dsv4_log(lg, DSV4_LOG_INFO, "%zu projections use the tiles stored in the checkpoint", P.n_stored);
-    if (P.bytes) {
-        double t0  = now_s();
-        void  *mem = mmap(NULL, P.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED) {
-            free(P.gone);
-            return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the %.2f GB of interleaved weight tiles "
-                                "(tiles off: --no-tiles or DSV4_TILES=0, runs on the checkpoint's own layout)",
-                                (double)P.bytes / 1e9);
-        }
-        madvise(mem, P.bytes, MADV_HUGEPAGE);
-        cpu->tiles       = mem;
-        cpu->tiles_bytes = P.bytes;
-        P.at             = mem;
-        dsv4_log(lg, DSV4_LOG_INFO, "repacking %zu projections (%.2f GB) into 16-row tiles", P.n, (double)P.bytes / 1e9);
-        ws->each_linear(ws->ctx, pack_tiles, &P);
-        dsv4_log(lg, DSV4_LOG_INFO, "repacked in %.2f s", now_s() - t0);
+    /* one struct dsv4_cpu_tiles per projection held as tiles: what its descriptor's prep names */
+    cpu->preps = P.oom ? NULL : calloc(P.n_elig + 1, sizeof(*cpu->preps));
+    int rc     = cpu->preps ? make_tiles(cpu, &P, lg) : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    if (rc == DSV4_ENOMEM && cpu->preps)
+        dsv4_err_set(err, rc, "out of memory for the %.2f GB of interleaved weight tiles (tiles off: --no-tiles or "
+                     "DSV4_TILES=0, runs on the checkpoint's own layout)", (double)P.bytes / 1e9);
+    if (!rc) {
+        for (size_t i = 0; i < P.n_elig; i++) P.elig[i]->prep = &cpu->preps[i];
+        cpu->replaced = P.replaced;
+        prefetch_in_place(ws->ck, P.gone, true, lg);
     }
-    prefetch_in_place(ws->ck, P.gone, true, lg);
+    free(P.elig);
     free(P.gone);
-    return DSV4_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ the backend */
 
+/* The CPU's options (backend.h dsv4_backend_params.opts). */
+struct cpu_opts {
+    const char *backend;
+    char        level[32], gemm_min[64];
+    bool        tiles;
+    struct dsv4_err *err;
+};
+
+static int cpu_opt(const char *key, const char *val, void *ud)
+{
+    struct cpu_opts *o = ud;
+    if (!strcmp(key, "level") || !strcmp(key, "gemm_min")) {
+        char  *dst = key[0] == 'l' ? o->level : o->gemm_min;
+        size_t cap = key[0] == 'l' ? sizeof(o->level) : sizeof(o->gemm_min);
+        if (strlen(val) >= cap)
+            return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': option %s '%s' is too long", o->backend, key, val);
+        snprintf(dst, cap, "%s", val);
+    } else if (!strcmp(key, "tiles") && (!strcmp(val, "0") || !strcmp(val, "1"))) {
+        o->tiles = val[0] == '1';
+    } else if (!strcmp(key, "tiles")) {
+        return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': option tiles takes 0 or 1, not '%s'", o->backend, val);
+    } else {
+        return dsv4_err_set(o->err, DSV4_EINVAL, "backend '%s': no option '%s' (it takes level, gemm_min, tiles)",
+                            o->backend, key);
+    }
+    return DSV4_OK;
+}
+
+/* Creates the CPU state from the options: level (default: this CPU's best), gemm_min (the
+ * crossovers measured for this core), tiles (1). */
+static int create_named(void **impl, const struct dsv4_backend_params *p, const char *name, struct dsv4_err *err)
+{
+    struct cpu_opts o = { .backend = name, .tiles = true, .err = err };
+    *impl             = NULL;
+    int rc            = dsv4_backend_opts_each(p->opts, name, err, cpu_opt, &o);
+    if (rc) return rc;
+    struct dsv4_cpu *cpu = NULL;
+    rc = dsv4_cpu_create(&cpu, o.level[0] ? o.level : NULL, o.gemm_min[0] ? o.gemm_min : NULL, p->n_threads, err);
+    if (cpu) cpu->repack = o.tiles;
+    *impl = cpu;
+    return rc;
+}
+
 static int cpu_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
 {
-    struct dsv4_cpu *cpu = NULL;
-    int              rc  = dsv4_cpu_create(&cpu, p->level, p->gemm_min, p->n_threads, err);
-    *impl                = cpu;
-    return rc;
+    return create_named(impl, p, "cpu", err);
+}
+
+static int staged_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
+{
+    return create_named(impl, p, "cpu-staged", err);
 }
 
 static void cpu_destroy(void *impl)
@@ -198,6 +274,7 @@ static void cpu_settings(void *impl, struct dsv4_backend_settings *s)
     s->level                   = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
     s->n_threads               = cpu->n_threads;
     for (int i = 0; i < 3; i++) s->gemm_min[i] = cpu->gemm_min[i];
+    s->tiles = cpu->repack;
 }
 
 static size_t cpu_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
@@ -250,6 +327,13 @@ static int cpu_memory(void *impl, size_t *avail, size_t *total)
     *avail = (size_t)a * 1024;
     *total = (size_t)t * 1024;
     return a > 0 && t > 0 ? DSV4_OK : DSV4_EIO;
+}
+
+/* The checkpoint pages read in place: all but those the tiles replaced. */
+static size_t cpu_weights_resident(void *impl, size_t mapped)
+{
+    const struct dsv4_cpu *cpu = impl;
+    return mapped - (cpu->replaced < mapped ? cpu->replaced : 0);
 }
 
 /* ------------------------------------------------------------------ machine figures */
@@ -327,17 +411,19 @@ static void cpu_peaks(void *impl, double *f32, double *bf16)
     *bf16                = cpu->ref ? 0 : kernels_peak(cpu->pool, cpu->kb);
 }
 
-/* Every entry but the name, host_visible and prepare_weights, shared by the two CPU kinds. */
+/* Every entry but the name, create, host_visible and prepare_weights, shared by the two CPU
+ * kinds. */
 #define CPU_KIND_ENTRIES                                                                                           \
-    .create = cpu_create, .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe,                         \
-    .settings = cpu_settings,                                                                                       \
+    .destroy = cpu_destroy, .ops = cpu_ops, .describe = cpu_describe, .settings = cpu_settings,                     \
     .scratch_floats = cpu_scratch_floats,                                                                           \
     .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */                           \
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_move, .download = cpu_move, .copy = cpu_move,               \
-    .sync = cpu_sync, .memory = cpu_memory, .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks
+    .sync = cpu_sync, .memory = cpu_memory, .weights_resident = cpu_weights_resident,                               \
+    .read_bandwidth = cpu_read_bandwidth, .peaks = cpu_peaks, .prepared_suffix = "i16",                              \
+    .export_prepared = dsv4_i16_export /* repack.c; found again by stored_tiles */
 
-const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .host_visible = true, CPU_KIND_ENTRIES,
-                                                    .prepare_weights = cpu_prepare_weights };
+const struct dsv4_backend_kind dsv4_backend_cpu = { .name = "cpu", .create = cpu_create, .host_visible = true,
+                                                    CPU_KIND_ENTRIES, .prepare_weights = cpu_prepare_weights };
 
 /* ------------------------------------------------------------------ cpu-staged */
 
@@ -393,6 +479,6 @@ static int staged_prepare_weights(void *impl, struct dsv4_weight_set *ws, const 
  * own memory (staged_prepare_weights). It proves, test by test, that the model layer needs
  * nothing from a backend but the two tables (tests/unit/test_forward.c).
  */
-const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .host_visible = false,
-                                                           CPU_KIND_ENTRIES,
+const struct dsv4_backend_kind dsv4_backend_cpu_staged = { .name = "cpu-staged", .create = staged_create,
+                                                           .host_visible = false, CPU_KIND_ENTRIES,
                                                            .prepare_weights = staged_prepare_weights };

@@ -129,14 +129,14 @@ struct lin_job {
     enum dsv4_out              out;
     uint16_t                  *panels; /* per-thread GEMM panels, or NULL (GEMV kernels) */
     size_t                     panel_len;
-    bool                       i16; /* the weights' interleaved tiles (w->wi) */
+    bool                       i16; /* the weights' interleaved tiles (w->prep) */
     int                        gmin; /* the f32 kernels' GEMM crossover (dsv4_cpu_f32_gemm_min) */
 };
 
 /* Whether a projection runs on its interleaved tiles at this level. */
 static bool use_i16(const struct dsv4_cpu *cpu, const struct dsv4_linear *w)
 {
-    return w->wi && cpu->kb && cpu->kb->dotb_i16 && w->row_off % 16 == 0;
+    return w->prep && cpu->kb && cpu->kb->dotb_i16 && w->row_off % 16 == 0;
 }
 
 static void lin_rows(void *ctx, int64_t o0, int64_t o1, int tid)

@@ -82,3 +82,15 @@ void dsv4_i16_pack(const struct dsv4_linear *l, int g0, int g1, void *wi, void *
             }
         }
 }
+
+size_t dsv4_i16_export(const struct dsv4_linear *l, size_t parts[2], void *buf)
+{
+    parts[0] = parts[1] = 0;
+    if (!l->wt || !dsv4_i16_eligible(l)) return 0; /* stored beside a tensor: a whole one */
+    size_t wb, sb;
+    dsv4_i16_sizes(l, &wb, &sb);
+    parts[0] = wb;
+    parts[1] = l->st ? sb : 0;
+    if (buf) dsv4_i16_pack(l, 0, dsv4_i16_groups(l), buf, sb ? (uint8_t *)buf + wb : NULL);
+    return wb + sb;
+}

@@ -56,8 +56,8 @@ static inline __attribute__((always_inline)) void decode_block(int kind, const s
     for (size_t j = 0; j < 16; j++) {
         size_t p = (size_t)b * 16 + j;
         if (((p * tile_bytes(kind)) & 63) == 0)
-            _mm_prefetch((const char *)w->wi + ((size_t)g * P + p) * tile_bytes(kind) + I16_PF, _MM_HINT_T0);
-        _mm512_storeu_si512(out + j * 32, tile_bf16(kind, w->wi, P, g, p, adds));
+            _mm_prefetch((const char *)dsv4_i16_w(w) + ((size_t)g * P + p) * tile_bytes(kind) + I16_PF, _MM_HINT_T0);
+        _mm512_storeu_si512(out + j * 32, tile_bf16(kind, dsv4_i16_w(w), P, g, p, adds));
     }
 }
 
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void sweep(int kind, int NG, int NB
             b1 = (const uint16_t *)b0 + 32;
             bs = 128;
         } else if (kind == I16_BF16) {
-            const uint8_t *t0 = (const uint8_t *)w->wi + ((size_t)g * P + (size_t)b * 16) * 64;
+            const uint8_t *t0 = (const uint8_t *)dsv4_i16_w(w) + ((size_t)g * P + (size_t)b * 16) * 64;
             b0 = t0;
             b1 = t0 + P * 64;
             /* in-place B tiles stream from memory: keep each group's next lines coming */

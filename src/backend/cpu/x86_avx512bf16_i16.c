@@ -30,7 +30,7 @@ static inline __attribute__((always_inline)) void gemv_tile(int kind, int GB, in
                                                             int g0, const uint16_t *x, int ldx, float *y, int ldy,
                                                             int o0, int o1)
 {
-    const uint8_t *wi = w->wi;
+    const uint8_t *wi = dsv4_i16_w(w);
     size_t         P = (size_t)w->n_in / 2;
     __m512         acc[4][4];
 #pragma GCC unroll 4
@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void gemv_wide(int kind, int NG, in
                                                             int g0, const uint16_t *x, int ldx, float *y, int ldy,
                                                             int o0, int o1)
 {
-    const uint8_t *wi = w->wi;
+    const uint8_t *wi = dsv4_i16_w(w);
     size_t         P  = (size_t)w->n_in / 2;
     __m512         acc[2][WIDE_NT];
 #pragma GCC unroll 12
@@ -226,7 +226,7 @@ void dsv4_avx512bf16_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int 
         if (kind == I16_FP8) i16_panel(I16_FP8, w, g, ng, panel);
         else if (kind == I16_FP4) i16_panel(I16_FP4, w, g, ng, panel);
         else {
-            w0p    = (const uint16_t *)w->wi + (size_t)g * P * 32;
+            w0p    = (const uint16_t *)dsv4_i16_w(w) + (size_t)g * P * 32;
             w1p    = w0p + P * 32;
             stride = 32;
         }

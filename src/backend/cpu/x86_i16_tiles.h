@@ -42,7 +42,7 @@ static inline __attribute__((always_inline)) __m512i block_adds(int kind, const 
         return _mm512_set1_epi16((short)((e - 127) * 128));
     }
     if (kind == I16_FP4) {
-        const uint8_t *s = (const uint8_t *)w->si + ((size_t)g * (size_t)(w->n_in / 32) + (size_t)b) * 16;
+        const uint8_t *s = (const uint8_t *)dsv4_i16_s(w) + ((size_t)g * (size_t)(w->n_in / 32) + (size_t)b) * 16;
         __m512i        a = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s)),
                                                               _mm512_set1_epi32(127)),
                                              7);
@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) void store_group(const struct dsv4_
  * tokens. */
 static inline void i16_panel(int kind, const struct dsv4_linear *w, int g, int ng, uint16_t *panel)
 {
-    const uint8_t *wi = w->wi;
+    const uint8_t *wi = dsv4_i16_w(w);
     size_t         P  = (size_t)w->n_in / 2;
     for (int b = 0; b < w->n_in / 32; b++) {
         __m512i adds[2];
