@@ -117,17 +117,18 @@ static void test_registry_list(struct test_ctx *t)
     CHECK(dsv4_backend_find("no-such-backend") == NULL);
     char want[256] = "", got[256];
     int  n         = 0;
-    bool staged    = false;
+    bool staged = false, strict = false;
     for (const struct dsv4_backend_kind *k; (k = dsv4_backend_at(n)); n++) {
         CHECKF(dsv4_backend_find(k->name) == k, "backend %d '%s' does not find itself", n, k->name);
         staged = staged || k == &dsv4_backend_cpu_staged;
+        strict = strict || k == &dsv4_backend_cpu_strict;
         size_t at = strlen(want);
         snprintf(want + at, sizeof(want) - at, "%s%s", n ? ", " : "", k->name);
     }
-    CHECK(n >= 2 && staged);
+    CHECK(n >= 3 && staged && strict);
     dsv4_backend_list(got, sizeof(got));
     CHECKF(!strcmp(got, want), "list '%s', want '%s'", got, want);
-    CHECK(!strncmp(got, "cpu, cpu-staged", 15));
+    CHECK(!strncmp(got, "cpu, cpu-staged, cpu-strict", 27));
     dsv4_backend_list(got, 6);
     CHECKF(!strcmp(got, "cpu, "), "cut at 6: '%s'", got);
     dsv4_backend_list(got, 1);

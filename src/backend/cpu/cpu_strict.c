@@ -1,0 +1,335 @@
+/*
+ * cpu_strict.c - `cpu-strict`: the CPU ops on memory the host cannot peek into.
+ *
+ * Like cpu-staged it tells the model that its buffers are not host memory (host_visible
+ * false) and copies every each_tensor table into its own memory. Unlike cpu-staged, its
+ * memory (strict_mem.h) has no access at all outside the backend: every op of its table, and
+ * its upload, download and copy, open the gate around the CPU's code, so that a host read or
+ * write of a backend buffer anywhere else in the program faults (SIGSEGV) in the tests
+ * instead of passing unseen. The weights stay the mapped checkpoint (read-only host memory,
+ * which the contract allows ops to read).
+ *
+ * Cost: two mprotect calls over the used part of the range per outermost op (a nested op,
+ * the router's or the experts' linear, costs a locked counter). docs/BACKENDS.md gives the
+ * figures. Results are the CPU's, bit for bit: the same ops run on the same values.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/strict_mem.h"
+
+/* Address space reserved at create (nothing is committed until alloc): more than any test
+ * or tiny model needs; strict_mem.c halves it where the system refuses that much. */
+#define STRICT_RESERVE ((size_t)64 << 30)
+
+static struct dsv4_strict_mem *guard_of(void *impl)
+{
+    return ((struct dsv4_cpu *)impl)->guard;
+}
+
+/* ------------------------------------------------------------------ the gated op table */
+
+/* The CPU table the wrappers call: the reference ops at level ref, else the fast ones, as
+ * the CPU kind chooses. Nested ops go through be->ops again, so they are gated (and, under
+ * --profile, timed) too. */
+static const struct dsv4_backend_ops *inner(const struct dsv4_backend *be)
+{
+    const struct dsv4_cpu *cpu = be->impl;
+    return cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
+}
+
+#define GATED(call)                                                                                                \
+    do {                                                                                                           \
+        struct dsv4_strict_mem *g_ = guard_of(be->impl);                                                           \
+        dsv4_strict_open(g_);                                                                                      \
+        inner(be)->call;                                                                                           \
+        dsv4_strict_close(g_);                                                                                     \
+    } while (0)
+
+static void s_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx, float *y,
+                     int ldy, enum dsv4_act act, enum dsv4_out out)
+{
+    GATED(linear(be, w, n_tok, x, ldx, y, ldy, act, out));
+}
+
+static void s_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
+                      float *y, int ldy)
+{
+    GATED(rmsnorm(be, n, d, x, ldx, w, eps, y, ldy));
+}
+
+static void s_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps)
+{
+    GATED(head_rms(be, n, n_head, d_head, q, eps));
+}
+
+static void s_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
+                   const struct dsv4_rope_table *t, bool inverse)
+{
+    GATED(rope(be, n, n_vec, d_full, x, pos, t, inverse));
+}
+
+static void s_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+{
+    GATED(fp8_sim(be, n, d, ld, x, block));
+}
+
+static void s_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+{
+    GATED(fp4_sim(be, n, d, ld, x, block));
+}
+
+static void s_hadamard(struct dsv4_backend *be, int n, int d, float *x)
+{
+    GATED(hadamard(be, n, d, x));
+}
+
+static void s_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
+                     const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
+{
+    GATED(hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, u, post, comb));
+}
+
+static void s_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres, const float *post,
+                      const float *comb, float *Xout)
+{
+    GATED(hc_post(be, n, hc, d, f, Xres, post, comb, Xout));
+}
+
+static void s_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
+                      const float *base, double norm_eps, double hc_eps, float *y)
+{
+    GATED(hc_head(be, n, hc, d, X, fn, scale, base, norm_eps, hc_eps, y));
+}
+
+static void s_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
+                        const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale, float *o)
+{
+    GATED(attention(be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o));
+}
+
+static void s_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                             const struct dsv4_kv_rows *keys, int n_keys, float *score)
+{
+    GATED(indexer_scores(be, n_head, d, q, w, keys, n_keys, score));
+}
+
+static void s_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
+                           const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+{
+    GATED(indexer_topk(be, n_q, p0, n_head, d, q, w, keys, topk, sel, n_sel));
+}
+
+static void s_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
+                       const float *ape, float *kv, float *sc, float *out)
+{
+    GATED(compress(be, ratio, d, n, p0, a, g, ape, kv, sc, out));
+}
+
+static void s_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
+                         int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
+{
+    GATED(store_rows(be, fmt, d, d_rope, n, x, ldx, dst, first, wrap));
+}
+
+static void s_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies, float *X)
+{
+    GATED(embed(be, n, tok, table, d, copies, X));
+}
+
+static void s_scale(struct dsv4_backend *be, size_t n, float *x, double s)
+{
+    GATED(scale(be, n, x, s));
+}
+
+static void s_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
+{
+    GATED(add_streams(be, n, hc, d, e, X));
+}
+
+static void s_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,
+                     const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale, int *ids,
+                     float *weights, float *scratch)
+{
+    GATED(router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, ids, weights, scratch));
+}
+
+static void s_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
+                     const float *row_w, double limit, float *y, float *scratch)
+{
+    GATED(expert(be, e, n, x, ldx, row_w, limit, y, scratch));
+}
+
+static void s_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                      const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch)
+{
+    GATED(experts(be, experts, n_exp, n_pairs, grp, x, row_w, limit, y, scratch));
+}
+
+static void s_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                           const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp)
+{
+    GATED(moe_dispatch(be, n, k, n_exp, ids, w, x, d, xe, row_w, pair_of, grp));
+}
+
+static void s_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                          const float *shared, float *f)
+{
+    GATED(moe_combine(be, n, k, d, pair_of, ye, shared, f));
+}
+
+/* Complete by construction: a missing wrapper does not compile (op_list.h). */
+static const struct dsv4_backend_ops strict_ops = {
+#define WRAP_(u, l) .l = s_##l,
+    .name = "cpu-strict",
+    DSV4_OP_LIST(WRAP_)
+#undef WRAP_
+};
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static int strict_create(void **impl, const struct dsv4_backend_params *p, struct dsv4_err *err)
+{
+    int rc = dsv4_backend_cpu.create(impl, p, err);
+    if (rc) return rc;
+    struct dsv4_cpu *cpu = *impl;
+    rc                   = dsv4_strict_mem_create(&cpu->guard, STRICT_RESERVE, err);
+    if (rc) {
+        dsv4_backend_cpu.destroy(cpu);
+        *impl = NULL;
+    }
+    return rc;
+}
+
+static void strict_destroy(void *impl)
+{
+    struct dsv4_strict_mem *g = guard_of(impl);
+    dsv4_backend_cpu.destroy(impl); /* the tiles and the pool; the tables go with the range */
+    dsv4_strict_mem_free(g);
+}
+
+static const struct dsv4_backend_ops *strict_ops_of(void *impl)
+{
+    (void)impl;
+    return &strict_ops;
+}
+
+static void strict_describe(void *impl, char *buf, size_t cap)
+{
+    char cpu[96];
+    dsv4_backend_cpu.describe(impl, cpu, sizeof(cpu));
+    snprintf(buf, cap, "%s, strict memory", cpu);
+}
+
+static void strict_settings(void *impl, struct dsv4_backend_settings *s)
+{
+    dsv4_backend_cpu.settings(impl, s);
+}
+
+static size_t strict_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
+{
+    return dsv4_backend_cpu.scratch_floats(impl, dims);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *strict_alloc(void *impl, size_t bytes, enum dsv4_mem_kind kind)
+{
+    (void)kind;
+    return dsv4_strict_alloc(guard_of(impl), bytes);
+}
+
+static void strict_free(void *impl, void *buf, size_t bytes)
+{
+    dsv4_strict_release(guard_of(impl), buf, bytes);
+}
+
+/* upload, download and copy alike: a memmove with the gate open */
+static void strict_move(void *impl, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    struct dsv4_strict_mem *g = guard_of(impl);
+    dsv4_strict_open(g);
+    memmove(dst, src, bytes);
+    dsv4_strict_close(g);
+}
+
+static void strict_sync(void *impl)
+{
+    (void)impl; /* ops return when done */
+}
+
+/* The host's memory, capped at what is left of the reserved range. */
+static int strict_memory(void *impl, size_t *avail, size_t *total)
+{
+    size_t reserved, used;
+    dsv4_strict_usage(guard_of(impl), &reserved, &used);
+    int rc = dsv4_backend_cpu.memory(impl, avail, total);
+    if (rc) return rc;
+    if (*total > reserved) *total = reserved;
+    if (*avail > reserved - used) *avail = reserved - used;
+    return DSV4_OK;
+}
+
+struct place_tables {
+    struct dsv4_cpu *cpu;
+    uint8_t         *at;    /* placing: the next free byte of the block */
+    size_t           bytes; /* sizing: the tables, each 64-byte aligned */
+};
+
+/* Sizes the tables (at NULL) or uploads each one and repoints the model's pointer to it. */
+static void place_one(const void **t, size_t bytes, void *ud)
+{
+    struct place_tables *P = ud;
+    if (P->at) {
+        strict_move(P->cpu, P->at, *t, bytes);
+        *t = P->at;
+        P->at += (bytes + 63) & ~(size_t)63;
+    } else {
+        P->bytes += (bytes + 63) & ~(size_t)63;
+    }
+}
+
+/* As the CPU's (tiles or read-ahead), then every each_tensor table into strict memory: the
+ * ops read no table where the host put it, and the host cannot read the copies. */
+static int strict_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
+                                  struct dsv4_err *err)
+{
+    int rc = dsv4_backend_cpu.prepare_weights(impl, ws, p, err);
+    if (rc) return rc;
+    struct place_tables P = { .cpu = impl };
+    ws->each_tensor(ws->ctx, place_one, &P);
+    if (!P.bytes) return DSV4_OK;
+    P.at = strict_alloc(impl, P.bytes, DSV4_MEM_WEIGHTS); /* freed with the range at destroy */
+    if (!P.at)
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of strict memory for the %.2f GB of tables", (double)P.bytes / 1e9);
+    ws->each_tensor(ws->ctx, place_one, &P);
+    return DSV4_OK;
+}
+
+/* ------------------------------------------------------------------ machine figures */
+
+static double strict_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps)
+{
+    struct dsv4_strict_mem *g = guard_of(impl);
+    dsv4_strict_open(g);
+    double bw = dsv4_backend_cpu.read_bandwidth(impl, buf, bytes, reps);
+    dsv4_strict_close(g);
+    return bw;
+}
+
+static void strict_peaks(void *impl, double *f32, double *bf16)
+{
+    dsv4_backend_cpu.peaks(impl, f32, bf16);
+}
+
+const struct dsv4_backend_kind dsv4_backend_cpu_strict = {
+    .name = "cpu-strict", .host_visible = false,
+    .create = strict_create, .destroy = strict_destroy, .ops = strict_ops_of, .describe = strict_describe,
+    .settings = strict_settings, .prepare_weights = strict_prepare_weights, .scratch_floats = strict_scratch_floats,
+    .alloc = strict_alloc, .free = strict_free, .upload = strict_move, .download = strict_move, .copy = strict_move,
+    .sync = strict_sync, .memory = strict_memory,
+    .describe_op = dsv4_cpu_describe_op, .level = dsv4_cpu_level_at, /* cpu_describe.c */
+    .read_bandwidth = strict_read_bandwidth, .peaks = strict_peaks,
+};
