@@ -37,5 +37,5 @@ void dsv4_compress_chunk(const struct dsv4_model *m, struct dsv4_step *S, const 
         be->ops->store_rows(be, m->row_fmt, d, c->d_rope, rows, S->crows, d, &dst, j0, 0);
     }
     for (int j = 0; j < rows; j++)
-        dsv4_dump(S, is_indexer ? "idx_keys" : "comp", il, seq, j0 + j, 1, d, S->crows + (size_t)j * (size_t)d);
+        dsv4_dump_dev(S, is_indexer ? "idx_keys" : "comp", il, seq, j0 + j, 1, d, S->crows + (size_t)j * (size_t)d);
 }
