@@ -220,6 +220,12 @@ valgrind: $(BIN)
 	  DSV4_CPU=$$lvl valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a \
 	    --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin || exit 1; \
 	done
+# cpu-strict (memory without host access between ops): the same logits, bit for bit
+	DSV4_CPU=$(firstword $(VG_LEVELS)) valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a --backend cpu-strict \
+	  --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp-strict.bin --out $(BUILD)/vg/logits-strict.bin
+	DSV4_CPU=$(firstword $(VG_LEVELS)) ./$(BIN) logits -m $(BUILD)/vg/tiny-a --tokens $(VG_TOKENS) --chunk 7 \
+	  --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin
+	cmp $(BUILD)/vg/logits.bin $(BUILD)/vg/logits-strict.bin && cmp $(BUILD)/vg/mtp.bin $(BUILD)/vg/mtp-strict.bin
 	@echo "valgrind: no errors"
 
 # Golden fixtures: `dsv4 gen` checkpoints in a temporary directory, run through the Python

@@ -129,16 +129,11 @@ void *dsv4_strict_alloc(struct dsv4_strict_mem *g, size_t bytes)
     if (!n) n = g->page;
     pthread_mutex_lock(&g->mu);
     size_t off = take(g, n);
-    if (off != (size_t)-1) {
-        /* touched now (zero-filled, committed), not while decoding, through the whole
-         * gate (a block's own mprotect would split its huge pages); closed again unless an
-         * op on another thread holds the gate open */
-        protect(g->base, gate_len(g), PROT_READ | PROT_WRITE);
-        memset(g->base + off, 0, n);
-        if (!g->depth) protect(g->base, gate_len(g), PROT_NONE);
-        g->used += n;
-    }
+    if (off != (size_t)-1) g->used += n;
     pthread_mutex_unlock(&g->mu);
+    /* zero already: every free byte of the range is (never touched, or zeroed at release).
+     * Not touched here, unlike the CPU's alloc: a page nothing writes is never committed, and
+     * every transition of the gate costs in proportion to the committed pages. */
     return off == (size_t)-1 ? NULL : g->base + off;
 }
 
@@ -165,6 +160,21 @@ static void give_back(struct dsv4_strict_mem *g, size_t off, size_t n)
     } /* else: the list is full and these pages stay unused (their memory is given back) */
 }
 
+/* Zeroes [p, p + n), below high: the whole huge pages inside go back to the system (advice on
+ * part of one would split it), the edges are written, through the gate. Keeps every free byte
+ * of the range zero. Called with the mutex held. */
+static void zero_block(struct dsv4_strict_mem *g, uint8_t *p, size_t n)
+{
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    uint8_t *b = (uint8_t *)(((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (b <= a) a = b = p + n; /* no whole huge page inside: write it all */
+    if (!g->depth) protect(g->base, gate_len(g), PROT_READ | PROT_WRITE);
+    memset(p, 0, (size_t)(a - p));
+    memset(b, 0, (size_t)(p + n - b));
+    if (!g->depth) protect(g->base, gate_len(g), PROT_NONE);
+    if (b > a) (void)madvise(a, (size_t)(b - a), MADV_DONTNEED);
+}
+
 void dsv4_strict_release(struct dsv4_strict_mem *g, void *p, size_t bytes)
 {
     if (!p) return;
@@ -172,11 +182,7 @@ void dsv4_strict_release(struct dsv4_strict_mem *g, void *p, size_t bytes)
     if (!n) n = g->page;
     DSV4_ASSERT(dsv4_strict_owns(g, p) && off % g->page == 0 && off + n <= g->high);
     pthread_mutex_lock(&g->mu);
-    /* the whole huge pages inside go back to the system (advice on part of one would split
-     * it); the next alloc zero-fills whatever it hands out */
-    uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1);
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    zero_block(g, p, n);
     give_back(g, off, n);
     g->used -= n;
     pthread_mutex_unlock(&g->mu);

@@ -27,7 +27,8 @@ int  dsv4_strict_mem_create(struct dsv4_strict_mem **out, size_t reserve, struct
 void dsv4_strict_mem_free(struct dsv4_strict_mem *g);
 
 /* bytes, zero-filled, page-aligned, without access outside the gate; NULL when the range is
- * full. Release gives the pages back to the system (the range stays reserved). */
+ * full. Pages are committed when an op first writes them. Release zeroes the block (whole
+ * huge pages go back to the system; the range stays reserved). */
 void *dsv4_strict_alloc(struct dsv4_strict_mem *g, size_t bytes);
 void  dsv4_strict_release(struct dsv4_strict_mem *g, void *p, size_t bytes);
 
