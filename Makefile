@@ -152,7 +152,7 @@ endif
 # TEST_GROUPS="a b": run only these groups (default: all). TEST_FLAGS=--strict (CI): a test
 # skipped for a missing dependency is a failure. NO_INSTALL=1: install nothing.
 # Then STRICT_GROUPS run again on cpu-strict (run_tests --backend), the backend whose memory
-# faults on any host access outside its ops (docs/BACKENDS.md): by default the groups that
+# faults on any host access (docs/BACKENDS.md): by default the groups that
 # run the model, only when TEST_GROUPS is not given; STRICT_GROUPS= skips the pass.
 TEST_FLAGS ?=
 STRICT_GROUPS ?= $(if $(TEST_GROUPS),,forward spec kv sched server)
@@ -220,7 +220,7 @@ valgrind: $(BIN)
 	  DSV4_CPU=$$lvl valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a \
 	    --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin || exit 1; \
 	done
-# cpu-strict (memory without host access between ops): the same logits, bit for bit
+# cpu-strict (memory the host cannot access): the same logits, bit for bit
 	DSV4_CPU=$(firstword $(VG_LEVELS)) valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a --backend cpu-strict \
 	  --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp-strict.bin --out $(BUILD)/vg/logits-strict.bin
 	DSV4_CPU=$(firstword $(VG_LEVELS)) ./$(BIN) logits -m $(BUILD)/vg/tiny-a --tokens $(VG_TOKENS) --chunk 7 \

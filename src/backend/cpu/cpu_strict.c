@@ -2,16 +2,18 @@
  * cpu_strict.c - `cpu-strict`: the CPU ops on memory the host cannot peek into.
  *
  * Like cpu-staged it tells the model that its buffers are not host memory (host_visible
- * false) and copies every each_tensor table into its own memory. Unlike cpu-staged, its
- * memory (strict_mem.h) has no access at all outside the backend: every op of its table, and
- * its upload, download and copy, open the gate around the CPU's code, so that a host read or
- * write of a backend buffer anywhere else in the program faults (SIGSEGV) in the tests
- * instead of passing unseen. The weights stay the mapped checkpoint (read-only host memory,
- * which the contract allows ops to read).
+ * false) and copies every each_tensor table into its own memory. Unlike cpu-staged, the
+ * addresses its alloc hands out cannot be read or written by anyone (strict_mem.h: the host's
+ * view of its memory is PROT_NONE), so a host access of a backend buffer anywhere in the
+ * program faults (SIGSEGV) in the tests instead of passing unseen. Its own code reaches the
+ * bytes through a second view: every op of its table translates the addresses it is given
+ * (buffers, the placed tables, the scratch, the rows' bases inside the row descriptors) and
+ * calls the CPU's op; upload, download and copy translate theirs. The weights stay the
+ * mapped checkpoint (read-only host memory, which the contract allows ops to read).
  *
- * Cost: two mprotect calls over the used part of the range per outermost op (a nested op,
- * the router's or the experts' linear, costs a locked counter). docs/BACKENDS.md gives the
- * figures. Results are the CPU's, bit for bit: the same ops run on the same values.
+ * Cost: a few adds per op; no system call. docs/BACKENDS.md gives the figures, and those of
+ * the mprotect gate this replaced. Results are the CPU's, bit for bit: the same ops run on
+ * the same values.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,7 +21,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/strict_mem.h"
 
-/* Address space reserved at create (nothing is committed until alloc): more than any test
+/* Shared memory reserved at create (nothing is committed until written): more than any test
  * or tiny model needs; strict_mem.c halves it where the system refuses that much. */
 #define STRICT_RESERVE ((size_t)64 << 30)
 
@@ -28,155 +30,205 @@ static struct dsv4_strict_mem *guard_of(void *impl)
     return ((struct dsv4_cpu *)impl)->guard;
 }
 
-/* ------------------------------------------------------------------ the gated op table */
+/* ------------------------------------------------------------------ the op table */
 
 /* The CPU table the wrappers call: the reference ops at level ref, else the fast ones, as
- * the CPU kind chooses. Nested ops go through be->ops again, so they are gated (and, under
- * --profile, timed) too. */
+ * the CPU kind chooses. Nested ops go through be->ops again (the strict table, or the
+ * profiler's around it), with addresses already translated: translating is idempotent. */
 static const struct dsv4_backend_ops *inner(const struct dsv4_backend *be)
 {
     const struct dsv4_cpu *cpu = be->impl;
     return cpu->ref ? &dsv4_cpu_ref_ops : &dsv4_cpu_fast_ops;
 }
 
-#define GATED(call)                                                                                                \
-    do {                                                                                                           \
-        struct dsv4_strict_mem *g_ = guard_of(be->impl);                                                           \
-        dsv4_strict_open(g_);                                                                                      \
-        inner(be)->call;                                                                                           \
-        dsv4_strict_close(g_);                                                                                     \
-    } while (0)
+/* An address as the CPU's code must see it: in the backend's view when it is strict memory
+ * (buffers, the placed tables), else unchanged (host arrays, the mapped weights). */
+static void *tr(const struct dsv4_backend *be, const void *p)
+{
+    return dsv4_strict_in(guard_of(be->impl), p);
+}
+
+#define T(p) tr(be, (p))
+
+/* The context with its scratch (strict memory) translated. */
+static struct dsv4_backend ctx(const struct dsv4_backend *be)
+{
+    struct dsv4_backend b = *be;
+    b.scratch             = T(be->scratch);
+    return b;
+}
+
+static struct dsv4_kv_rows rows_of(const struct dsv4_backend *be, const struct dsv4_kv_rows *r)
+{
+    struct dsv4_kv_rows o = *r;
+    o.base                = T(r->base);
+    return o;
+}
 
 static void s_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx, float *y,
                      int ldy, enum dsv4_act act, enum dsv4_out out)
 {
-    GATED(linear(be, w, n_tok, x, ldx, y, ldy, act, out));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->linear(&b, w, n_tok, T(x), ldx, T(y), ldy, act, out);
 }
 
 static void s_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
                       float *y, int ldy)
 {
-    GATED(rmsnorm(be, n, d, x, ldx, w, eps, y, ldy));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->rmsnorm(&b, n, d, T(x), ldx, T(w), eps, T(y), ldy);
 }
 
 static void s_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps)
 {
-    GATED(head_rms(be, n, n_head, d_head, q, eps));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->head_rms(&b, n, n_head, d_head, T(q), eps);
 }
 
 static void s_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
                    const struct dsv4_rope_table *t, bool inverse)
 {
-    GATED(rope(be, n, n_vec, d_full, x, pos, t, inverse));
+    struct dsv4_backend    b  = ctx(be);
+    struct dsv4_rope_table tt = { t->d_rope, T(t->freq) };
+    inner(be)->rope(&b, n, n_vec, d_full, T(x), T(pos), &tt, inverse);
 }
 
 static void s_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
 {
-    GATED(fp8_sim(be, n, d, ld, x, block));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->fp8_sim(&b, n, d, ld, T(x), block);
 }
 
 static void s_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
 {
-    GATED(fp4_sim(be, n, d, ld, x, block));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->fp4_sim(&b, n, d, ld, T(x), block);
 }
 
 static void s_hadamard(struct dsv4_backend *be, int n, int d, float *x)
 {
-    GATED(hadamard(be, n, d, x));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->hadamard(&b, n, d, T(x));
 }
 
 static void s_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
                      const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
 {
-    GATED(hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, u, post, comb));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->hc_pre(&b, n, hc, d, T(X), T(fn), T(scale), T(base), iters, norm_eps, hc_eps, T(u), T(post), T(comb));
 }
 
 static void s_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres, const float *post,
                       const float *comb, float *Xout)
 {
-    GATED(hc_post(be, n, hc, d, f, Xres, post, comb, Xout));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->hc_post(&b, n, hc, d, T(f), T(Xres), T(post), T(comb), T(Xout));
 }
 
 static void s_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
                       const float *base, double norm_eps, double hc_eps, float *y)
 {
-    GATED(hc_head(be, n, hc, d, X, fn, scale, base, norm_eps, hc_eps, y));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->hc_head(&b, n, hc, d, T(X), T(fn), T(scale), T(base), norm_eps, hc_eps, T(y));
 }
 
 static void s_attention(struct dsv4_backend *be, int n_q, int n_head, int d_head, int d_rope, const float *q,
                         const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink, float scale, float *o)
 {
-    GATED(attention(be, n_q, n_head, d_head, d_rope, q, src, fmt, sink, scale, o));
+    struct dsv4_backend  b = ctx(be);
+    struct dsv4_attn_src s = *src;
+    s.ring                 = rows_of(be, &src->ring);
+    s.chunk                = rows_of(be, &src->chunk);
+    s.comp                 = rows_of(be, &src->comp);
+    s.sel                  = T(src->sel);
+    s.n_sel                = T(src->n_sel);
+    inner(be)->attention(&b, n_q, n_head, d_head, d_rope, T(q), &s, fmt, T(sink), scale, T(o));
 }
 
 static void s_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                              const struct dsv4_kv_rows *keys, int n_keys, float *score)
 {
-    GATED(indexer_scores(be, n_head, d, q, w, keys, n_keys, score));
+    struct dsv4_backend b = ctx(be);
+    struct dsv4_kv_rows k = rows_of(be, keys);
+    inner(be)->indexer_scores(&b, n_head, d, T(q), T(w), &k, n_keys, T(score));
 }
 
 static void s_indexer_topk(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
                            const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
 {
-    GATED(indexer_topk(be, n_q, p0, n_head, d, q, w, keys, topk, sel, n_sel));
+    struct dsv4_backend b = ctx(be);
+    struct dsv4_kv_rows k = rows_of(be, keys);
+    inner(be)->indexer_topk(&b, n_q, p0, n_head, d, T(q), T(w), &k, topk, T(sel), T(n_sel));
 }
 
 static void s_compress(struct dsv4_backend *be, int ratio, int d, int n, int p0, const float *a, const float *g,
                        const float *ape, float *kv, float *sc, float *out)
 {
-    GATED(compress(be, ratio, d, n, p0, a, g, ape, kv, sc, out));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->compress(&b, ratio, d, n, p0, T(a), T(g), T(ape), T(kv), T(sc), T(out));
 }
 
 static void s_store_rows(struct dsv4_backend *be, enum dsv4_row_fmt fmt, int d, int d_rope, int n, const float *x,
                          int ldx, const struct dsv4_kv_rows *dst, int first, int wrap)
 {
-    GATED(store_rows(be, fmt, d, d_rope, n, x, ldx, dst, first, wrap));
+    struct dsv4_backend b = ctx(be);
+    struct dsv4_kv_rows r = rows_of(be, dst);
+    inner(be)->store_rows(&b, fmt, d, d_rope, n, T(x), ldx, &r, first, wrap);
 }
 
 static void s_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies, float *X)
 {
-    GATED(embed(be, n, tok, table, d, copies, X));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->embed(&b, n, T(tok), T(table), d, copies, T(X));
 }
 
 static void s_scale(struct dsv4_backend *be, size_t n, float *x, double s)
 {
-    GATED(scale(be, n, x, s));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->scale(&b, n, T(x), s);
 }
 
 static void s_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
 {
-    GATED(add_streams(be, n, hc, d, e, X));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->add_streams(&b, n, hc, d, T(e), T(X));
 }
 
 static void s_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,
                      const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale, int *ids,
                      float *weights, float *scratch)
 {
-    GATED(router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, ids, weights, scratch));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->router(&b, n, T(x), gate, T(bias), T(tid2eid), T(tokens), n_exp, n_used, route_scale, T(ids),
+                      T(weights), T(scratch));
 }
 
 static void s_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                      const float *row_w, double limit, float *y, float *scratch)
 {
-    GATED(expert(be, e, n, x, ldx, row_w, limit, y, scratch));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->expert(&b, e, n, T(x), ldx, T(row_w), limit, T(y), T(scratch));
 }
 
 static void s_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
                       const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch)
 {
-    GATED(experts(be, experts, n_exp, n_pairs, grp, x, row_w, limit, y, scratch));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->experts(&b, experts, n_exp, n_pairs, T(grp), T(x), T(row_w), limit, T(y), T(scratch));
 }
 
 static void s_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
                            const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp)
 {
-    GATED(moe_dispatch(be, n, k, n_exp, ids, w, x, d, xe, row_w, pair_of, grp));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->moe_dispatch(&b, n, k, n_exp, T(ids), T(w), T(x), d, T(xe), T(row_w), T(pair_of), T(grp));
 }
 
 static void s_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
                           const float *shared, float *f)
 {
-    GATED(moe_combine(be, n, k, d, pair_of, ye, shared, f));
+    struct dsv4_backend b = ctx(be);
+    inner(be)->moe_combine(&b, n, k, d, T(pair_of), T(ye), T(shared), T(f));
 }
 
 /* Complete by construction: a missing wrapper does not compile (op_list.h). */
@@ -245,14 +297,12 @@ static void strict_free(void *impl, void *buf, size_t bytes)
     dsv4_strict_release(guard_of(impl), buf, bytes);
 }
 
-/* upload, download and copy alike: a memmove with the gate open */
+/* upload, download and copy alike: a memmove in the backend's view */
 static void strict_move(void *impl, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return;
     struct dsv4_strict_mem *g = guard_of(impl);
-    dsv4_strict_open(g);
-    memmove(dst, src, bytes);
-    dsv4_strict_close(g);
+    memmove(dsv4_strict_in(g, dst), dsv4_strict_in(g, src), bytes);
 }
 
 static void strict_sync(void *impl)
@@ -312,11 +362,7 @@ static int strict_prepare_weights(void *impl, struct dsv4_weight_set *ws, const 
 
 static double strict_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps)
 {
-    struct dsv4_strict_mem *g = guard_of(impl);
-    dsv4_strict_open(g);
-    double bw = dsv4_backend_cpu.read_bandwidth(impl, buf, bytes, reps);
-    dsv4_strict_close(g);
-    return bw;
+    return dsv4_backend_cpu.read_bandwidth(impl, dsv4_strict_in(guard_of(impl), buf), bytes, reps);
 }
 
 static void strict_peaks(void *impl, double *f32, double *bf16)

@@ -1,12 +1,12 @@
 /*
- * strict_mem.c - the guarded memory of `cpu-strict` (strict_mem.h): a reserved range, a
- * first-fit allocator over it, and the access gate.
+ * strict_mem.c - the memory of `cpu-strict` (strict_mem.h): an anonymous shared file
+ * (memfd) mapped twice, the host's view without access and the backend's view readable and
+ * writable, and a first-fit allocator over it.
  *
- * Why one range and not an mmap per buffer: the gate then changes the protection of every
- * buffer the backend has in one mprotect call, whatever their number (a session has a step
- * plan, KV state, undo buffers; a server pool has slots, pages and snapshots). The free list
- * is a fixed array made at create, so neither alloc nor free calls malloc (the allocation
- * guard of the tests watches malloc while decoding).
+ * The free list is a fixed array made at create, so neither alloc nor free calls malloc
+ * (the allocation guard of the tests watches malloc while decoding). Free space is always
+ * zero: the file starts sparse, and release punches the block's pages out of it, which
+ * gives the memory back and reads as zeros afterwards.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,214 +19,155 @@
 
 enum { MAX_EXTENTS = 1 << 14 };
 
-/* The gate changes whole 2 MiB pages (transparent huge pages, asked for with MADV_HUGEPAGE):
- * mprotect's cost grows with the page-table entries it rewrites, so on 4 KiB pages a gate
- * over 128 MiB took 5 ms a transition, on huge pages about 25 us whatever the size. The gate's
- * range ends on a huge-page boundary so that no transition splits one. */
-#define HUGE_PAGE ((size_t)2 << 20)
-
 struct extent {
     size_t off, len;
 };
 
-struct dsv4_strict_mem {
+struct strict_alloc {
     pthread_mutex_t mu;
-    void           *map;      /* the mapping (map_len bytes); base is its first huge page */
-    size_t          map_len;
-    uint8_t        *base;
-    size_t          reserve;  /* bytes of address space */
-    size_t          high;     /* every block lies below: the part the gate changes */
-    size_t          used;     /* bytes handed out now */
+    size_t          high;  /* every block lies below */
+    size_t          used;  /* bytes handed out now */
     size_t          page;
-    int             depth;    /* opens not yet closed, over all threads */
-    uint64_t        transitions;
-    struct extent  *ext;      /* free extents below high, by address, never adjacent */
+    struct extent   ext[MAX_EXTENTS]; /* free extents below high, by address, never adjacent */
     int             n_ext;
 };
 
-/* A protection change the backend cannot go on without: memory it must reach would stay
- * out of reach (or open to stray reads), so this is a broken invariant, not an error. */
-static void protect(uint8_t *p, size_t n, int prot)
+/* Maps the file twice; false when the system refuses views of `reserve` bytes. */
+static bool map_views(struct dsv4_strict_mem *g, int fd, size_t reserve)
 {
-    if (!n) return;
-    int rc = mprotect(p, n, prot);
-    DSV4_ASSERT(rc == 0);
-}
-
-/* The part of the range the gate opens and closes: every block, to a huge-page boundary. */
-static size_t gate_len(const struct dsv4_strict_mem *g)
-{
-    size_t n = (g->high + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    return n < g->reserve ? n : g->reserve;
+    if (ftruncate(fd, (off_t)reserve) != 0) return false;
+    void *host = mmap(NULL, reserve, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (host == MAP_FAILED) return false;
+    void *own = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (own == MAP_FAILED) {
+        munmap(host, reserve);
+        return false;
+    }
+    g->host    = host;
+    g->own     = own;
+    g->reserve = reserve;
+    return true;
 }
 
 int dsv4_strict_mem_create(struct dsv4_strict_mem **out, size_t reserve, struct dsv4_err *err)
 {
     *out                     = NULL;
     struct dsv4_strict_mem *g = calloc(1, sizeof(*g));
-    if (g) g->ext = malloc(sizeof(*g->ext) * MAX_EXTENTS);
-    if (!g || !g->ext) {
+    struct strict_alloc    *a = calloc(1, sizeof(*a));
+    if (!g || !a) {
         free(g);
+        free(a);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     }
-    g->page = (size_t)sysconf(_SC_PAGESIZE);
-    void *map = MAP_FAILED;
-    for (; reserve >= ((size_t)1 << 30); reserve /= 2) {
-        map = mmap(NULL, reserve + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (map != MAP_FAILED) break;
-    }
-    if (map == MAP_FAILED) {
-        free(g->ext);
+    int  fd = memfd_create("dsv4-strict", MFD_CLOEXEC);
+    bool ok = false;
+    for (; fd >= 0 && !ok && reserve >= ((size_t)1 << 30); reserve /= 2) ok = map_views(g, fd, reserve);
+    int e = errno;
+    if (fd >= 0) close(fd); /* the mappings keep the file */
+    if (!ok) {
         free(g);
-        return dsv4_err_set(err, DSV4_ENOMEM, "cannot reserve address space for the strict backend's memory: %s",
-                            strerror(errno));
+        free(a);
+        return dsv4_err_set(err, DSV4_ENOMEM, "cannot map the strict backend's memory: %s", strerror(e));
     }
-    g->map     = map;
-    g->map_len = reserve + HUGE_PAGE;
-    g->base    = (uint8_t *)(((uintptr_t)map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    g->reserve = reserve;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(g->base, reserve, MADV_HUGEPAGE); /* where THP is off, transitions cost more */
-#endif
-    pthread_mutex_init(&g->mu, NULL);
-    *out = g;
+    a->page  = (size_t)sysconf(_SC_PAGESIZE);
+    pthread_mutex_init(&a->mu, NULL);
+    g->alloc = a;
+    *out     = g;
     return DSV4_OK;
 }
 
 void dsv4_strict_mem_free(struct dsv4_strict_mem *g)
 {
     if (!g) return;
-    munmap(g->map, g->map_len);
-    pthread_mutex_destroy(&g->mu);
-    free(g->ext);
+    struct strict_alloc *a = g->alloc;
+    munmap(g->host, g->reserve);
+    munmap(g->own, g->reserve);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
     free(g);
 }
 
 /* Takes n bytes (a page multiple) from the first free extent that holds them, else from the
  * top; returns the offset, or (size_t)-1 when the range is full. */
-static size_t take(struct dsv4_strict_mem *g, size_t n)
+static size_t take(struct strict_alloc *a, size_t reserve, size_t n)
 {
-    for (int i = 0; i < g->n_ext; i++) {
-        struct extent *e = &g->ext[i];
+    for (int i = 0; i < a->n_ext; i++) {
+        struct extent *e = &a->ext[i];
         if (e->len < n) continue;
         size_t off = e->off;
         e->off += n;
         e->len -= n;
         if (!e->len) {
-            memmove(e, e + 1, sizeof(*e) * (size_t)(g->n_ext - i - 1));
-            g->n_ext--;
+            memmove(e, e + 1, sizeof(*e) * (size_t)(a->n_ext - i - 1));
+            a->n_ext--;
         }
         return off;
     }
-    if (g->reserve - g->high < n) return (size_t)-1;
-    g->high += n;
-    return g->high - n;
+    if (reserve - a->high < n) return (size_t)-1;
+    a->high += n;
+    return a->high - n;
+}
+
+static size_t pages(const struct strict_alloc *a, size_t bytes)
+{
+    size_t n = (bytes + a->page - 1) / a->page * a->page;
+    return n ? n : a->page;
 }
 
 void *dsv4_strict_alloc(struct dsv4_strict_mem *g, size_t bytes)
 {
-    size_t n = (bytes + g->page - 1) / g->page * g->page;
-    if (!n) n = g->page;
-    pthread_mutex_lock(&g->mu);
-    size_t off = take(g, n);
-    if (off != (size_t)-1) g->used += n;
-    pthread_mutex_unlock(&g->mu);
-    /* zero already: every free byte of the range is (never touched, or zeroed at release).
-     * Not touched here, unlike the CPU's alloc: a page nothing writes is never committed, and
-     * every transition of the gate costs in proportion to the committed pages. */
-    return off == (size_t)-1 ? NULL : g->base + off;
+    struct strict_alloc *a = g->alloc;
+    size_t               n = pages(a, bytes);
+    pthread_mutex_lock(&a->mu);
+    size_t off = take(a, g->reserve, n);
+    if (off != (size_t)-1) a->used += n;
+    pthread_mutex_unlock(&a->mu);
+    /* zero already (free space is); committed when an op first writes it */
+    return off == (size_t)-1 ? NULL : g->host + off;
 }
 
 /* Puts [off, off + n) back into the sorted list, merged with the extents it touches. */
-static void give_back(struct dsv4_strict_mem *g, size_t off, size_t n)
+static void give_back(struct strict_alloc *a, size_t off, size_t n)
 {
     int i = 0;
-    while (i < g->n_ext && g->ext[i].off < off) i++;
-    bool prev = i > 0 && g->ext[i - 1].off + g->ext[i - 1].len == off;
-    bool next = i < g->n_ext && off + n == g->ext[i].off;
+    while (i < a->n_ext && a->ext[i].off < off) i++;
+    bool prev = i > 0 && a->ext[i - 1].off + a->ext[i - 1].len == off;
+    bool next = i < a->n_ext && off + n == a->ext[i].off;
     if (prev && next) {
-        g->ext[i - 1].len += n + g->ext[i].len;
-        memmove(&g->ext[i], &g->ext[i + 1], sizeof(*g->ext) * (size_t)(g->n_ext - i - 1));
-        g->n_ext--;
+        a->ext[i - 1].len += n + a->ext[i].len;
+        memmove(&a->ext[i], &a->ext[i + 1], sizeof(*a->ext) * (size_t)(a->n_ext - i - 1));
+        a->n_ext--;
     } else if (prev) {
-        g->ext[i - 1].len += n;
+        a->ext[i - 1].len += n;
     } else if (next) {
-        g->ext[i].off = off;
-        g->ext[i].len += n;
-    } else if (g->n_ext < MAX_EXTENTS) {
-        memmove(&g->ext[i + 1], &g->ext[i], sizeof(*g->ext) * (size_t)(g->n_ext - i));
-        g->ext[i] = (struct extent){ off, n };
-        g->n_ext++;
+        a->ext[i].off = off;
+        a->ext[i].len += n;
+    } else if (a->n_ext < MAX_EXTENTS) {
+        memmove(&a->ext[i + 1], &a->ext[i], sizeof(*a->ext) * (size_t)(a->n_ext - i));
+        a->ext[i] = (struct extent){ off, n };
+        a->n_ext++;
     } /* else: the list is full and these pages stay unused (their memory is given back) */
-}
-
-/* Zeroes [p, p + n), below high: the whole huge pages inside go back to the system (advice on
- * part of one would split it), the edges are written, through the gate. Keeps every free byte
- * of the range zero. Called with the mutex held. */
-static void zero_block(struct dsv4_strict_mem *g, uint8_t *p, size_t n)
-{
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    uint8_t *b = (uint8_t *)(((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1));
-    if (b <= a) a = b = p + n; /* no whole huge page inside: write it all */
-    if (!g->depth) protect(g->base, gate_len(g), PROT_READ | PROT_WRITE);
-    memset(p, 0, (size_t)(a - p));
-    memset(b, 0, (size_t)(p + n - b));
-    if (!g->depth) protect(g->base, gate_len(g), PROT_NONE);
-    if (b > a) (void)madvise(a, (size_t)(b - a), MADV_DONTNEED);
 }
 
 void dsv4_strict_release(struct dsv4_strict_mem *g, void *p, size_t bytes)
 {
     if (!p) return;
-    size_t n = (bytes + g->page - 1) / g->page * g->page, off = (size_t)((uint8_t *)p - g->base);
-    if (!n) n = g->page;
-    DSV4_ASSERT(dsv4_strict_owns(g, p) && off % g->page == 0 && off + n <= g->high);
-    pthread_mutex_lock(&g->mu);
-    zero_block(g, p, n);
-    give_back(g, off, n);
-    g->used -= n;
-    pthread_mutex_unlock(&g->mu);
-}
-
-void dsv4_strict_open(struct dsv4_strict_mem *g)
-{
-    pthread_mutex_lock(&g->mu);
-    if (g->depth++ == 0) {
-        protect(g->base, gate_len(g), PROT_READ | PROT_WRITE);
-        g->transitions++;
-    }
-    pthread_mutex_unlock(&g->mu);
-}
-
-void dsv4_strict_close(struct dsv4_strict_mem *g)
-{
-    pthread_mutex_lock(&g->mu);
-    DSV4_ASSERT(g->depth > 0);
-    if (--g->depth == 0) {
-        protect(g->base, gate_len(g), PROT_NONE);
-        g->transitions++;
-    }
-    pthread_mutex_unlock(&g->mu);
-}
-
-bool dsv4_strict_owns(const struct dsv4_strict_mem *g, const void *p)
-{
-    const uint8_t *b = p;
-    return g && b >= g->base && b < g->base + g->reserve;
-}
-
-uint64_t dsv4_strict_transitions(struct dsv4_strict_mem *g)
-{
-    pthread_mutex_lock(&g->mu);
-    uint64_t n = g->transitions;
-    pthread_mutex_unlock(&g->mu);
-    return n;
+    struct strict_alloc *a = g->alloc;
+    size_t n = pages(a, bytes), off = (size_t)((uint8_t *)p - g->host);
+    DSV4_ASSERT(dsv4_strict_owns(g, p) && off % a->page == 0 && off + n <= a->high);
+    /* the pages leave the file: memory back to the system, zeros when next read */
+    if (madvise(g->own + off, n, MADV_REMOVE) != 0) memset(g->own + off, 0, n);
+    pthread_mutex_lock(&a->mu);
+    give_back(a, off, n);
+    a->used -= n;
+    pthread_mutex_unlock(&a->mu);
 }
 
 void dsv4_strict_usage(struct dsv4_strict_mem *g, size_t *reserved, size_t *used)
 {
-    pthread_mutex_lock(&g->mu);
+    struct strict_alloc *a = g->alloc;
+    pthread_mutex_lock(&a->mu);
     *reserved = g->reserve;
-    *used     = g->used;
-    pthread_mutex_unlock(&g->mu);
+    *used     = a->used;
+    pthread_mutex_unlock(&a->mu);
 }

@@ -1,14 +1,15 @@
 /*
  * strict_mem.h - memory the host cannot peek into, for the `cpu-strict` backend
- * (cpu_strict.c): one reserved range of address space, kept without access (PROT_NONE)
- * except while the backend itself touches it (an op, upload, download or copy), so that a
- * stray host read or write of a backend buffer faults instead of passing.
+ * (cpu_strict.c): one reserved range of shared memory mapped twice. The addresses the
+ * backend hands out (alloc) lie in the host's view, which has no access at all
+ * (PROT_NONE), so a stray host read or write of a backend buffer faults instead of passing.
+ * The backend's own code (its ops, upload, download, copy) reaches the same bytes through a
+ * second, readable and writable view at a fixed distance: dsv4_strict_in translates.
  *
- * Blocks are handed out page-aligned from the range by a first-fit allocator that coalesces
- * on free. Access is a gate: dsv4_strict_open / dsv4_strict_close nest (ops call ops) and
- * may run on several threads at once (server workers, scheduler threads); the first open
- * makes [base, high-water) readable and writable in one mprotect, the last close takes it
- * back in one more. Each transition is a system call, counted for the cost figures.
+ * Why two views and not mprotect around each op: an mprotect is a system call and a TLB
+ * flush; measured on this project's machine, about 20 us a transition, two per op, which
+ * made a tiny model's decode step 10 to 20 times slower. A translation costs an add.
+ * Blocks are handed out page-aligned by a first-fit allocator that coalesces on free.
  */
 #ifndef DSV4_STRICT_MEM_H
 #define DSV4_STRICT_MEM_H
@@ -19,29 +20,38 @@
 
 #include "core/core.h"
 
-struct dsv4_strict_mem;
+struct dsv4_strict_mem {
+    uint8_t *host;    /* the host's view: PROT_NONE, what alloc hands out */
+    uint8_t *own;     /* the backend's view of the same bytes: read and write */
+    size_t   reserve; /* bytes of each view */
+    void    *alloc;   /* the allocator's state (strict_mem.c) */
+};
 
-/* Reserves `reserve` bytes of address space (no memory is committed: MAP_NORESERVE), or less
+/* Reserves `reserve` bytes of shared memory (nothing is committed until written), or less
  * when the system refuses that much (halving down to 1 GiB: valgrind, ulimit -v). */
 int  dsv4_strict_mem_create(struct dsv4_strict_mem **out, size_t reserve, struct dsv4_err *err);
 void dsv4_strict_mem_free(struct dsv4_strict_mem *g);
 
-/* bytes, zero-filled, page-aligned, without access outside the gate; NULL when the range is
- * full. Pages are committed when an op first writes them. Release zeroes the block (whole
- * huge pages go back to the system; the range stays reserved). */
+/* bytes, zero-filled, page-aligned, in the host's view (no access there); NULL when the
+ * range is full. Release gives the pages back to the system (the range stays reserved). */
 void *dsv4_strict_alloc(struct dsv4_strict_mem *g, size_t bytes);
 void  dsv4_strict_release(struct dsv4_strict_mem *g, void *p, size_t bytes);
 
-/* The gate: open before the backend touches its memory, close after; nests and is thread
- * safe (a mutex over the count, access given on 0 -> 1 and taken on 1 -> 0). */
-void dsv4_strict_open(struct dsv4_strict_mem *g);
-void dsv4_strict_close(struct dsv4_strict_mem *g);
+/* Whether p lies in the host's view. */
+static inline bool dsv4_strict_owns(const struct dsv4_strict_mem *g, const void *p)
+{
+    const uint8_t *b = p;
+    return g && b >= g->host && b < g->host + g->reserve;
+}
 
-/* Whether p lies in the reserved range. */
-bool     dsv4_strict_owns(const struct dsv4_strict_mem *g, const void *p);
-/* The mprotect calls made so far (two per outermost open/close pair). */
-uint64_t dsv4_strict_transitions(struct dsv4_strict_mem *g);
+/* The backend's address of p: the same byte in its own view when p is in the host's view,
+ * p itself otherwise (host arrays, the mapped checkpoint, an address already translated). */
+static inline void *dsv4_strict_in(const struct dsv4_strict_mem *g, const void *p)
+{
+    return dsv4_strict_owns(g, p) ? g->own + ((const uint8_t *)p - g->host) : (void *)(uintptr_t)p;
+}
+
 /* Bytes reserved and bytes handed out now. */
-void     dsv4_strict_usage(struct dsv4_strict_mem *g, size_t *reserved, size_t *used);
+void dsv4_strict_usage(struct dsv4_strict_mem *g, size_t *reserved, size_t *used);
 
 #endif /* DSV4_STRICT_MEM_H */
