@@ -117,7 +117,7 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     be->ops->rmsnorm(be, R, c->q_lora_rank, S->qr, c->q_lora_rank, L->q_norm, c->norm_eps, S->qr, c->q_lora_rank);
     for (int s = 0; s < S->n_seqs; s++)
         dsv4_dump_dev(S, "qr", il, s, S->seq_pos0[s], S->seq_n[s], c->q_lora_rank,
-                  S->qr + (size_t)S->seq_row0[s] * (size_t)c->q_lora_rank);
+                      S->qr + (size_t)S->seq_row0[s] * (size_t)c->q_lora_rank);
     be->ops->linear(be, &L->wq_b, R, S->qr, c->q_lora_rank, S->q, HD, act, DSV4_OUT_BF16);
     be->ops->head_rms(be, R, H, D, S->q, c->norm_eps);
     be->ops->rope(be, R, H, D, S->q, S->pos, rope, false);
@@ -153,5 +153,5 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     be->ops->linear(be, &L->wo_b, R, S->z, G * gout, S->f, c->d_model, act, DSV4_OUT_BF16);
     for (int s = 0; s < S->n_seqs; s++)
         dsv4_dump_dev(S, "attn_out", il, s, S->seq_pos0[s], S->seq_n[s], c->d_model,
-                  S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
+                      S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
 }
