@@ -151,12 +151,19 @@ endif
 # be installed are reported as skipped with the command that installs it.
 # TEST_GROUPS="a b": run only these groups (default: all). TEST_FLAGS=--strict (CI): a test
 # skipped for a missing dependency is a failure. NO_INSTALL=1: install nothing.
+# Then STRICT_GROUPS run again on cpu-strict (run_tests --backend), the backend whose memory
+# faults on any host access (docs/BACKENDS.md): by default the groups that
+# run the model, only when TEST_GROUPS is not given; STRICT_GROUPS= skips the pass.
 TEST_FLAGS ?=
+STRICT_GROUPS ?= $(if $(TEST_GROUPS),,forward spec kv sched server)
 test:
 	@tools/install_deps.sh test
 	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) $(BUILD)/run_tests $(FUZZ_REPLAY)
 	@tools/install_deps.sh npm $(BUILD)/run_tests
 	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) $(TEST_GROUPS)
+ifneq ($(strip $(STRICT_GROUPS)),)
+	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) --backend cpu-strict $(STRICT_GROUPS)
+endif
 
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
 
@@ -213,6 +220,12 @@ valgrind: $(BIN)
 	  DSV4_CPU=$$lvl valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a \
 	    --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin || exit 1; \
 	done
+# cpu-strict (memory the host cannot access): the same logits, bit for bit
+	DSV4_CPU=$(firstword $(VG_LEVELS)) valgrind -q --error-exitcode=9 --leak-check=full ./$(BIN) logits -m $(BUILD)/vg/tiny-a --backend cpu-strict \
+	  --tokens $(VG_TOKENS) --chunk 7 --mtp-out $(BUILD)/vg/mtp-strict.bin --out $(BUILD)/vg/logits-strict.bin
+	DSV4_CPU=$(firstword $(VG_LEVELS)) ./$(BIN) logits -m $(BUILD)/vg/tiny-a --tokens $(VG_TOKENS) --chunk 7 \
+	  --mtp-out $(BUILD)/vg/mtp.bin --out $(BUILD)/vg/logits.bin
+	cmp $(BUILD)/vg/logits.bin $(BUILD)/vg/logits-strict.bin && cmp $(BUILD)/vg/mtp.bin $(BUILD)/vg/mtp-strict.bin
 	@echo "valgrind: no errors"
 
 # Golden fixtures: `dsv4 gen` checkpoints in a temporary directory, run through the Python

@@ -1,7 +1,11 @@
 /*
  * run_tests.c - the test runner behind `make test`.
  *
- *   run_tests [--strict] [GROUP...]   run every group, or only these (GROUP/TEST: one test)
+ *   run_tests [--strict] [--backend B] [GROUP...]
+ *                                     run every group, or only these (GROUP/TEST: one test);
+ *                                     --backend: the engines the tests open run on B
+ *                                     (test_backend in test.h; `make test` runs a pass of
+ *                                     the model groups on cpu-strict)
  *   run_tests --list                  list groups and tests, with what each needs here
  *   run_tests --missing               the npm directories whose packages are missing or
  *                                     stale, one per line (tests/install_deps.sh reads it)
@@ -19,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "test.h"
 #include "test_cases.h"
 
@@ -126,10 +131,22 @@ int main(int argc, char **argv)
     int    n_sel  = argc - 1;
     if (argc > 1 && strcmp(argv[1], "--list") == 0) return list_tests();
     if (argc > 1 && strcmp(argv[1], "--missing") == 0) return list_missing();
-    if (n_sel > 0 && strcmp(sel[0], "--strict") == 0) {
-        strict = true;
-        sel++;
-        n_sel--;
+    while (n_sel > 0 && (!strcmp(sel[0], "--strict") || !strcmp(sel[0], "--backend"))) {
+        if (!strcmp(sel[0], "--strict")) {
+            strict = true;
+            sel++;
+            n_sel--;
+            continue;
+        }
+        if (n_sel < 2 || !dsv4_backend_find(sel[1])) {
+            char names[256];
+            dsv4_backend_list(names, sizeof(names));
+            fprintf(stderr, "run_tests: --backend takes one of: %s\n", names);
+            return 2;
+        }
+        test_backend = sel[1];
+        sel += 2;
+        n_sel -= 2;
     }
     for (int i = 0; i < n_sel; i++) {
         bool known = false;
@@ -191,6 +208,7 @@ int main(int argc, char **argv)
     if (strict && skipped_missing)
         printf("run_tests --strict: %d test%s skipped for a missing dependency or ran no check: CI must run them all\n",
                skipped_missing, skipped_missing == 1 ? "" : "s");
-    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("%d passed, %d failed, %d skipped%s%s\n", passed, failed, skipped, test_backend ? " on backend " : "",
+           test_backend ? test_backend : "");
     return failed || (strict && skipped_missing) ? 1 : 0;
 }

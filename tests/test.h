@@ -87,6 +87,17 @@ static inline float test_rand_f32(unsigned long long *s) /* uniform in [-1, 1) *
     return (float)((double)(test_rand_u64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* The backend `run_tests --backend NAME` names (NULL: the build's default), which every engine
+ * a test opens through test_engine_params and every `dsv4` process the server tests start
+ * (test_backend_arg) runs on. Tests about one backend (cpu against cpu-staged, the transfer
+ * counts) name theirs and ignore it. */
+extern const char *test_backend;
+struct dsv4_engine_params;
+/* dsv4_engine_params_default, then the backend of the run. */
+void        test_engine_params(struct dsv4_engine_params *ep);
+/* " --backend NAME" for a dsv4 command line, or "" on the default backend. */
+const char *test_backend_arg(void);
+
 /* Helpers shared by tests (tests/test_util.c). */
 int  test_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file; returns malloc'd buffer or NULL. */

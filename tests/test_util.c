@@ -6,7 +6,24 @@
 #include <sys/wait.h>
 
 #include "backend/cpu/cpu.h"
+#include "dsv4.h"
 #include "test.h"
+
+const char *test_backend;
+
+void test_engine_params(struct dsv4_engine_params *ep)
+{
+    dsv4_engine_params_default(ep);
+    if (test_backend) ep->backend = test_backend;
+}
+
+const char *test_backend_arg(void)
+{
+    static char arg[128];
+    if (!test_backend) return "";
+    snprintf(arg, sizeof(arg), " --backend %s", test_backend);
+    return arg;
+}
 
 int test_write_file(const char *path, const void *data, size_t n)
 {

@@ -372,7 +372,10 @@ int cmd_align(int argc, char **argv)
         fprintf(stderr, "dsv4 align: %s\n", err.msg);
         goto done;
     }
-    dsv4_session_set_dump(s, (struct dsv4_dump_sink){ sink, &A });
+    if (dsv4_session_set_dump(s, (struct dsv4_dump_sink){ sink, &A }, &err)) {
+        fprintf(stderr, "dsv4 align: %s\n", err.msg);
+        goto done;
+    }
     /* logits of every position (the dump has them all), MTP logits when the dump has them */
     lg = malloc(sizeof(float) * (size_t)T * (size_t)m->cfg.vocab_size);
     ml = sp.mtp ? malloc(sizeof(float) * (size_t)T * (size_t)m->cfg.vocab_size) : NULL;

@@ -435,12 +435,14 @@ static int decode_steps(struct bench_run *R, int ctx, int B, double *t_total, do
                                                 .logits = R->lg + (size_t)b * (size_t)c->vocab_size };
         }
         memset(R->rl.used, 0, (size_t)(c->n_layer + 1) * (size_t)c->n_exp);
-        R->S.dump = (struct dsv4_dump_sink){ route_sink, &R->rl };
+        /* the sink's buffer (a backend that is not host-visible) is made at the first step */
+        int rc = dsv4_step_set_dump(&R->S, (struct dsv4_dump_sink){ route_sink, &R->rl }, err);
+        if (rc) return rc;
         double t1 = cli_now();
-        int    rc = dsv4_forward(R->m, &R->S, R->fs, B, err);
+        rc        = dsv4_forward(R->m, &R->S, R->fs, B, err);
         if (rc) return rc;
         *t_total += cli_now() - t1;
-        R->S.dump    = (struct dsv4_dump_sink){ NULL, NULL };
+        dsv4_step_set_dump(&R->S, (struct dsv4_dump_sink){ NULL, NULL }, err);
         double bytes = R->trunk;
         for (int il = 0; il < c->n_layer; il++) {
             int u = 0;
@@ -469,9 +471,9 @@ static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double p
     for (int bi = 0; bi < o->n_batch; bi++) {
         int B = o->batches[bi];
         for (int b = 1; b < B; b++) {
-            /* copy the frontier state (one allocation per sequence, same layout) */
-            memcpy(R->sts[b].mem, R->sts[0].mem, R->sts[0].mem_bytes);
-            R->sts[b].pos = R->sts[0].pos;
+            /* copy the frontier state (one allocation per sequence, same layout), through
+             * the backend's copy: the state is its memory */
+            dsv4_seq_state_copy(&R->sts[b], &R->sts[0]);
         }
         double t_total = 0, bytes_total = 0, bw_before = bandwidth(R, 3);
         int    rc = decode_steps(R, ctx, B, &t_total, &bytes_total, err);

@@ -9,7 +9,8 @@
 
 #include "backend/cpu/cpu.h"
 
-static const struct dsv4_backend_kind *const KINDS[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged };
+static const struct dsv4_backend_kind *const KINDS[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged,
+                                                         &dsv4_backend_cpu_strict };
 enum { N_KINDS = sizeof(KINDS) / sizeof(KINDS[0]) };
 
 const struct dsv4_backend_kind *dsv4_backend_at(int i)

@@ -229,7 +229,7 @@ void dsv4_session_reset(dsv4_session *s)
     s->has_logits = false;
 }
 
-void dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink)
+int dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink, struct dsv4_err *err)
 {
-    s->step.dump = sink;
+    return dsv4_step_set_dump(&s->step, sink, err);
 }

@@ -66,10 +66,13 @@ static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, cons
     if (!S->dump.fn) return;
     for (int s = 0; s < S->n_seqs; s++)
         for (int t = 0; t < S->seq_n[s]; t++) {
+            /* read back: the selection is backend memory */
             float  fsel[4096];
-            int    w = c->idx_topk < 4096 ? c->idx_topk : 4096;
+            int    sel[4096], n_sel, w = c->idx_topk < 4096 ? c->idx_topk : 4096;
             size_t r = (size_t)(S->seq_row0[s] + t);
-            for (int i = 0; i < w; i++) fsel[i] = i < S->n_isel[r] ? (float)S->isel[r * (size_t)c->idx_topk + (size_t)i] : -1.0f;
+            dsv4_dump_read(S, &n_sel, S->n_isel + r, sizeof(int));
+            dsv4_dump_read(S, sel, S->isel + r * (size_t)c->idx_topk, sizeof(int) * (size_t)w);
+            for (int i = 0; i < w; i++) fsel[i] = i < n_sel ? (float)sel[i] : -1.0f;
             dsv4_dump(S, "idx_topk", il, s, S->seq_pos0[s] + t, 1, w, fsel);
         }
 }
@@ -117,8 +120,8 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     be->ops->linear(be, &L->wq_a, R, S->u, c->d_model, S->qr, c->q_lora_rank, act, DSV4_OUT_BF16);
     be->ops->rmsnorm(be, R, c->q_lora_rank, S->qr, c->q_lora_rank, L->q_norm, c->norm_eps, S->qr, c->q_lora_rank);
     for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump(S, "qr", il, s, S->seq_pos0[s], S->seq_n[s], c->q_lora_rank,
-                  S->qr + (size_t)S->seq_row0[s] * (size_t)c->q_lora_rank);
+        dsv4_dump_dev(S, "qr", il, s, S->seq_pos0[s], S->seq_n[s], c->q_lora_rank,
+                      S->qr + (size_t)S->seq_row0[s] * (size_t)c->q_lora_rank);
     be->ops->linear(be, &L->wq_b, R, S->qr, c->q_lora_rank, S->q, HD, act, DSV4_OUT_BF16);
     be->ops->head_rms(be, R, H, D, S->q, c->norm_eps);
     be->ops->rope(be, R, H, D, S->q, S->pos, rope, false);
@@ -129,8 +132,8 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     if (m->row_fmt == DSV4_ROW_FP8) be->ops->fp8_sim(be, R, c->d_nope, D, S->kv, 64);
     for (int s = 0; s < S->n_seqs; s++) {
         int r0 = S->seq_row0[s];
-        dsv4_dump(S, "q", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->q + (size_t)r0 * (size_t)HD);
-        dsv4_dump(S, "kv", il, s, S->seq_pos0[s], S->seq_n[s], D, S->kv + (size_t)r0 * (size_t)D);
+        dsv4_dump_dev(S, "q", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->q + (size_t)r0 * (size_t)HD);
+        dsv4_dump_dev(S, "kv", il, s, S->seq_pos0[s], S->seq_n[s], D, S->kv + (size_t)r0 * (size_t)D);
     }
     /* compressed rows (and indexer keys) of the completed blocks, then the indexer queries */
     if (L->has_indexer) {
@@ -142,7 +145,7 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     /* undo the query-position rotation of the output, then the grouped output projection */
     be->ops->rope(be, R, H, D, S->o, S->pos, rope, true);
     for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump(S, "o", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->o + (size_t)S->seq_row0[s] * (size_t)HD);
+        dsv4_dump_dev(S, "o", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->o + (size_t)S->seq_row0[s] * (size_t)HD);
     int G = c->o_groups, gin = HD / G, gout = c->o_lora_rank;
     for (int g = 0; g < G; g++) {
         struct dsv4_linear wa = L->wo_a;
@@ -153,6 +156,6 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     }
     be->ops->linear(be, &L->wo_b, R, S->z, G * gout, S->f, c->d_model, act, DSV4_OUT_BF16);
     for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump(S, "attn_out", il, s, S->seq_pos0[s], S->seq_n[s], c->d_model,
-                  S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
+        dsv4_dump_dev(S, "attn_out", il, s, S->seq_pos0[s], S->seq_n[s], c->d_model,
+                      S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
 }

@@ -29,7 +29,7 @@ static void dump_blocks(struct dsv4_step *S, bool is_indexer, int r, int d, int 
     for (int s = 0; s < S->n_seqs; s++) {
         int j0 = S->seq_pos0[s] / r, j1 = (S->seq_pos0[s] + S->seq_n[s]) / r;
         for (int j = j0; j < j1; j++, row++)
-            dsv4_dump(S, is_indexer ? "idx_keys" : "comp", il, s, j, 1, d, S->crows + (size_t)row * (size_t)d);
+            dsv4_dump_dev(S, is_indexer ? "idx_keys" : "comp", il, s, j, 1, d, S->crows + (size_t)row * (size_t)d);
     }
 }
 

@@ -20,8 +20,8 @@ static void dump_rows(struct dsv4_step *S, const char *stage, int il, const floa
 {
     if (!S->dump.fn) return;
     for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump(S, stage, il, s, S->seq_pos0[s], S->seq_n[s], width,
-                  data + (size_t)S->seq_row0[s] * (size_t)width);
+        dsv4_dump_dev(S, stage, il, s, S->seq_pos0[s], S->seq_n[s], width,
+                      data + (size_t)S->seq_row0[s] * (size_t)width);
 }
 
 /* n floats from one backend buffer to another. */
@@ -78,7 +78,7 @@ static void head(const struct dsv4_model *m, struct dsv4_step *S, const float *X
     struct dsv4_backend      *be = &S->be;
     be->ops->hc_head(be, n, c->hc, c->d_model, X, fn, scale, base, c->norm_eps, c->hc_eps, S->hid);
     be->ops->rmsnorm(be, n, c->d_model, S->hid, c->d_model, norm, c->norm_eps, S->hid, c->d_model);
-    dsv4_dump(S, "final_hidden", il, seq, pos, n, c->d_model, S->hid);
+    dsv4_dump_dev(S, "final_hidden", il, seq, pos, n, c->d_model, S->hid);
     float *y = S->logits_dev ? S->logits_dev : logits;
     be->ops->linear(be, &m->w.head, n, S->hid, c->d_model, y, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
     if (S->logits_dev) download_logits(m, logits, y, (size_t)n * (size_t)c->vocab_size);
@@ -120,7 +120,7 @@ static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const fl
                 const struct dsv4_fwd_seq *q = &S->seqs[i];
                 if (!q->n_logits) continue;
                 int pos = S->seq_pos0[i] + q->n - q->n_logits;
-                dsv4_dump(S, "final_hidden", -1, i, pos, q->n_logits, c->d_model, S->hid + (size_t)r * d);
+                dsv4_dump_dev(S, "final_hidden", -1, i, pos, q->n_logits, c->d_model, S->hid + (size_t)r * d);
                 dsv4_dump(S, "logits", -1, i, pos, q->n_logits, c->vocab_size, q->logits);
                 r += q->n_logits;
             }

@@ -20,11 +20,14 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
     if (S->dump.fn)
         for (int s = 0; s < S->n_seqs; s++)
             for (int t = 0; t < S->seq_n[s]; t++) {
-                int   r = S->seq_row0[s] + t;
-                float fid[64];
-                for (int i = 0; i < k && i < 64; i++) fid[i] = (float)S->ids[r * k + i];
-                dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, k, fid);
-                dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, k, S->rw + (size_t)r * (size_t)k);
+                /* read back: the routing is backend memory */
+                int   r = S->seq_row0[s] + t, ids[64], kk = k < 64 ? k : 64;
+                float fid[64], w[64];
+                dsv4_dump_read(S, ids, S->ids + (size_t)r * (size_t)k, sizeof(int) * (size_t)kk);
+                dsv4_dump_read(S, w, S->rw + (size_t)r * (size_t)k, sizeof(float) * (size_t)kk);
+                for (int i = 0; i < kk; i++) fid[i] = (float)ids[i];
+                dsv4_dump(S, "router_ids", L->il, s, S->seq_pos0[s] + t, 1, kk, fid);
+                dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, kk, w);
             }
     /* the group table stays on the backend: `experts` reads the count, the host never does */
     be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);

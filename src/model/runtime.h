@@ -115,6 +115,9 @@ struct dsv4_step {
     struct dsv4_step_desc desc;          /* the step's descriptor (dsv4_step_describe) */
     struct dsv4_backend be;
     struct dsv4_dump_sink dump;
+    float *dump_host;          /* [dump_floats] dumped rows downloaded from a backend that is
+                                  not host-visible (dump.c), NULL otherwise */
+    size_t dump_floats;
     const struct dsv4_model *m; /* whose backend owns dev */
     void  *dev, *host;
     size_t dev_bytes, host_bytes;
@@ -201,7 +204,7 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
 
 /* engine.c internals for tools that look inside (dsv4 align, tests). */
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
-void                     dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink);
+int                      dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink, struct dsv4_err *err);
 
 /* KV memory from the model's backend. */
 static inline struct dsv4_kv_mem dsv4_model_kv_mem(const struct dsv4_model *m)
@@ -214,10 +217,22 @@ static inline const struct dsv4_rope_table *dsv4_layer_rope(const struct dsv4_mo
     return ratio ? &m->rope_comp : &m->rope_swa;
 }
 
+/* A stage dump of host data (logits in the caller's buffer, values the host built). */
 static inline void dsv4_dump(struct dsv4_step *S, const char *stage, int il, int seq, int pos, int n, int width,
                              const float *data)
 {
     if (S->dump.fn) S->dump.fn(S->dump.ud, stage, il, seq, pos, n, width, data);
 }
+
+/* dump.c: sets the step's sink; on a backend that is not host-visible also allocates the host
+ * buffer the dumped rows are downloaded into (DSV4_ENOMEM: no sink then). */
+int  dsv4_step_set_dump(struct dsv4_step *S, struct dsv4_dump_sink sink, struct dsv4_err *err);
+/* A stage dump of rows in backend memory (a step buffer): in place on a host-visible backend,
+ * else through download into the step's dump buffer. */
+void dsv4_dump_dev(struct dsv4_step *S, const char *stage, int il, int seq, int pos, int n, int width,
+                   const float *data);
+/* bytes of backend memory to a host buffer, for what a dump derives on the host (router ids,
+ * the indexer's selection): download and sync, whatever the backend. */
+void dsv4_dump_read(struct dsv4_step *S, void *dst, const void *src, size_t bytes);
 
 #endif

@@ -179,5 +179,6 @@ void dsv4_step_free(struct dsv4_step *s)
 {
     if (s->dev) s->m->backend->free(s->m->backend_impl, s->dev, s->dev_bytes);
     free(s->host);
+    free(s->dump_host);
     memset(s, 0, sizeof(*s));
 }

@@ -72,6 +72,43 @@ static float *run_chunked(struct test_ctx *t, dsv4_engine *e, const int32_t *tok
     return lg;
 }
 
+/* Logits and MTP logits on a backend that is not host-visible (kind) are those of e (cpu),
+ * bit for bit. The RoPE tables reach it through each_tensor: cpu reads the model's in place,
+ * kind gave rope its own copies (read back through download: cpu-strict's cannot be read in
+ * place). */
+static void device_path_same_bits(struct test_ctx *t, dsv4_engine *e, const char *dir, const char *preset,
+                                  const char *kind, const int32_t *toks, int T, const float *ref, const float *ref_mtp)
+{
+    struct dsv4_engine_params ep;
+    struct dsv4_err           err;
+    dsv4_engine_params_default(&ep);
+    ep.backend = kind;
+    dsv4_engine *es;
+    if (dsv4_engine_open(&es, dir, &ep, &err) != DSV4_OK) {
+        CHECKF(0, "open %s: %s", kind, err.msg);
+        return;
+    }
+    const struct dsv4_model *mc = dsv4_engine_model(e), *ms = dsv4_engine_model(es);
+    size_t V = (size_t)mc->cfg.vocab_size, half = sizeof(float) * (size_t)(ms->cfg.d_rope / 2);
+    float *mtp = NULL, *lg = run_chunked(t, es, toks, T, 7, &mtp);
+    CHECKF(lg && memcmp(lg, ref, (size_t)T * V * sizeof(float)) == 0, "%s: %s logits differ", preset, kind);
+    CHECKF(mtp && memcmp(mtp, ref_mtp, (size_t)(T - 1) * V * sizeof(float)) == 0, "%s: %s MTP logits differ", preset,
+           kind);
+    CHECK(mc->rope_swa.freq == mc->freq_swa && mc->rope_comp.freq == mc->freq_comp);
+    CHECKF(ms->rope_swa.freq != ms->freq_swa && ms->rope_comp.freq != ms->freq_comp,
+           "%s: %s's rope reads the model's host tables", preset, kind);
+    float swa[256], comp[256];
+    CHECK(half <= sizeof(swa));
+    if (half <= sizeof(swa)) {
+        ms->backend->download(ms->backend_impl, swa, ms->rope_swa.freq, half);
+        ms->backend->download(ms->backend_impl, comp, ms->rope_comp.freq, half);
+        CHECK(!memcmp(swa, ms->freq_swa, half) && !memcmp(comp, ms->freq_comp, half));
+    }
+    free(lg);
+    free(mtp);
+    dsv4_engine_close(es);
+}
+
 static void chunk_invariance(struct test_ctx *t, const char *preset, int T)
 {
     char dir[256];
@@ -100,30 +137,9 @@ static void chunk_invariance(struct test_ctx *t, const char *preset, int T)
         free(mtp);
     }
     /* the same bits through the device-memory path (logits downloaded, KV through the
-     * backend's upload and copy) */
-    struct dsv4_engine_params ep;
-    dsv4_engine_params_default(&ep);
-    ep.backend = "cpu-staged";
-    dsv4_engine *es;
-    if (ref && dsv4_engine_open(&es, dir, &ep, &err) == DSV4_OK) {
-        float *mtp = NULL, *lg = run_chunked(t, es, toks, T, 7, &mtp);
-        CHECKF(lg && memcmp(lg, ref, (size_t)T * V * sizeof(float)) == 0, "%s: cpu-staged logits differ", preset);
-        CHECKF(mtp && memcmp(mtp, ref_mtp, (size_t)(T - 1) * V * sizeof(float)) == 0, "%s: cpu-staged MTP logits differ",
-               preset);
-        /* the RoPE tables reach the backend through each_tensor: cpu reads the model's in
-         * place, cpu-staged gave rope its own copies (same values: same bits above) */
-        const struct dsv4_model *mc = dsv4_engine_model(e), *ms = dsv4_engine_model(es);
-        size_t                   half = sizeof(float) * (size_t)(ms->cfg.d_rope / 2);
-        CHECK(mc->rope_swa.freq == mc->freq_swa && mc->rope_comp.freq == mc->freq_comp);
-        CHECKF(ms->rope_swa.freq != ms->freq_swa && ms->rope_comp.freq != ms->freq_comp,
-               "%s: cpu-staged's rope reads the model's host tables", preset);
-        CHECK(!memcmp(ms->rope_swa.freq, ms->freq_swa, half) && !memcmp(ms->rope_comp.freq, ms->freq_comp, half));
-        free(lg);
-        free(mtp);
-        dsv4_engine_close(es);
-    } else if (ref) {
-        CHECKF(0, "open cpu-staged: %s", err.msg);
-    }
+     * backend's upload and copy), and on memory the host cannot read */
+    for (int k = 0; ref && k < 2; k++)
+        device_path_same_bits(t, e, dir, preset, k ? "cpu-strict" : "cpu-staged", toks, T, ref, ref_mtp);
     /* logits are finite and not degenerate */
     bool   finite = true;
     double ss = 0;
@@ -198,9 +214,11 @@ static void test_errors_change_nothing(struct test_ctx *t)
 {
     char dir[256];
     snprintf(dir, sizeof(dir), "%s/tiny-a", t->tmpdir);
-    dsv4_engine    *e;
-    struct dsv4_err err;
-    if (dsv4_engine_open(&e, dir, NULL, &err)) {
+    dsv4_engine              *e;
+    struct dsv4_err           err;
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return;
     }
@@ -246,9 +264,11 @@ static void test_no_alloc_while_decoding(struct test_ctx *t)
 {
     char dir[256];
     snprintf(dir, sizeof(dir), "%s/tiny-a", t->tmpdir);
-    dsv4_engine    *e;
-    struct dsv4_err err;
-    if (dsv4_engine_open(&e, dir, NULL, &err)) {
+    dsv4_engine              *e;
+    struct dsv4_err           err;
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return;
     }
@@ -327,9 +347,9 @@ static dsv4_engine *open_profiled(struct test_ctx *t, const char *backend, const
  * asked for), with one host synchronisation per download and no upload. Its copies stay on
  * the backend: the main head's row gather, and with MTP the block's input row and the
  * pending row for the next step (forward.c). Its MoE layers read nothing back. */
-static void test_staged_decode_transfers(struct test_ctx *t)
+static void decode_transfer_counts(struct test_ctx *t, const char *kind)
 {
-    dsv4_engine    *e = open_profiled(t, "cpu-staged", "xfer");
+    dsv4_engine    *e = open_profiled(t, kind, kind);
     struct dsv4_err err;
     if (!e) return;
     CHECK(e->model.prof != NULL);
@@ -352,14 +372,14 @@ static void test_staged_decode_transfers(struct test_ctx *t)
         for (int step = 0; step < 3; step++) {
             decode_xfers(t, e, s, 2 + step, mtp, d);
             uint64_t want_dl = mtp ? 2 : 1;
-            CHECKF(d[DSV4_XFER_DOWNLOAD] == want_dl, "mtp %d step %d: %llu downloads, want %llu", mtp, step,
+            CHECKF(d[DSV4_XFER_DOWNLOAD] == want_dl, "%s mtp %d step %d: %llu downloads, want %llu", kind, mtp, step,
                    (unsigned long long)d[DSV4_XFER_DOWNLOAD], (unsigned long long)want_dl);
-            CHECKF(d[DSV4_XFER_SYNC] == want_dl, "mtp %d step %d: %llu synchronisations, want %llu", mtp, step,
-                   (unsigned long long)d[DSV4_XFER_SYNC], (unsigned long long)want_dl);
-            CHECKF(d[DSV4_XFER_UPLOAD] == 0, "mtp %d step %d: %llu uploads", mtp, step,
+            CHECKF(d[DSV4_XFER_SYNC] == want_dl, "%s mtp %d step %d: %llu synchronisations, want %llu", kind, mtp,
+                   step, (unsigned long long)d[DSV4_XFER_SYNC], (unsigned long long)want_dl);
+            CHECKF(d[DSV4_XFER_UPLOAD] == 0, "%s mtp %d step %d: %llu uploads", kind, mtp, step,
                    (unsigned long long)d[DSV4_XFER_UPLOAD]);
             uint64_t want_cp = mtp ? 3 : 1;
-            CHECKF(d[DSV4_XFER_COPY] == want_cp, "mtp %d step %d: %llu copies, want %llu", mtp, step,
+            CHECKF(d[DSV4_XFER_COPY] == want_cp, "%s mtp %d step %d: %llu copies, want %llu", kind, mtp, step,
                    (unsigned long long)d[DSV4_XFER_COPY], (unsigned long long)want_cp);
         }
         free(lg);
@@ -432,6 +452,14 @@ static void test_whole_step_calls(struct test_ctx *t)
 done:
     for (int i = 0; i < 3; i++) dsv4_session_free(s[i]);
     dsv4_engine_close(e);
+}
+
+/* cpu-staged and cpu-strict alike: on cpu-strict a host read of a step buffer would also
+ * fault, so the counts are all the host asks of its memory. */
+static void test_staged_decode_transfers(struct test_ctx *t)
+{
+    decode_transfer_counts(t, "cpu-staged");
+    decode_transfer_counts(t, "cpu-strict");
 }
 
 static void test_convert_roundtrip(struct test_ctx *t)

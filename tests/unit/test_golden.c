@@ -247,6 +247,22 @@ static void test_every_level(struct test_ctx *t)
     test_levels_not_here(t, top, DSV4_CPU_AVX512BF16);
 }
 
+/* The golden tiny-a checkpoint regenerated into the temporary directory (once), for align. */
+static bool align_checkpoint(struct test_ctx *t, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/golden-tiny-a.safetensors", t->tmpdir); /* same checkpoint (seed 1) */
+    if (dsv4_path_exists(dir)) return true;
+    struct dsv4_checkpoint ck;
+    struct dsv4_err        err;
+    if (dsv4_checkpoint_open(&ck, "tests/golden/tiny-a.safetensors", &err)) {
+        CHECKF(0, "%s", err.msg);
+        return false;
+    }
+    regen(t, &ck, dir);
+    dsv4_checkpoint_close(&ck);
+    return true;
+}
+
 /* dsv4 align on the per-stage dump: exact path all zero; a perturbed weight is named. */
 static void test_align(struct test_ctx *t)
 {
@@ -254,17 +270,7 @@ static void test_align(struct test_ctx *t)
     CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
     if (!bin) return;
     char dir[512], cmd[2048], *out = NULL;
-    snprintf(dir, sizeof(dir), "%s/golden-tiny-a.safetensors", t->tmpdir); /* same checkpoint (seed 1) */
-    if (!dsv4_path_exists(dir)) {
-        struct dsv4_checkpoint ck;
-        struct dsv4_err        err;
-        if (dsv4_checkpoint_open(&ck, "tests/golden/tiny-a.safetensors", &err)) {
-            CHECKF(0, "%s", err.msg);
-            return;
-        }
-        regen(t, &ck, dir);
-        dsv4_checkpoint_close(&ck);
-    }
+    if (!align_checkpoint(t, dir, sizeof(dir))) return;
     snprintf(cmd, sizeof(cmd), "DSV4_CPU=ref %s align -m %s --ref tests/golden/tiny-a.dump.safetensors --json", bin, dir);
     int rc = test_run(cmd, &out);
     CHECKF(rc == 0, "align (exact path) exit %d:\n%s", rc, out);
@@ -330,9 +336,39 @@ static void test_align(struct test_ctx *t)
     free(out);
 }
 
+/* dsv4 align on cpu-strict, whose step buffers the host cannot read in place: the dumps come
+ * through download, and every stage compares as on cpu (the same JSON, exact and fast path). */
+static void test_align_strict(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    char dir[512], cmd[2048], *out[2] = { NULL, NULL };
+    if (!bin || !align_checkpoint(t, dir, sizeof(dir))) return;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof(cmd), "%s%s align -m %s --ref tests/golden/tiny-a.dump.safetensors --json%s",
+                     pass ? "" : "DSV4_CPU=ref ", bin, dir, k ? " --backend cpu-strict" : "");
+            int rc = test_run(cmd, &out[k]);
+            CHECKF(rc == 0, "align (%s path) on %s exit %d:\n%s", pass ? "fast" : "exact", k ? "cpu-strict" : "cpu", rc,
+                   out[k]);
+        }
+        json_error_t je;
+        json_t      *a = json_loads(out[0], 0, &je), *b = json_loads(out[1], 0, &je);
+        json_t      *sa = json_object_get(a, "stages"), *sb = json_object_get(b, "stages");
+        CHECKF(json_array_size(sa) >= 70, "align compared %zu stages", json_array_size(sa));
+        CHECKF(sa && sb && json_equal(sa, sb), "align's stages on cpu-strict differ from cpu (%s path)",
+               pass ? "fast" : "exact");
+        json_decref(a);
+        json_decref(b);
+        free(out[0]);
+        free(out[1]);
+    }
+}
+
 const struct test_case test_group_golden[] = {
     { "exact_path_vs_reference", test_exact_path },
     { "every_level_vs_reference", test_every_level },
     { "align_dump_and_perturbed_weight", test_align },
+    { "align_on_strict", test_align_strict },
     { NULL, NULL },
 };

@@ -25,7 +25,9 @@ static dsv4_engine *open_tiny(struct test_ctx *t, const char *preset)
     o.quiet  = true;
     struct dsv4_err err;
     dsv4_engine    *e = NULL;
-    if (gen_checkpoint(&o, dir, &err) || dsv4_engine_open(&e, dir, NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (gen_checkpoint(&o, dir, &err) || dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "model: %s", err.msg);
         return NULL;
     }

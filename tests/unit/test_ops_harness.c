@@ -192,13 +192,17 @@ static void test_whole_step_cases(struct test_ctx *t)
  * as cpu, whose ops are the same. */
 static struct dsv4_check_report staged_report;
 
-static void test_staged_ops(struct test_ctx *t)
+/* The whole check of a backend whose buffers are not host memory, through its memory half,
+ * against cpu's report: the same cells, figure for figure. */
+static void memory_half_ops(struct test_ctx *t, const char *backend)
 {
-    struct dsv4_check_opts o = { .op = -1 }, s = { .backend = "cpu-staged", .op = -1 };
+    struct dsv4_check_opts o = { .op = -1 }, s = { .backend = backend, .op = -1 };
     struct dsv4_err        err;
+    char                   tag[64];
+    snprintf(tag, sizeof(tag), "%s ", backend);
     CHECKF(dsv4_op_check(&o, &report, &err) == DSV4_OK, "%s", err.msg);
-    CHECKF(dsv4_op_check(&s, &staged_report, &err) == DSV4_OK, "cpu-staged: %s", err.msg);
-    check_report(t, &staged_report, "cpu-staged ");
+    CHECKF(dsv4_op_check(&s, &staged_report, &err) == DSV4_OK, "%s: %s", backend, err.msg);
+    check_report(t, &staged_report, tag);
     if (dsv4_op_check_failures(&staged_report)) dsv4_op_check_print(&staged_report, stderr);
     CHECK(staged_report.n_levels == report.n_levels);
     for (int op = 0; op < DSV4_OP_COUNT; op++)
@@ -206,10 +210,18 @@ static void test_staged_ops(struct test_ctx *t)
             const struct dsv4_check_cell *a = &report.cell[op][l], *b = &staged_report.cell[op][l];
             CHECKF(a->status == b->status && a->runs == b->runs && a->values == b->values && a->differ == b->differ &&
                        a->max_abs == b->max_abs,
-                   "%s at %s: cpu-staged %zu of %zu values differ (largest %g), cpu %zu of %zu (%g)",
-                   dsv4_op_name((enum dsv4_op)op), report.level[l], b->differ, b->values, b->max_abs, a->differ,
-                   a->values, a->max_abs);
+                   "%s at %s: %s %zu of %zu values differ (largest %g), cpu %zu of %zu (%g)",
+                   dsv4_op_name((enum dsv4_op)op), report.level[l], backend, b->differ, b->values, b->max_abs,
+                   a->differ, a->values, a->max_abs);
         }
+}
+
+/* cpu-staged: every value through upload and download; cpu-strict: the same on memory the
+ * checker could not touch in place without faulting. */
+static void test_staged_ops(struct test_ctx *t)
+{
+    memory_half_ops(t, "cpu-staged");
+    memory_half_ops(t, "cpu-strict");
 }
 
 /* A download that brings back one wrong byte (the sign and exponent of the first value):
@@ -244,17 +256,18 @@ static void test_registry_list(struct test_ctx *t)
     CHECK(dsv4_backend_find("no-such-backend") == NULL);
     char want[256] = "", got[256];
     int  n         = 0;
-    bool staged    = false;
+    bool staged = false, strict = false;
     for (const struct dsv4_backend_kind *k; (k = dsv4_backend_at(n)); n++) {
         CHECKF(dsv4_backend_find(k->name) == k, "backend %d '%s' does not find itself", n, k->name);
         staged = staged || k == &dsv4_backend_cpu_staged;
+        strict = strict || k == &dsv4_backend_cpu_strict;
         size_t at = strlen(want);
         snprintf(want + at, sizeof(want) - at, "%s%s", n ? ", " : "", k->name);
     }
-    CHECK(n >= 2 && staged);
+    CHECK(n >= 3 && staged && strict);
     dsv4_backend_list(got, sizeof(got));
     CHECKF(!strcmp(got, want), "list '%s', want '%s'", got, want);
-    CHECK(!strncmp(got, "cpu, cpu-staged", 15));
+    CHECK(!strncmp(got, "cpu, cpu-staged, cpu-strict", 27));
     dsv4_backend_list(got, 6);
     CHECKF(!strcmp(got, "cpu, "), "cut at 6: '%s'", got);
     dsv4_backend_list(got, 1);

@@ -70,7 +70,9 @@ static dsv4_engine *open_model(struct test_ctx *t, const char *preset)
         CHECKF(0, "gen: %s", err.msg);
         return NULL;
     }
-    if (dsv4_engine_open(&e, dir, NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return NULL;
     }
@@ -273,7 +275,9 @@ static void test_spec_identity(struct test_ctx *t)
 
     dsv4_engine    *e;
     struct dsv4_err err;
-    if (dsv4_engine_open(&e, "models/kjv-v4-tiny", NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, "models/kjv-v4-tiny", &ep, &err)) {
         CHECKF(0, "demo model: %s", err.msg);
         return;
     }

@@ -102,8 +102,8 @@ static int run_engine(struct test_ctx *t, const int32_t *prompt, int n_prompt, i
     if (!bin) return -1;
     size_t cmd_cap = (size_t)n_prompt * 8 + 1024;
     char  *cmd     = malloc(cmd_cap);
-    size_t k       = (size_t)snprintf(cmd, cmd_cap, "%s run -m '%s' -n %d --temp %g --seed %lld --ids --tokens ", bin,
-                                      g_dir, n_gen, temp, seed);
+    size_t k       = (size_t)snprintf(cmd, cmd_cap, "%s run -m '%s'%s -n %d --temp %g --seed %lld --ids --tokens ", bin,
+                                      g_dir, test_backend_arg(), n_gen, temp, seed);
     for (int i = 0; i < n_prompt; i++) k += (size_t)snprintf(cmd + k, cmd_cap - k, "%s%d", i ? "," : "", (int)prompt[i]);
     char *outp = NULL;
     int   st   = test_run(cmd, &outp);

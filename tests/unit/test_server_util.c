@@ -151,6 +151,10 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
     argv[argc++] = "0";
     argv[argc++] = "--threads";
     argv[argc++] = "1";
+    if (test_backend) { /* run_tests --backend: the server runs on it too */
+        argv[argc++] = "--backend";
+        argv[argc++] = (char *)test_backend;
+    }
     snprintf(argbuf, sizeof(argbuf), "%s", args ? args : "");
     for (char *tok = strtok(argbuf, " "); tok && argc < 62; tok = strtok(NULL, " ")) argv[argc++] = tok;
     argv[argc] = NULL;

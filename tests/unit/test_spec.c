@@ -74,7 +74,9 @@ static void rollback_every_keep(struct test_ctx *t, const char *preset)
     if (!make_model(t, preset, dir, sizeof(dir))) return;
     dsv4_engine    *e;
     struct dsv4_err err;
-    if (dsv4_engine_open(&e, dir, NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return;
     }
@@ -200,7 +202,9 @@ static void greedy_identity(struct test_ctx *t, const char *dir, bool demo)
 {
     dsv4_engine    *e;
     struct dsv4_err err;
-    if (dsv4_engine_open(&e, dir, NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open %s: %s", dir, err.msg);
         return;
     }
@@ -261,7 +265,9 @@ static void test_sampled_distribution(struct test_ctx *t)
 {
     dsv4_engine    *e;
     struct dsv4_err err;
-    if (dsv4_engine_open(&e, DEMO_MODEL, NULL, &err)) {
+    struct dsv4_engine_params ep;
+    test_engine_params(&ep);
+    if (dsv4_engine_open(&e, DEMO_MODEL, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return;
     }

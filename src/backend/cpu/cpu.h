@@ -270,6 +270,8 @@ double dsv4_amx_peak(long n);
 const struct dsv4_kernels *dsv4_cpu_kernels(enum dsv4_cpu_level l);
 const struct dsv4_kernels *dsv4_cpu_kernels_bf16(enum dsv4_cpu_level l);
 
+struct dsv4_strict_mem;
+
 /* Backend state shared by contexts: pointed to by dsv4_backend.impl. */
 struct dsv4_cpu {
     enum dsv4_cpu_level         level;
@@ -287,12 +289,16 @@ struct dsv4_cpu {
     bool                        repack;      /* option tiles: prepare_weights makes the tiles */
     size_t                      replaced;    /* checkpoint bytes the tiles stand in for (no longer read) */
     void                       *placed;      /* cpu-staged: its copies of the each_tensor tables, or NULL */
+    struct dsv4_strict_mem     *guard;       /* cpu-strict: its guarded memory (strict_mem.h), or NULL */
 };
 
 /* The CPU backend's lifecycle table (cpu_backend.c). */
 extern const struct dsv4_backend_kind dsv4_backend_cpu;
 /* The same, declared not host-visible ("cpu-staged"): the model's device-memory path. */
 extern const struct dsv4_backend_kind dsv4_backend_cpu_staged;
+/* The same ops on memory the host cannot read or write outside them ("cpu-strict",
+ * cpu_strict.c): a stray host access of a backend buffer faults. */
+extern const struct dsv4_backend_kind dsv4_backend_cpu_strict;
 
 /* The level from dsv4_cpu_pick (environment) and the GEMM crossovers from dsv4_cpu_gemm_min
  * (gemm_min: its spec, NULL = this core's), or an explicit level with this core's crossovers
