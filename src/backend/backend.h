@@ -520,6 +520,9 @@ struct dsv4_backend_kind {
     /* The code paths option `level` names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
+    /* The devices it can run on, one line each with the limits that matter, the one in use
+     * marked '*' (`dsv4 ops` prints it); NULL for a backend with no device to choose. */
+    void (*devices)(void *impl, char *buf, size_t cap);
 
     /* ---- machine figures (`dsv4 bench`); NULL where the backend measures none */
     /* Best of reps timed reads of buf's first bytes (a buffer from alloc) by all its

@@ -8,9 +8,18 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#if DSV4_HAVE_VULKAN
+#include "backend/vulkan/vulkan.h"
+#endif
 
-static const struct dsv4_backend_kind *const KINDS[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged,
-                                                         &dsv4_backend_cpu_strict };
+/* vulkan only in builds with Vulkan (the Makefile's VULKAN switch): without it the list is
+ * the CPU kinds alone. */
+static const struct dsv4_backend_kind *const KINDS[] = {
+    &dsv4_backend_cpu, &dsv4_backend_cpu_staged, &dsv4_backend_cpu_strict,
+#if DSV4_HAVE_VULKAN
+    &dsv4_backend_vulkan,
+#endif
+};
 enum { N_KINDS = sizeof(KINDS) / sizeof(KINDS[0]) };
 
 const struct dsv4_backend_kind *dsv4_backend_at(int i)
