@@ -550,5 +550,8 @@ const struct dsv4_backend_kind *dsv4_backend_find(const char *name);
 const struct dsv4_backend_kind *dsv4_backend_at(int i);
 /* Their names, in that order, into buf: "cpu, cpu-staged" (cut at cap). */
 void dsv4_backend_list(char *buf, size_t cap);
+/* The ops table lacks (NULL entries), by name, into buf ("linear, rope", cut at cap);
+ * returns how many. Engine open refuses a backend that lacks any: no op falls back. */
+int  dsv4_backend_ops_missing(const struct dsv4_backend_ops *ops, char *buf, size_t cap);
 
 #endif /* DSV4_BACKEND_H */

@@ -45,3 +45,19 @@ void dsv4_backend_list(char *buf, size_t cap)
         at += (size_t)n;
     }
 }
+
+int dsv4_backend_ops_missing(const struct dsv4_backend_ops *ops, char *buf, size_t cap)
+{
+    int    n  = 0;
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int op = 0; op < DSV4_OP_COUNT; op++) {
+        if (dsv4_op_entry(ops, (enum dsv4_op)op)) continue;
+        if (at < cap) {
+            int k = snprintf(buf + at, cap - at, "%s%s", n ? ", " : "", dsv4_op_name((enum dsv4_op)op));
+            if (k > 0) at += (size_t)k;
+        }
+        n++;
+    }
+    return n;
+}
