@@ -23,6 +23,13 @@
 static const struct dsv4_backend_kind *open_vk(struct test_ctx *t, void **impl)
 {
     const struct dsv4_backend_kind *k = dsv4_backend_find("vulkan");
+    if (TEST_SANITIZED) {
+        /* seen on Debian 12 (Mesa 22.3): the loader's Mesa drivers parse driconf with glibc's
+         * regexec at vkCreateInstance, and under ASan's regexec interceptor that deadlocks */
+        test_skip(t, TEST_SKIP_MACHINE, "Mesa's Vulkan drivers deadlock in regexec under the sanitizers; the plain "
+                                        "build (make test) runs this group");
+        return NULL;
+    }
     if (!k) {
         test_skip(t, TEST_SKIP_MISSING, "this build has no Vulkan backend: " VK_FIX);
         return NULL;
@@ -38,7 +45,7 @@ static const struct dsv4_backend_kind *open_vk(struct test_ctx *t, void **impl)
 
 static void test_device_found(struct test_ctx *t)
 {
-    void                           *impl;
+    void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     char line[256], devs[2048];
@@ -74,7 +81,7 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
  * the staging buffer (8 MiB: several chunks); free gives the memory back. */
 static void test_memory_round_trip(struct test_ctx *t)
 {
-    void                           *impl;
+    void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     const size_t sizes[3] = { 1, 4097, ((size_t)9 << 20) + 3 };
@@ -123,7 +130,7 @@ out:
 /* An address alloc hands out is not host memory: a host read or write faults. */
 static void test_host_access_faults(struct test_ctx *t)
 {
-    void                           *impl;
+    void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     float *buf = k->alloc(impl, 4096, DSV4_MEM_ACT);
@@ -140,7 +147,7 @@ static void test_host_access_faults(struct test_ctx *t)
 /* The ops the backend has pass the op checker; one it lacks (head_rms) is reported missing. */
 static void test_ops_pass_checker(struct test_ctx *t)
 {
-    void                           *impl;
+    void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     k->destroy(impl);
@@ -165,7 +172,7 @@ static void test_ops_pass_checker(struct test_ctx *t)
 /* Engine open on a backend with missing ops fails, naming them (no silent CPU fallback). */
 static void test_engine_refuses_missing_ops(struct test_ctx *t)
 {
-    void                           *impl;
+    void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     k->destroy(impl);
