@@ -58,6 +58,23 @@ ifneq ($(ARCH),aarch64)
 LIB_SRC   := $(filter-out $(ARM_SRC),$(LIB_SRC))
 DEFS      += -DDSV4_HAVE_NEON=0
 endif
+# Vulkan (src/backend/vulkan/, docs/BACKENDS.md "The Vulkan backend"): VULKAN=1 builds it
+# (libvulkan-dev and glslc: tools/install_deps.sh test), VULKAN=0 leaves it out. By default it
+# is built when pkg-config knows vulkan, glslc is on PATH and the target is this machine (a
+# cross or ARCH=generic build leaves it out). Without it the registry lists the CPU kinds only.
+VULKAN ?= auto
+ifeq ($(VULKAN),auto)
+override VULKAN := $(shell [ "$(ARCH)" = "$$(uname -m)" ] && pkg-config --exists vulkan 2>/dev/null && \
+                     command -v glslc >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+VK_SRC    := $(shell find src/backend/vulkan -name '*.c' 2>/dev/null | sort)
+ifeq ($(VULKAN),1)
+DEFS      += -DDSV4_HAVE_VULKAN=1
+LDLIBS    += $(shell pkg-config --libs vulkan 2>/dev/null || echo -lvulkan)
+else
+LIB_SRC   := $(filter-out $(VK_SRC),$(LIB_SRC))
+DEFS      += -DDSV4_HAVE_VULKAN=0
+endif
 TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
 # tools/support/: what both the commands and the tests call (checkpoint generator, HTTP
 # client), an archive of its own, so the test runner links no command object.
@@ -69,6 +86,13 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 SUPPORT_OBJ := $(SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libdsv4.a
+ifeq ($(VULKAN),1)
+# The shaders: GLSL compiled to SPIR-V by glslc, embedded in the library as C arrays by
+# tools/spv_embed.sh (od and sed: no other tool).
+VK_SHADERS := $(sort $(wildcard src/backend/vulkan/shaders/*.comp))
+VK_SPV     := $(VK_SHADERS:src/backend/vulkan/shaders/%.comp=$(BUILD)/vk/%.spv)
+LIB_OBJ    += $(BUILD)/vk/vk_shaders.o
+endif
 SUPPORT   := $(BUILD)/libdsv4-support.a
 
 BIN := dsv4
@@ -103,10 +127,27 @@ help:
 	@echo "  variables: WERROR=1  SANITIZE=address,undefined|thread  DEBUG=1  CC=...  BUILD=dir"
 	@echo "             ARCH=x86_64|generic (default from \$$(CC) -dumpmachine, now $(ARCH); only x86_64"
 	@echo "             builds the x86_*.c kernels, e.g. make CC=aarch64-linux-gnu-gcc BUILD=build-aarch64)"
+	@echo "             VULKAN=1|0 (the Vulkan backend; default: built when pkg-config vulkan and glslc are here, now $(VULKAN))"
 	@echo "             TEST_GROUPS=\"kernels forward\"  TEST_FLAGS=--strict  NO_INSTALL=1"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+# Objects do not record their flags: registry.c, the one file that reads DSV4_HAVE_VULKAN, is
+# rebuilt when the switch changes (a stamp per value, the other one removed).
+$(BUILD)/src/backend/registry.o: $(BUILD)/vulkan-$(VULKAN).stamp
+$(BUILD)/vulkan-$(VULKAN).stamp:
+	@mkdir -p $(dir $@) && rm -f $(BUILD)/vulkan-*.stamp && touch $@
+
+$(BUILD)/vk/%.spv: src/backend/vulkan/shaders/%.comp $(wildcard src/backend/vulkan/shaders/*.glsl)
+	@mkdir -p $(dir $@)
+	glslc --target-env=vulkan1.1 -O -o $@ $<
+
+$(BUILD)/vk/vk_shaders.c: $(VK_SPV) tools/spv_embed.sh
+	tools/spv_embed.sh $@ $(VK_SPV)
+
+$(BUILD)/vk/vk_shaders.o: $(BUILD)/vk/vk_shaders.c
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
@@ -254,7 +295,7 @@ demo:
 # UBSan does not recover (as in test-san), so undefined behaviour is a crash libFuzzer keeps.
 FUZZ_CC    ?= clang
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC   := $(filter-out src/backend/cpu/% src/server/worker.c,$(LIB_SRC))
+FUZZ_SRC   := $(filter-out src/backend/cpu/% src/backend/vulkan/% src/server/worker.c,$(LIB_SRC))
 FUZZ_FLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc -D_GNU_SOURCE -MMD -MP
 fuzz: $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 build-fuzz/obj/%.o: %.c

@@ -50,6 +50,11 @@ int cmd_ops(int argc, char **argv)
     char line[512];
     kind->describe(impl, line, sizeof(line));
     printf("backends: %s\nbackend: %s\n", names, line);
+    if (kind->devices) {
+        char devs[2048];
+        kind->devices(impl, devs, sizeof(devs));
+        printf("devices (* in use; option device=N):\n%s", devs);
+    }
     print_levels(kind);
     int n_plain = 0;
     for (int op = 0; op < DSV4_OP_COUNT; op++) {

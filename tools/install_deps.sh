@@ -2,8 +2,10 @@
 # install_deps.sh - installs what building and testing dsv4 need, when it is missing.
 #
 #   tools/install_deps.sh build       Debian packages to build dsv4 (make demo)
-#   tools/install_deps.sh test        those, plus node and npm for the reference tests and
-#                                     universal-ctags for the house test
+#   tools/install_deps.sh test        those, plus node and npm for the reference tests,
+#                                     universal-ctags for the house test, and the Vulkan
+#                                     loader, headers, glslc and Mesa's drivers (lavapipe: a
+#                                     Vulkan device on the CPU) for the vulkan group
 #   tools/install_deps.sh npm RUNNER  `npm ci` in each npm directory the test runner reports
 #                                     missing or stale against its package-lock.json
 #   tools/install_deps.sh ci          everything CI runs: test packages, clang and its fuzzer
@@ -20,6 +22,8 @@ set -u
 BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
 # the house test's function lengths (tools/func_lengths.sh)
 TEST_PKGS="universal-ctags"
+# the Vulkan backend (make detects them) and a device to test it on: lavapipe
+VK_PKGS="libvulkan-dev glslc mesa-vulkan-drivers"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
 # libc6-dev-arm64-cross: only a Recommends of gcc-aarch64-linux-gnu, which apt_install skips
 CROSS_PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
@@ -119,9 +123,9 @@ arm64_libs() {
 
 case "${1:-}" in
 build) debs "building dsv4" 1 $BUILD_PKGS ;;
-test)  debs "building dsv4" 1 $BUILD_PKGS; debs "the tests" 0 $TEST_PKGS; node_tools ;;
+test)  debs "building dsv4" 1 $BUILD_PKGS; debs "the tests" 0 $TEST_PKGS $VK_PKGS; node_tools ;;
 npm)   npm_dirs "${2:?usage: install_deps.sh npm RUNNER}" ;;
-ci)    debs "building dsv4" 1 $BUILD_PKGS; debs "CI" 1 $TEST_PKGS $CI_PKGS; node_tools ;;
+ci)    debs "building dsv4" 1 $BUILD_PKGS; debs "CI" 1 $TEST_PKGS $VK_PKGS $CI_PKGS; node_tools ;;
 cross) debs "building dsv4" 1 $BUILD_PKGS; debs "the aarch64 cross build" 1 $CROSS_PKGS; arm64_libs ;;
 *)     echo "usage: tools/install_deps.sh build|test|ci|cross|npm RUNNER" >&2; exit 2 ;;
 esac

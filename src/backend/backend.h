@@ -520,6 +520,9 @@ struct dsv4_backend_kind {
     /* The code paths option `level` names, lowest first: the i-th one, NULL past the last;
      * *here: whether this machine runs it (create caps a level it lacks to one it has). */
     const char *(*level)(int i, bool *here);
+    /* The devices it can run on, one line each with the limits that matter, the one in use
+     * marked '*' (`dsv4 ops` prints it); NULL for a backend with no device to choose. */
+    void (*devices)(void *impl, char *buf, size_t cap);
 
     /* ---- machine figures (`dsv4 bench`); NULL where the backend measures none */
     /* Best of reps timed reads of buf's first bytes (a buffer from alloc) by all its
@@ -547,5 +550,8 @@ const struct dsv4_backend_kind *dsv4_backend_find(const char *name);
 const struct dsv4_backend_kind *dsv4_backend_at(int i);
 /* Their names, in that order, into buf: "cpu, cpu-staged" (cut at cap). */
 void dsv4_backend_list(char *buf, size_t cap);
+/* The ops table lacks (NULL entries), by name, into buf ("linear, rope", cut at cap);
+ * returns how many. Engine open refuses a backend that lacks any: no op falls back. */
+int  dsv4_backend_ops_missing(const struct dsv4_backend_ops *ops, char *buf, size_t cap);
 
 #endif /* DSV4_BACKEND_H */

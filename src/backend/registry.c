@@ -8,9 +8,18 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#if DSV4_HAVE_VULKAN
+#include "backend/vulkan/vulkan.h"
+#endif
 
-static const struct dsv4_backend_kind *const KINDS[] = { &dsv4_backend_cpu, &dsv4_backend_cpu_staged,
-                                                         &dsv4_backend_cpu_strict };
+/* vulkan only in builds with Vulkan (the Makefile's VULKAN switch): without it the list is
+ * the CPU kinds alone. */
+static const struct dsv4_backend_kind *const KINDS[] = {
+    &dsv4_backend_cpu, &dsv4_backend_cpu_staged, &dsv4_backend_cpu_strict,
+#if DSV4_HAVE_VULKAN
+    &dsv4_backend_vulkan,
+#endif
+};
 enum { N_KINDS = sizeof(KINDS) / sizeof(KINDS[0]) };
 
 const struct dsv4_backend_kind *dsv4_backend_at(int i)
@@ -35,4 +44,20 @@ void dsv4_backend_list(char *buf, size_t cap)
         if (n < 0) break;
         at += (size_t)n;
     }
+}
+
+int dsv4_backend_ops_missing(const struct dsv4_backend_ops *ops, char *buf, size_t cap)
+{
+    int    n  = 0;
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int op = 0; op < DSV4_OP_COUNT; op++) {
+        if (dsv4_op_entry(ops, (enum dsv4_op)op)) continue;
+        if (at < cap) {
+            int k = snprintf(buf + at, cap - at, "%s%s", n ? ", " : "", dsv4_op_name((enum dsv4_op)op));
+            if (k > 0) at += (size_t)k;
+        }
+        n++;
+    }
+    return n;
 }

@@ -133,6 +133,17 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     rc = m->backend->create(&m->backend_impl, &bp, err);
     if (rc) goto fail_ck;
     m->ops = m->backend->ops(m->backend_impl);
+    char missing[512];
+    int  n_missing = dsv4_backend_ops_missing(m->ops, missing, sizeof(missing));
+    if (n_missing) {
+        /* no silent fallback: a backend runs every op or none of the model */
+        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "backend '%s' lacks %d of %d ops: %s", m->backend->name, n_missing,
+                          (int)DSV4_OP_COUNT, missing);
+        m->backend->destroy(m->backend_impl);
+        m->backend_impl = NULL;
+        m->backend      = NULL;
+        goto fail_ck;
+    }
     const char *prof = params->profile_path;
     if (prof && *prof) {
         m->prof = dsv4_prof_create(prof, m->ops, (size_t)1 << 22);

@@ -1,61 +1,17 @@
 /*
  * test_strict.c - cpu-strict enforces what it claims: a host read or write of its memory
  * faults, the same bytes through upload, download or an op work, and its allocator reuses
- * what is freed. The faulting accesses run in a forked child, which a
- * SIGSEGV handler ends with a code that says whether the fault was at the buffer.
+ * what is freed. The faulting accesses run in a forked child (test_fault.h).
  */
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/strict_mem.h"
 #include "test.h"
 #include "test_cases.h"
-
-enum { CHILD_READ = 43, CHILD_FAULT_HERE = 42, CHILD_FAULT_ELSEWHERE = 44 };
-
-static volatile const uint8_t *g_probe; /* the buffer the child touches */
-static size_t                  g_probe_len;
-
-static void on_segv(int sig, siginfo_t *si, void *uc)
-{
-    (void)sig, (void)uc;
-    const uint8_t *a = si->si_addr;
-    _exit(a >= g_probe && a < g_probe + g_probe_len ? CHILD_FAULT_HERE : CHILD_FAULT_ELSEWHERE);
-}
-
-/* Forks a child that reads (or writes) p[0]; returns its exit code (CHILD_*), or 128 + the
- * signal that ended it. */
-static int touch_in_child(const void *p, size_t len, bool write)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_sigaction = on_segv;
-        sa.sa_flags     = SA_SIGINFO;
-        sigaction(SIGSEGV, &sa, NULL);
-        g_probe     = p;
-        g_probe_len = len;
-        if (write) ((volatile uint8_t *)g_probe)[0] = 1;
-        else (void)g_probe[0];
-        _exit(CHILD_READ);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* A fault at the buffer: our handler's code, or SIGSEGV itself where a sanitizer's handler
- * stays in place (ASan reports the SEGV and exits 1). */
-static bool faulted(int code)
-{
-    return code == CHILD_FAULT_HERE || code == 128 + SIGSEGV || (TEST_SANITIZED && code == 1);
-}
+#include "test_fault.h"
 
 static void test_host_access_faults(struct test_ctx *t)
 {
@@ -74,10 +30,10 @@ static void test_host_access_faults(struct test_ctx *t)
     CHECK(buf != NULL && ((uintptr_t)buf & 63) == 0);
     for (int i = 0; buf && i < N; i++) host[i] = (float)i - 1000.5f;
     if (buf) {
-        int rd = touch_in_child(buf, sizeof(float) * N, false), wr = touch_in_child(buf, sizeof(float) * N, true);
-        CHECKF(faulted(rd), "a host read of a cpu-strict buffer did not fault (child %d)", rd);
-        CHECKF(faulted(wr), "a host write of a cpu-strict buffer did not fault (child %d)", wr);
-        CHECKF(touch_in_child(host, sizeof(host), false) == CHILD_READ, "the child cannot read host memory");
+        int rd = test_touch_in_child(buf, sizeof(float) * N, false), wr = test_touch_in_child(buf, sizeof(float) * N, true);
+        CHECKF(test_faulted(rd), "a host read of a cpu-strict buffer did not fault (child %d)", rd);
+        CHECKF(test_faulted(wr), "a host write of a cpu-strict buffer did not fault (child %d)", wr);
+        CHECKF(test_touch_in_child(host, sizeof(host), false) == TEST_CHILD_READ, "the child cannot read host memory");
         /* through the memory half it works, zero-filled at alloc */
         k->download(impl, back, buf, sizeof(back));
         bool zero = true;
@@ -93,8 +49,8 @@ static void test_host_access_faults(struct test_ctx *t)
         bool twice = true;
         for (int i = 0; i < N; i++) twice &= back[i] == dsv4_round_bf16(host[i] * 2.0f);
         CHECK(twice);
-        rd = touch_in_child(buf, sizeof(float) * N, false);
-        CHECKF(faulted(rd), "after an op the buffer is readable by the host (child %d)", rd);
+        rd = test_touch_in_child(buf, sizeof(float) * N, false);
+        CHECKF(test_faulted(rd), "after an op the buffer is readable by the host (child %d)", rd);
         k->free(impl, buf, sizeof(float) * N);
     }
     k->destroy(impl);
@@ -117,7 +73,7 @@ static void test_views_and_allocator(struct test_ctx *t)
     uint8_t *bo = dsv4_strict_in(g, b);
     CHECK(bo != b && dsv4_strict_in(g, bo) == bo && dsv4_strict_in(g, &pg) == (void *)&pg);
     bo[5] = 7; /* through the backend's view */
-    CHECK(touch_in_child(bo, 3 * pg, false) == CHILD_READ && faulted(touch_in_child(b, 3 * pg, false)));
+    CHECK(test_touch_in_child(bo, 3 * pg, false) == TEST_CHILD_READ && test_faulted(test_touch_in_child(b, 3 * pg, false)));
     dsv4_strict_release(g, b, 3 * pg);
     uint8_t *d = dsv4_strict_alloc(g, 2 * pg);
     CHECK(d == b && ((uint8_t *)dsv4_strict_in(g, d))[5] == 0); /* first fit: the freed hole, zeroed */
