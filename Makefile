@@ -142,7 +142,7 @@ $(BUILD)/vulkan-$(VULKAN).stamp:
 
 $(BUILD)/vk/%.spv: src/backend/vulkan/shaders/%.comp $(wildcard src/backend/vulkan/shaders/*.glsl)
 	@mkdir -p $(dir $@)
-	glslc --target-env=vulkan1.1 -O -o $@ $<
+	glslc --target-env=vulkan1.2 -O -o $@ $<
 
 $(BUILD)/vk/vk_shaders.c: $(VK_SPV) tools/spv_embed.sh
 	tools/spv_embed.sh $@ $(VK_SPV)

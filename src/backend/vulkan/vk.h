@@ -9,11 +9,17 @@
  * host range reserved without access (a host read faults), one block per allocation, and the
  * block table maps any address inside a block to its VkBuffer and an offset.
  *
- * Submission: one command buffer, one fence, at most one submission in flight. Whatever
- * records waits for the previous submission first (so the command buffer, the descriptor
- * sets, the staging and metadata buffers are free to reuse) and starts with a global
- * barrier, which orders it after every earlier submission on the queue. One mutex guards it
- * all: contexts on several threads serialise here.
+ * Recording (vk_cmd.c): ops and uploads append to one open command buffer, a compute
+ * barrier after each dispatch, so a whole step records into one command buffer; it is
+ * submitted when the host must wait (download, sync) or a per-buffer area runs out (staging,
+ * metadata, descriptor sets). At most one submission is in flight: opening a command buffer
+ * waits for the previous one, so the staging and metadata areas and the descriptor pool are
+ * reset then. One mutex guards it all: contexts on several threads serialise here.
+ *
+ * Shaders reach memory two ways: storage-buffer descriptors (dsv4_vk_arg: a binding at most
+ * maxStorageBufferRange long) or buffer device addresses (dsv4_vk_addr, GLSL
+ * GL_EXT_buffer_reference: any byte of any block, for tables of pointers such as a layer's
+ * experts and for spans longer than one binding reaches).
  */
 #ifndef DSV4_VK_H
 #define DSV4_VK_H
@@ -23,7 +29,7 @@
 
 #include "backend/backend.h"
 
-enum { VKB_MAX_DEVICES = 16, VKB_MAX_BINDINGS = 4 };
+enum { VKB_MAX_DEVICES = 16, VKB_MAX_BINDINGS = 8, VKB_MAX_PIPES = 64, VKB_MAX_SETS = 512, VKB_PC_BYTES = 128 };
 
 /* The shaders this build embeds (vk_shaders.c, generated from shaders/ by tools/spv_embed.sh). */
 struct dsv4_vk_spirv {
@@ -39,7 +45,8 @@ struct vk_dev_info {
     VkPhysicalDeviceType type;
     uint32_t api;
     uint32_t max_sb_range, max_wg_invocations, subgroup;
-    bool     fp64;
+    VkDeviceSize max_alloc; /* maxMemoryAllocationSize: the largest block */
+    bool     fp64, bda, int64;
     VkDeviceSize local_heap;
 };
 
@@ -48,16 +55,16 @@ struct vk_block {
     size_t         off, len; /* in the reserved range; len a page multiple */
     VkBuffer       buf;
     VkDeviceMemory mem;
+    VkDeviceAddress dva; /* its buffer device address */
 };
 
-/* A pipeline per shader, made at its first dispatch. */
-enum vk_pipe_id { VKB_PIPE_SCALE, VKB_PIPE_ADD_STREAMS, VKB_PIPE_EMBED, VKB_PIPE_RMSNORM, VKB_PIPE_COUNT };
-
+/* A pipeline per shader, made at its first dispatch, found by the shader's name. */
 struct vk_pipe {
+    const char           *shader;
+    int                   n_bind;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout      layout;
     VkPipeline            pipe;
-    VkDescriptorSet       set;
 };
 
 /* A host-visible buffer mapped for the backend's life (staging, host metadata). */
@@ -66,6 +73,8 @@ struct vk_hostbuf {
     VkDeviceMemory mem;
     void          *map;
     VkDeviceSize   bytes;
+    VkDeviceSize   used;  /* bump allocator, reset when a command buffer opens */
+    VkDeviceAddress dva;
 };
 
 struct dsv4_vk {
@@ -83,12 +92,14 @@ struct dsv4_vk {
     VkFence          fence;
     bool             pending;   /* a submission has not been waited for */
     bool             recording;
-    VkDescriptorPool dpool;
-    struct vk_pipe   pipes[VKB_PIPE_COUNT];
+    VkDescriptorPool dpool;     /* reset when a command buffer opens */
+    int              n_sets;    /* sets taken from it since */
+    struct vk_pipe   pipes[VKB_MAX_PIPES];
+    int              n_pipes;
     VkPhysicalDeviceMemoryProperties memprops;
     VkDeviceSize     sb_align;  /* minStorageBufferOffsetAlignment */
     struct vk_hostbuf staging;  /* upload and download pass through it */
-    struct vk_hostbuf meta;     /* host metadata an op reads (token ids) */
+    struct vk_hostbuf meta;     /* host metadata ops read (token ids, positions, tables) */
     /* the address table */
     uint8_t         *base;      /* the reserved range (PROT_NONE) */
     size_t           reserve, page, used;
@@ -117,28 +128,69 @@ void  dsv4_vk_hostbuf_free(struct dsv4_vk *v, struct vk_hostbuf *h);
 int   dsv4_vk_find_memtype(const struct dsv4_vk *v, uint32_t bits, VkMemoryPropertyFlags want);
 
 /* vk_cmd.c: under v->mu */
-bool dsv4_vk_begin(struct dsv4_vk *v);
+/* Opens a command buffer if none is open (waiting for the submission in flight and
+ * resetting the staging, metadata and descriptor areas); false (and a fault) on failure. */
+bool dsv4_vk_record(struct dsv4_vk *v);
+/* Submits what is recorded (not waited for). */
 void dsv4_vk_submit(struct dsv4_vk *v);
+/* Waits for the submission in flight. */
 void dsv4_vk_wait(struct dsv4_vk *v);
+/* Submits and waits: every op recorded so far has finished. */
+void dsv4_vk_finish(struct dsv4_vk *v);
+/* A barrier after a dispatch or copy: its writes before any later command's reads and writes. */
+void dsv4_vk_barrier(struct dsv4_vk *v);
 void dsv4_vk_fault(struct dsv4_vk *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dsv4_vk_upload(void *impl, void *dst, const void *src, size_t bytes);
 void dsv4_vk_download(void *impl, void *dst, const void *src, size_t bytes);
 void dsv4_vk_copy(void *impl, void *dst, const void *src, size_t bytes);
 void dsv4_vk_sync(void *impl);
 
-/* vk_pipe.c: one dispatch of pipeline id over groups x 1 x 1 workgroups, with the buffers
- * bound in order (binding i: buffer bufs[i] from offset offs[i], which the caller aligned to
- * sb_align) and push constants pc; under v->mu, after dsv4_vk_begin. */
+/* vk_pipe.c: one dispatch of the shader called `shader` (shaders/NAME.comp) over gx x gy x gz
+ * workgroups, its n_bind storage buffers bound in order (binding i: b[i]) and push constants
+ * pc (at most VKB_PC_BYTES); recorded into the open command buffer, then a barrier. Under
+ * v->mu; opens a command buffer if none is. */
 struct vk_bind {
     VkBuffer     buf;
-    VkDeviceSize off;
+    VkDeviceSize off, range;
 };
-bool dsv4_vk_dispatch(struct dsv4_vk *v, enum vk_pipe_id id, const struct vk_bind *b, int n_bind, const void *pc,
-                      uint32_t pc_bytes, uint32_t groups);
+bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bind *b, int n_bind, const void *pc,
+                      uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 void dsv4_vk_pipes_free(struct dsv4_vk *v);
-const char *dsv4_vk_pipe_shader(enum vk_pipe_id id);
 
-/* vk_ops.c */
+/* vk_ops.c: what every op file uses (under v->mu) */
+/* Binds address p (elements of `elem` bytes, `bytes` of them read or written from p) into *b
+ * and returns p's element index from the bound offset; -1 (and a fault) when p is not inside
+ * one of the backend's buffers, not aligned to its element, or the span is longer than a
+ * binding reaches. */
+int64_t dsv4_vk_arg(struct dsv4_vk *v, const void *p, size_t elem, size_t bytes, struct vk_bind *b);
+/* The buffer device address of p, whose next `bytes` must lie in one block; 0 (and a fault)
+ * otherwise. */
+VkDeviceAddress dsv4_vk_addr(struct dsv4_vk *v, const void *p, size_t bytes);
+/* Room for `bytes` of host metadata in the open command buffer's metadata area, aligned for
+ * any binding: a host pointer to fill, its binding in *b (element index 0) and, when a is
+ * given, its device address. Valid until the command buffer is submitted. An op that needs
+ * several pieces asks dsv4_vk_meta_room for all of them first (a piece that does not fit
+ * submits the command buffer and starts a new area). NULL (and a fault) when bytes exceed
+ * the area. */
+void *dsv4_vk_meta(struct dsv4_vk *v, size_t bytes, struct vk_bind *b, VkDeviceAddress *a);
+bool  dsv4_vk_meta_room(struct dsv4_vk *v, size_t bytes);
+/* Workgroups for items spread over per_group invocations, within the dispatch limit (the
+ * shaders loop over what one grid does not cover). */
+uint32_t dsv4_vk_groups(uint64_t items, uint32_t per_group);
+/* Whether n elements fit the shaders' 32-bit indices (a fault naming op when not). */
+bool dsv4_vk_fits_u32(struct dsv4_vk *v, uint64_t n, const char *op);
+
+/* The op table (vk_ops.c) and the ops of each file. */
 extern const struct dsv4_backend_ops dsv4_vk_ops;
+/* The shader that runs op, or NULL (`dsv4 ops`). */
+const char *dsv4_vk_op_shader(enum dsv4_op op);
+
+/* vk_op_rows.c */
+void dsv4_vk_rmsnorm(struct dsv4_backend *be, int n, int d, const float *x, int ldx, const uint16_t *w, double eps,
+                     float *y, int ldy);
+void dsv4_vk_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies,
+                   float *X);
+void dsv4_vk_scale(struct dsv4_backend *be, size_t n, float *x, double s);
+void dsv4_vk_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
 
 #endif /* DSV4_VK_H */

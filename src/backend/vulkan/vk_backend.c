@@ -15,7 +15,7 @@
 #include "backend/vulkan/vk.h"
 #include "backend/vulkan/vulkan.h"
 
-enum { VKB_STAGING_BYTES = 8 << 20, VKB_META_BYTES = 1 << 20 };
+enum { VKB_STAGING_BYTES = 8 << 20, VKB_META_BYTES = 4 << 20 };
 
 struct vk_opts {
     int device; /* -1: the default */
@@ -123,22 +123,10 @@ static size_t vk_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
     return 0; /* no op written so far uses scratch */
 }
 
-/* The shader that runs op, or NULL. */
-static const char *shader_of(enum dsv4_op op)
-{
-    switch (op) {
-    case DSV4_OP_SCALE: return dsv4_vk_pipe_shader(VKB_PIPE_SCALE);
-    case DSV4_OP_ADD_STREAMS: return dsv4_vk_pipe_shader(VKB_PIPE_ADD_STREAMS);
-    case DSV4_OP_EMBED: return dsv4_vk_pipe_shader(VKB_PIPE_EMBED);
-    case DSV4_OP_RMSNORM: return dsv4_vk_pipe_shader(VKB_PIPE_RMSNORM);
-    default: return NULL;
-    }
-}
-
 static int vk_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
 {
     (void)impl;
-    const char *s = dsv4_op_entry(&dsv4_vk_ops, op) ? shader_of(op) : NULL;
+    const char *s = dsv4_op_entry(&dsv4_vk_ops, op) ? dsv4_vk_op_shader(op) : NULL;
     if (s) snprintf(buf, cap, "compute shader %s.comp", s);
     else snprintf(buf, cap, "missing (no shader yet: issue 37)");
     return 0;

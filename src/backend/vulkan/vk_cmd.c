@@ -1,13 +1,13 @@
 /*
  * vk_cmd.c - recording and submitting on the compute queue, and the memory half's
- * transfers: upload and download through the mapped staging buffer, copy between buffers,
- * sync on the fence.
+ * transfers: upload through the mapped staging area (recorded in order with the ops),
+ * download (submits and waits), copy between buffers, sync.
  *
- * At most one submission is in flight (vk.h): begin waits for it, so everything a
- * submission reads (command buffer, descriptor sets, staging and metadata buffers) is free
- * to reuse once begin returns. Each command buffer opens with a global barrier (every
- * earlier command's writes before any of this one's reads and writes: the queue may overlap
- * submissions otherwise) and ends with one that makes device writes visible to the host.
+ * One command buffer is open at a time (vk.h): ops, uploads and copies append to it, each
+ * followed by a barrier, so the queue runs them in the order the host issued them. It is
+ * submitted when the host needs results (download, sync) or an area of the command buffer
+ * (staging, metadata, descriptor sets) is full. Opening the next one waits for the previous
+ * submission, so those areas are free to reuse from their start.
  *
  * The table's ops and transfers return nothing, so an error here (an address that is not
  * the backend's, a lost device) is recorded once in v->fault and logged; the op or transfer
@@ -38,31 +38,41 @@ void dsv4_vk_wait(struct dsv4_vk *v)
     v->pending = false;
 }
 
-static void barrier(struct dsv4_vk *v, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access)
+void dsv4_vk_barrier(struct dsv4_vk *v)
 {
     VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
-                           .dstAccessMask = dst_access };
-    vkCmdPipelineBarrier(v->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+                           .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT };
+    vkCmdPipelineBarrier(v->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0,
+                         NULL, 0, NULL);
 }
 
-bool dsv4_vk_begin(struct dsv4_vk *v)
+bool dsv4_vk_record(struct dsv4_vk *v)
 {
+    if (v->recording) return true;
     dsv4_vk_wait(v);
     VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
-    if (vkResetCommandBuffer(v->cmd, 0) != VK_SUCCESS || vkBeginCommandBuffer(v->cmd, &bi) != VK_SUCCESS) {
+    if (vkResetCommandBuffer(v->cmd, 0) != VK_SUCCESS || vkResetDescriptorPool(v->dev, v->dpool, 0) != VK_SUCCESS ||
+        vkBeginCommandBuffer(v->cmd, &bi) != VK_SUCCESS) {
         dsv4_vk_fault(v, "cannot record a command buffer");
         return false;
     }
-    v->recording = true;
-    barrier(v, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+    v->recording    = true;
+    v->n_sets       = 0;
+    v->staging.used = 0;
+    v->meta.used    = 0;
+    /* after every earlier submission on the queue (it may overlap them otherwise) */
+    dsv4_vk_barrier(v);
     return true;
 }
 
 void dsv4_vk_submit(struct dsv4_vk *v)
 {
     if (!v->recording) return;
-    barrier(v, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+                           .dstAccessMask = VK_ACCESS_HOST_READ_BIT };
+    vkCmdPipelineBarrier(v->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
+                         NULL);
     v->recording = false;
     VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &v->cmd };
     if (vkEndCommandBuffer(v->cmd) != VK_SUCCESS || vkQueueSubmit(v->queue, 1, &si, v->fence) != VK_SUCCESS) {
@@ -70,6 +80,51 @@ void dsv4_vk_submit(struct dsv4_vk *v)
         return;
     }
     v->pending = true;
+}
+
+void dsv4_vk_finish(struct dsv4_vk *v)
+{
+    dsv4_vk_submit(v);
+    dsv4_vk_wait(v);
+}
+
+/* n bytes of a host-visible area (staging, metadata) in the open command buffer, aligned
+ * to align; when they do not fit, the command buffer is submitted and waited for, and a new
+ * one starts with the area empty. Returns the offset, or -1 (and a fault) when n exceeds
+ * the area. */
+static int64_t area_take(struct dsv4_vk *v, struct vk_hostbuf *h, size_t n, VkDeviceSize align, const char *what)
+{
+    if (n > h->bytes) {
+        dsv4_vk_fault(v, "%zu bytes of %s in one piece: more than its %llu", n, what, (unsigned long long)h->bytes);
+        return -1;
+    }
+    if (!dsv4_vk_record(v)) return -1;
+    VkDeviceSize at = (h->used + align - 1) / align * align;
+    if (at + n > h->bytes) {
+        dsv4_vk_finish(v);
+        if (!dsv4_vk_record(v)) return -1;
+        at = 0;
+    }
+    h->used = at + n;
+    return (int64_t)at;
+}
+
+bool dsv4_vk_meta_room(struct dsv4_vk *v, size_t bytes)
+{
+    if (!dsv4_vk_record(v)) return false;
+    if (v->meta.used + bytes + 64 * 8 <= v->meta.bytes) return true;
+    dsv4_vk_finish(v);
+    return dsv4_vk_record(v);
+}
+
+void *dsv4_vk_meta(struct dsv4_vk *v, size_t bytes, struct vk_bind *b, VkDeviceAddress *a)
+{
+    VkDeviceSize align = v->sb_align > 16 ? v->sb_align : 16;
+    int64_t      at    = area_take(v, &v->meta, bytes ? bytes : 4, align, "host metadata");
+    if (at < 0) return NULL;
+    *b = (struct vk_bind){ v->meta.buf, (VkDeviceSize)at, bytes ? bytes : 4 };
+    if (a) *a = v->meta.dva + (VkDeviceSize)at;
+    return (uint8_t *)v->meta.map + at;
 }
 
 /* The buffer and offset of [p, p + bytes), which must lie in one block; NULL (and a fault)
@@ -85,22 +140,25 @@ static const struct vk_block *span(struct dsv4_vk *v, const void *p, size_t byte
     return b;
 }
 
-/* Moves bytes between host memory and [off, off + bytes) of block b, through the staging
- * buffer a chunk at a time: to the device (upload, not waited for) or from it (download,
- * waited for, then copied out). */
+/* Moves bytes between host memory and [off, off + bytes) of block b through the staging
+ * area, a piece at a time: to the device (recorded in the open command buffer, in order with
+ * the ops) or from it (submitted and waited for, then copied out). */
 static void transfer(struct dsv4_vk *v, const struct vk_block *b, VkDeviceSize off, uint8_t *host, size_t bytes,
                      bool to_device)
 {
     for (size_t done = 0; done < bytes;) {
-        size_t n = bytes - done < v->staging.bytes ? bytes - done : (size_t)v->staging.bytes;
-        if (!dsv4_vk_begin(v)) return; /* waits: the staging buffer is free */
-        if (to_device) memcpy(v->staging.map, host + done, n);
-        VkBufferCopy c = { to_device ? 0 : off + done, to_device ? off + done : 0, n };
+        size_t left = bytes - done, room = (size_t)(v->staging.bytes - v->staging.used);
+        if (!v->recording || room < 64) room = (size_t)v->staging.bytes;
+        size_t  n  = left < room ? left : room;
+        int64_t at = area_take(v, &v->staging, n, 16, "staging");
+        if (at < 0) return;
+        if (to_device) memcpy((uint8_t *)v->staging.map + at, host + done, n);
+        VkBufferCopy c = { to_device ? (VkDeviceSize)at : off + done, to_device ? off + done : (VkDeviceSize)at, n };
         vkCmdCopyBuffer(v->cmd, to_device ? v->staging.buf : b->buf, to_device ? b->buf : v->staging.buf, 1, &c);
-        dsv4_vk_submit(v);
+        dsv4_vk_barrier(v);
         if (!to_device) {
-            dsv4_vk_wait(v);
-            memcpy(host + done, v->staging.map, n);
+            dsv4_vk_finish(v);
+            memcpy(host + done, (uint8_t *)v->staging.map + at, n);
         }
         done += n;
     }
@@ -137,10 +195,10 @@ void dsv4_vk_copy(void *impl, void *dst, const void *src, size_t bytes)
     const struct vk_block *d = span(v, dst, bytes, &doff, "copy to"), *s = span(v, src, bytes, &soff, "copy from");
     bool overlap = d && s && d->buf == s->buf && doff < soff + bytes && soff < doff + bytes;
     if (overlap) dsv4_vk_fault(v, "copy of %zu bytes between overlapping ranges of one buffer", bytes);
-    if (d && s && !overlap && dsv4_vk_begin(v)) {
+    if (d && s && !overlap && dsv4_vk_record(v)) {
         VkBufferCopy c = { soff, doff, bytes };
         vkCmdCopyBuffer(v->cmd, s->buf, d->buf, 1, &c);
-        dsv4_vk_submit(v);
+        dsv4_vk_barrier(v);
     }
     pthread_mutex_unlock(&v->mu);
 }
@@ -149,6 +207,6 @@ void dsv4_vk_sync(void *impl)
 {
     struct dsv4_vk *v = impl;
     pthread_mutex_lock(&v->mu);
-    dsv4_vk_wait(v);
+    dsv4_vk_finish(v);
     pthread_mutex_unlock(&v->mu);
 }

@@ -4,8 +4,9 @@
  * GPU, else the first device, such as Mesa's lavapipe) and the logical device with one
  * compute queue, its command buffer, fence and descriptor pool.
  *
- * The ops that follow the reference in double need shaderFloat64: a device without it is
- * refused at create with the reason, not run with other numerics.
+ * The ops that follow the reference in double need shaderFloat64, and tables of pointers
+ * (a layer's experts) need buffer device addresses and 64-bit integers (Vulkan 1.2): a device
+ * without them is refused at create with the reason, not run with other numerics.
  */
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +26,9 @@ const char *dsv4_vk_type_name(VkPhysicalDeviceType t)
 
 static void read_info(VkPhysicalDevice pd, struct vk_dev_info *d)
 {
-    VkPhysicalDeviceSubgroupProperties sg = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES };
+    VkPhysicalDeviceMaintenance3Properties m3 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES };
+    VkPhysicalDeviceSubgroupProperties sg = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                              .pNext = &m3 };
     VkPhysicalDeviceProperties2        p2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg };
     vkGetPhysicalDeviceProperties2(pd, &p2);
     const VkPhysicalDeviceProperties *p = &p2.properties;
@@ -36,9 +39,16 @@ static void read_info(VkPhysicalDevice pd, struct vk_dev_info *d)
     d->max_sb_range       = p->limits.maxStorageBufferRange;
     d->max_wg_invocations = p->limits.maxComputeWorkGroupInvocations;
     d->subgroup           = sg.subgroupSize;
-    VkPhysicalDeviceFeatures f;
-    vkGetPhysicalDeviceFeatures(pd, &f);
-    d->fp64 = f.shaderFloat64;
+    d->max_alloc          = m3.maxMemoryAllocationSize;
+    VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES };
+    VkPhysicalDeviceFeatures2        f2  = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12 };
+    if (VK_API_VERSION_MINOR(p->apiVersion) >= 2 || VK_API_VERSION_MAJOR(p->apiVersion) > 1)
+        vkGetPhysicalDeviceFeatures2(pd, &f2);
+    else
+        vkGetPhysicalDeviceFeatures(pd, &f2.features);
+    d->fp64  = f2.features.shaderFloat64;
+    d->int64 = f2.features.shaderInt64;
+    d->bda   = f12.bufferDeviceAddress;
     VkPhysicalDeviceMemoryProperties m;
     vkGetPhysicalDeviceMemoryProperties(pd, &m);
     d->local_heap = 0;
@@ -50,7 +60,7 @@ static void read_info(VkPhysicalDevice pd, struct vk_dev_info *d)
 static int make_instance(struct dsv4_vk *v, VkPhysicalDevice *pds, struct dsv4_err *err)
 {
     VkApplicationInfo    app = { .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "dsv4",
-                                 .apiVersion = VK_API_VERSION_1_1 };
+                                 .apiVersion = VK_API_VERSION_1_2 };
     VkInstanceCreateInfo ci  = { .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app };
     VkResult             r   = vkCreateInstance(&ci, NULL, &v->inst);
     if (r != VK_SUCCESS) {
@@ -105,9 +115,12 @@ static int make_device(struct dsv4_vk *v, struct dsv4_err *err)
     float                   prio = 1.0f;
     VkDeviceQueueCreateInfo qci  = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = v->qfam,
                                      .queueCount = 1, .pQueuePriorities = &prio };
-    VkPhysicalDeviceFeatures feat = { .shaderFloat64 = VK_TRUE };
-    VkDeviceCreateInfo       dci  = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
-                                      .pQueueCreateInfos = &qci, .pEnabledFeatures = &feat };
+    VkPhysicalDeviceVulkan12Features f12 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                             .bufferDeviceAddress = VK_TRUE };
+    VkPhysicalDeviceFeatures2 f2 = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12,
+                                     .features = { .shaderFloat64 = VK_TRUE, .shaderInt64 = VK_TRUE } };
+    VkDeviceCreateInfo        dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2,
+                                      .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci };
     VkResult                 r    = vkCreateDevice(v->phys, &dci, NULL, &v->dev);
     if (r != VK_SUCCESS) {
         v->dev = VK_NULL_HANDLE;
@@ -118,8 +131,8 @@ static int make_device(struct dsv4_vk *v, struct dsv4_err *err)
                                     .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                     .queueFamilyIndex = v->qfam };
     VkFenceCreateInfo       fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
-    VkDescriptorPoolSize    ps  = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VKB_PIPE_COUNT * VKB_MAX_BINDINGS };
-    VkDescriptorPoolCreateInfo dpi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = VKB_PIPE_COUNT,
+    VkDescriptorPoolSize    ps  = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VKB_MAX_SETS * VKB_MAX_BINDINGS };
+    VkDescriptorPoolCreateInfo dpi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = VKB_MAX_SETS,
                                        .poolSizeCount = 1, .pPoolSizes = &ps };
     if (vkCreateCommandPool(v->dev, &pci, NULL, &v->pool) != VK_SUCCESS ||
         vkCreateFence(v->dev, &fci, NULL, &v->fence) != VK_SUCCESS ||
@@ -146,6 +159,10 @@ int dsv4_vk_open_device(struct dsv4_vk *v, int want, struct dsv4_err *err)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED,
                             "vulkan: device %d (%s) lacks shaderFloat64, which the ops need to round as the "
                             "reference does (docs/BACKENDS.md)", i, info->name);
+    if (!info->bda || !info->int64 || (VK_API_VERSION_MAJOR(info->api) == 1 && VK_API_VERSION_MINOR(info->api) < 2))
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED,
+                            "vulkan: device %d (%s) lacks Vulkan 1.2 with bufferDeviceAddress and shaderInt64, "
+                            "which the ops' tables of pointers need (docs/BACKENDS.md)", i, info->name);
     if (find_compute_queue(v->phys, &v->qfam))
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "vulkan: device %d (%s) has no compute queue", i, info->name);
     VkPhysicalDeviceProperties p;
@@ -179,10 +196,12 @@ void dsv4_vk_devices_text(const struct dsv4_vk *v, char *buf, size_t cap)
         const struct vk_dev_info *d = &v->dev_info[i];
         int n = snprintf(buf + at, cap - at,
                          "%s device %d: %s (%s), Vulkan %u.%u.%u, maxStorageBufferRange %u, "
-                         "maxComputeWorkGroupInvocations %u, subgroup %u, shaderFloat64 %s, device-local heap %.2f GB\n",
+                         "maxMemoryAllocationSize %.2f GB, maxComputeWorkGroupInvocations %u, subgroup %u, "
+                         "shaderFloat64 %s, bufferDeviceAddress %s, device-local heap %.2f GB\n",
                          i == v->chosen ? "*" : " ", i, d->name, dsv4_vk_type_name(d->type), VK_API_VERSION_MAJOR(d->api),
                          VK_API_VERSION_MINOR(d->api), VK_API_VERSION_PATCH(d->api), d->max_sb_range,
-                         d->max_wg_invocations, d->subgroup, d->fp64 ? "yes" : "no", (double)d->local_heap / 1e9);
+                         (double)d->max_alloc / 1e9, d->max_wg_invocations, d->subgroup, d->fp64 ? "yes" : "no",
+                         d->bda ? "yes" : "no", (double)d->local_heap / 1e9);
         if (n < 0) break;
         at += (size_t)n;
     }

@@ -6,6 +6,7 @@
  * a table of the blocks sorted by address, so that any address inside one resolves to
  * (buffer, offset) by binary search.
  *
+ * Each buffer also has a device address (shaders reach it through GL_EXT_buffer_reference).
  * One buffer per allocation is the simplest thing that is right; sub-allocating large
  * buffers (fewer vkAllocateMemory calls, which some drivers cap at 4096) is later work.
  */
@@ -61,6 +62,7 @@ int dsv4_vk_find_memtype(const struct dsv4_vk *v, uint32_t bits, VkMemoryPropert
 static bool make_buffer(struct dsv4_vk *v, VkDeviceSize bytes, VkBufferUsageFlags usage, bool host, VkBuffer *buf,
                         VkDeviceMemory *mem)
 {
+    usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
     VkBufferCreateInfo bci = { .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes, .usage = usage,
                                .sharingMode = VK_SHARING_MODE_EXCLUSIVE };
     if (vkCreateBuffer(v->dev, &bci, NULL, buf) != VK_SUCCESS) return false;
@@ -70,8 +72,10 @@ static bool make_buffer(struct dsv4_vk *v, VkDeviceSize bytes, VkBufferUsageFlag
                                       : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     int type = dsv4_vk_find_memtype(v, req.memoryTypeBits, want);
     if (type < 0 && !host) type = dsv4_vk_find_memtype(v, req.memoryTypeBits, 0);
-    VkMemoryAllocateInfo mai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
-                                 .memoryTypeIndex = (uint32_t)type };
+    VkMemoryAllocateFlagsInfo fi  = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                                      .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT };
+    VkMemoryAllocateInfo      mai = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &fi,
+                                      .allocationSize = req.size, .memoryTypeIndex = (uint32_t)type };
     if (type < 0 || vkAllocateMemory(v->dev, &mai, NULL, mem) != VK_SUCCESS) {
         vkDestroyBuffer(v->dev, *buf, NULL);
         return false;
@@ -84,6 +88,12 @@ static bool make_buffer(struct dsv4_vk *v, VkDeviceSize bytes, VkBufferUsageFlag
     return true;
 }
 
+static VkDeviceAddress address_of(struct dsv4_vk *v, VkBuffer buf)
+{
+    VkBufferDeviceAddressInfo ai = { .sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = buf };
+    return vkGetBufferDeviceAddress(v->dev, &ai);
+}
+
 int dsv4_vk_hostbuf(struct dsv4_vk *v, struct vk_hostbuf *h, VkDeviceSize bytes, VkBufferUsageFlags usage)
 {
     if (!make_buffer(v, bytes, usage, true, &h->buf, &h->mem)) return DSV4_ENOMEM;
@@ -93,6 +103,8 @@ int dsv4_vk_hostbuf(struct dsv4_vk *v, struct vk_hostbuf *h, VkDeviceSize bytes,
         return DSV4_ENOMEM;
     }
     h->bytes = bytes;
+    h->used  = 0;
+    h->dva   = address_of(v, h->buf);
     return DSV4_OK;
 }
 
@@ -136,12 +148,13 @@ static bool insert_block(struct dsv4_vk *v, int at, struct vk_block b)
     return true;
 }
 
-/* Zero-fills a new buffer on the queue (alloc's contract: zero-filled). */
+/* Zero-fills a new buffer on the queue (alloc's contract: zero-filled), recorded before
+ * whatever uses it next. */
 static bool zero_fill(struct dsv4_vk *v, VkBuffer buf)
 {
-    if (!dsv4_vk_begin(v)) return false;
+    if (!dsv4_vk_record(v)) return false;
     vkCmdFillBuffer(v->cmd, buf, 0, VK_WHOLE_SIZE, 0);
-    dsv4_vk_submit(v);
+    dsv4_vk_barrier(v);
     return true;
 }
 
@@ -151,8 +164,8 @@ void *dsv4_vk_alloc(void *impl, size_t bytes, enum dsv4_mem_kind kind)
     struct dsv4_vk *v   = impl;
     size_t          len = (bytes + v->page - 1) / v->page * v->page;
     if (!len) len = v->page;
-    /* a descriptor binds a whole block: no block may exceed what one binding reaches */
-    if (len > v->dev_info[v->chosen].max_sb_range) return NULL;
+    /* one block is one device allocation; larger tensors are split by whoever allocates them */
+    if (len > v->dev_info[v->chosen].max_alloc) return NULL;
     pthread_mutex_lock(&v->mu);
     int    at;
     size_t off = find_gap(v, len, &at);
@@ -160,8 +173,9 @@ void *dsv4_vk_alloc(void *impl, size_t bytes, enum dsv4_mem_kind kind)
     VkBufferUsageFlags usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bool ok = off != (size_t)-1 && make_buffer(v, len, usage, false, &b.buf, &b.mem);
+    if (ok) b.dva = address_of(v, b.buf);
     if (ok && (!zero_fill(v, b.buf) || !insert_block(v, at, b))) {
-        dsv4_vk_wait(v);
+        dsv4_vk_finish(v);
         block_release(v, &b);
         ok = false;
     }
@@ -205,7 +219,7 @@ void dsv4_vk_free(void *impl, void *p, size_t bytes)
     if (i < 0 || (uint8_t *)p != v->base + v->blocks[i].off) {
         dsv4_vk_fault(v, "free of %p, which is not the start of one of its buffers", p);
     } else {
-        dsv4_vk_wait(v); /* a submission in flight may still use it */
+        dsv4_vk_finish(v); /* what is recorded or in flight may still use it */
         block_release(v, &v->blocks[i]);
         v->used -= v->blocks[i].len;
         memmove(&v->blocks[i], &v->blocks[i + 1], sizeof(*v->blocks) * (size_t)(v->n_blocks - i - 1));

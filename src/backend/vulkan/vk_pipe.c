@@ -1,32 +1,18 @@
 /*
- * vk_pipe.c - one compute pipeline per shader: made at its first dispatch from the SPIR-V
- * the build embedded (vk_shaders.c), with a descriptor set of storage buffers (one per
- * address the op takes) and push constants for the scalars (at most VKB_PC_BYTES).
+ * vk_pipe.c - one compute pipeline per shader, found by the shader's name and made at its
+ * first dispatch from the SPIR-V the build embedded (vk_shaders.c), with a descriptor set
+ * layout of n storage buffers (the op's bindings) and push constants for the scalars (at
+ * most VKB_PC_BYTES).
  *
- * Each pipeline has one descriptor set, rewritten before each dispatch: at most one
- * submission is in flight and recording waits for it (vk.h), so no set is in use then.
- * Made lazily, so a backend created only to list devices or to move memory compiles none.
+ * Each dispatch takes a fresh descriptor set from the pool, which is reset when a command
+ * buffer opens (vk_cmd.c): a set written for one dispatch stays as it was while the command
+ * buffer runs. When the pool is used up, the command buffer is submitted and a new one
+ * opened. Made lazily, so a backend created only to list devices or to move memory compiles
+ * none.
  */
 #include <string.h>
 
 #include "backend/vulkan/vk.h"
-
-enum { VKB_PC_BYTES = 64 };
-
-static const struct {
-    const char *shader;
-    int         n_bind;
-} PIPES[VKB_PIPE_COUNT] = {
-    [VKB_PIPE_SCALE] = { "scale", 1 },
-    [VKB_PIPE_ADD_STREAMS] = { "add_streams", 2 },
-    [VKB_PIPE_EMBED] = { "embed", 3 },
-    [VKB_PIPE_RMSNORM] = { "rmsnorm", 3 },
-};
-
-const char *dsv4_vk_pipe_shader(enum vk_pipe_id id)
-{
-    return PIPES[id].shader;
-}
 
 static const struct dsv4_vk_spirv *find_shader(const char *name)
 {
@@ -47,21 +33,17 @@ static bool make_layouts(struct dsv4_vk *v, struct vk_pipe *p, int n_bind)
     VkPushConstantRange        pcr = { VK_SHADER_STAGE_COMPUTE_BIT, 0, VKB_PC_BYTES };
     VkPipelineLayoutCreateInfo lci = { .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                        .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr };
-    if (vkCreatePipelineLayout(v->dev, &lci, NULL, &p->layout) != VK_SUCCESS) return false;
-    VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                       .descriptorPool = v->dpool, .descriptorSetCount = 1, .pSetLayouts = &p->dsl };
-    return vkAllocateDescriptorSets(v->dev, &ai, &p->set) == VK_SUCCESS;
+    return vkCreatePipelineLayout(v->dev, &lci, NULL, &p->layout) == VK_SUCCESS;
 }
 
-static bool make_pipe(struct dsv4_vk *v, enum vk_pipe_id id)
+static bool make_pipe(struct dsv4_vk *v, struct vk_pipe *p)
 {
-    struct vk_pipe             *p = &v->pipes[id];
-    const struct dsv4_vk_spirv *s = find_shader(PIPES[id].shader);
+    const struct dsv4_vk_spirv *s = find_shader(p->shader);
     if (!s) {
-        dsv4_vk_fault(v, "the build embeds no shader '%s'", PIPES[id].shader);
+        dsv4_vk_fault(v, "the build embeds no shader '%s'", p->shader);
         return false;
     }
-    if (!make_layouts(v, p, PIPES[id].n_bind)) {
+    if (!make_layouts(v, p, p->n_bind)) {
         dsv4_vk_fault(v, "cannot make the layouts of shader '%s'", s->name);
         return false;
     }
@@ -88,35 +70,80 @@ static bool make_pipe(struct dsv4_vk *v, enum vk_pipe_id id)
     return true;
 }
 
-bool dsv4_vk_dispatch(struct dsv4_vk *v, enum vk_pipe_id id, const struct vk_bind *b, int n_bind, const void *pc,
-                      uint32_t pc_bytes, uint32_t groups)
+/* The pipeline of shader (made now if this is its first use), or NULL (and a fault). */
+static struct vk_pipe *pipe_of(struct dsv4_vk *v, const char *shader, int n_bind)
 {
-    struct vk_pipe *p = &v->pipes[id];
-    if (!p->pipe && !make_pipe(v, id)) return false;
-    DSV4_ASSERT(n_bind == PIPES[id].n_bind && pc_bytes <= VKB_PC_BYTES);
+    for (int i = 0; i < v->n_pipes; i++)
+        if (!strcmp(v->pipes[i].shader, shader)) {
+            if (v->pipes[i].n_bind != n_bind) {
+                dsv4_vk_fault(v, "shader '%s' dispatched with %d bindings, made with %d", shader, n_bind,
+                              v->pipes[i].n_bind);
+                return NULL;
+            }
+            return v->pipes[i].pipe ? &v->pipes[i] : NULL;
+        }
+    if (v->n_pipes == VKB_MAX_PIPES) {
+        dsv4_vk_fault(v, "more than %d shaders", VKB_MAX_PIPES);
+        return NULL;
+    }
+    struct vk_pipe *p = &v->pipes[v->n_pipes++];
+    *p                = (struct vk_pipe){ .shader = shader, .n_bind = n_bind };
+    return make_pipe(v, p) ? p : NULL;
+}
+
+/* A descriptor set of p's layout from the open command buffer's pool, opening a new command
+ * buffer when the pool is used up. */
+static VkDescriptorSet take_set(struct dsv4_vk *v, const struct vk_pipe *p)
+{
+    if (!dsv4_vk_record(v)) return VK_NULL_HANDLE;
+    if (v->n_sets == VKB_MAX_SETS) {
+        dsv4_vk_finish(v);
+        if (!dsv4_vk_record(v)) return VK_NULL_HANDLE;
+    }
+    VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                       .descriptorPool = v->dpool, .descriptorSetCount = 1, .pSetLayouts = &p->dsl };
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (vkAllocateDescriptorSets(v->dev, &ai, &set) != VK_SUCCESS) {
+        dsv4_vk_fault(v, "cannot allocate a descriptor set");
+        return VK_NULL_HANDLE;
+    }
+    v->n_sets++;
+    return set;
+}
+
+bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bind *b, int n_bind, const void *pc,
+                      uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    DSV4_ASSERT(n_bind >= 0 && n_bind <= VKB_MAX_BINDINGS && pc_bytes <= VKB_PC_BYTES);
+    struct vk_pipe *p = pipe_of(v, shader, n_bind);
+    if (!p) return false;
+    VkDescriptorSet set = take_set(v, p);
+    if (!set) return false;
     VkDescriptorBufferInfo bi[VKB_MAX_BINDINGS];
     VkWriteDescriptorSet   w[VKB_MAX_BINDINGS];
     for (int i = 0; i < n_bind; i++) {
-        bi[i] = (VkDescriptorBufferInfo){ b[i].buf, b[i].off, VK_WHOLE_SIZE };
-        w[i]  = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = p->set,
+        bi[i] = (VkDescriptorBufferInfo){ b[i].buf, b[i].off, b[i].range ? b[i].range : VK_WHOLE_SIZE };
+        w[i]  = (VkWriteDescriptorSet){ .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
                                         .dstBinding = (uint32_t)i, .descriptorCount = 1,
                                         .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i] };
     }
-    vkUpdateDescriptorSets(v->dev, (uint32_t)n_bind, w, 0, NULL);
+    if (n_bind) vkUpdateDescriptorSets(v->dev, (uint32_t)n_bind, w, 0, NULL);
     vkCmdBindPipeline(v->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-    vkCmdBindDescriptorSets(v->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &p->set, 0, NULL);
-    vkCmdPushConstants(v->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_bytes, pc);
-    vkCmdDispatch(v->cmd, groups, 1, 1);
+    if (n_bind) vkCmdBindDescriptorSets(v->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
+    if (pc_bytes) vkCmdPushConstants(v->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_bytes, pc);
+    vkCmdDispatch(v->cmd, gx ? gx : 1, gy ? gy : 1, gz ? gz : 1);
+    dsv4_vk_barrier(v);
     return true;
 }
 
 void dsv4_vk_pipes_free(struct dsv4_vk *v)
 {
-    for (int i = 0; i < VKB_PIPE_COUNT; i++) {
+    for (int i = 0; i < v->n_pipes; i++) {
         struct vk_pipe *p = &v->pipes[i];
         if (p->pipe) vkDestroyPipeline(v->dev, p->pipe, NULL);
         if (p->layout) vkDestroyPipelineLayout(v->dev, p->layout, NULL);
         if (p->dsl) vkDestroyDescriptorSetLayout(v->dev, p->dsl, NULL);
         memset(p, 0, sizeof(*p)); /* the sets go with the pool */
     }
+    v->n_pipes = 0;
 }
