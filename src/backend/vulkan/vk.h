@@ -174,6 +174,13 @@ VkDeviceAddress dsv4_vk_addr(struct dsv4_vk *v, const void *p, size_t bytes);
  * the area. */
 void *dsv4_vk_meta(struct dsv4_vk *v, size_t bytes, struct vk_bind *b, VkDeviceAddress *a);
 bool  dsv4_vk_meta_room(struct dsv4_vk *v, size_t bytes);
+/* An input that may be either (docs/BACKENDS.md: host metadata stays in host arrays, such
+ * as positions and token ids, while tables and activations are backend memory): bound as
+ * dsv4_vk_arg when p is one of the backend's addresses, else its `bytes` copied from the host
+ * into the metadata area (index 0). -1 (and a fault) on failure. */
+int64_t dsv4_vk_in(struct dsv4_vk *v, const void *p, size_t elem, size_t bytes, struct vk_bind *b);
+/* Whether p is one of the backend's addresses (inside its reserved range). */
+bool dsv4_vk_owns(const struct dsv4_vk *v, const void *p);
 /* Workgroups for items spread over per_group invocations, within the dispatch limit (the
  * shaders loop over what one grid does not cover). */
 uint32_t dsv4_vk_groups(uint64_t items, uint32_t per_group);

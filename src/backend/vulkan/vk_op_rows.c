@@ -36,8 +36,7 @@ void dsv4_vk_add_streams(struct dsv4_backend *be, int n, int hc, int d, const fl
     pthread_mutex_unlock(&v->mu);
 }
 
-/* Token ids are host metadata: copied into the command buffer's metadata area, which the
- * shader reads. */
+/* Token ids are host metadata (or, from a test, backend memory): dsv4_vk_in. */
 void dsv4_vk_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_t *table, int d, int copies, float *X)
 {
     struct dsv4_vk *v     = be->impl;
@@ -45,13 +44,13 @@ void dsv4_vk_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_
     if (!total) return;
     pthread_mutex_lock(&v->mu);
     struct vk_bind b[3] = { { 0 } };
-    int64_t        x0   = dsv4_vk_arg(v, X, 4, total * 4, &b[2]);
+    dsv4_vk_meta_room(v, (size_t)n * sizeof(int));
+    int64_t x0 = dsv4_vk_arg(v, X, 4, total * 4, &b[2]);
     /* the table is read where the rows are; its extent is not known here: only its start is checked */
     int64_t t0 = dsv4_vk_arg(v, table, 2, 2, &b[1]);
-    int    *m  = x0 >= 0 && t0 >= 0 ? dsv4_vk_meta(v, (size_t)n * sizeof(int), &b[0], NULL) : NULL;
-    if (m && dsv4_vk_fits_u32(v, total, "embed")) {
-        memcpy(m, tok, (size_t)n * sizeof(int));
-        uint32_t pc[6] = { 0, (uint32_t)t0, (uint32_t)x0, (uint32_t)n, (uint32_t)d, (uint32_t)copies };
+    int64_t k0 = x0 >= 0 && t0 >= 0 ? dsv4_vk_in(v, tok, 4, (size_t)n * sizeof(int), &b[0]) : -1;
+    if (k0 >= 0 && dsv4_vk_fits_u32(v, total, "embed")) {
+        uint32_t pc[6] = { (uint32_t)k0, (uint32_t)t0, (uint32_t)x0, (uint32_t)n, (uint32_t)d, (uint32_t)copies };
         dsv4_vk_dispatch(v, "embed", b, 3, pc, sizeof(pc), dsv4_vk_groups(total, 256), 1, 1);
     }
     pthread_mutex_unlock(&v->mu);

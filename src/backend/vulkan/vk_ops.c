@@ -53,6 +53,21 @@ VkDeviceAddress dsv4_vk_addr(struct dsv4_vk *v, const void *p, size_t bytes)
     return blk->dva + off;
 }
 
+bool dsv4_vk_owns(const struct dsv4_vk *v, const void *p)
+{
+    const uint8_t *a = p;
+    return a >= v->base && a < v->base + v->reserve;
+}
+
+int64_t dsv4_vk_in(struct dsv4_vk *v, const void *p, size_t elem, size_t bytes, struct vk_bind *b)
+{
+    if (dsv4_vk_owns(v, p)) return dsv4_vk_arg(v, p, elem, bytes, b);
+    void *m = dsv4_vk_meta(v, bytes, b, NULL);
+    if (!m) return -1;
+    if (bytes) memcpy(m, p, bytes);
+    return 0;
+}
+
 uint32_t dsv4_vk_groups(uint64_t items, uint32_t per_group)
 {
     uint64_t g = (items + per_group - 1) / per_group;
