@@ -98,6 +98,13 @@ void        test_engine_params(struct dsv4_engine_params *ep);
 /* " --backend NAME" for a dsv4 command line, or "" on the default backend. */
 const char *test_backend_arg(void);
 
+/* Whether backend `name` can run here (the build has it, it starts: a Vulkan device exists,
+ * and it is not Vulkan under the sanitizers, whose Mesa drivers deadlock there); when not,
+ * the reason with the fix into why and the kind of skip it is, and returns false. */
+bool test_backend_usable(const char *name, char *why, size_t cap, enum test_skip_kind *kind);
+/* The same as a skip of t: true when the backend can run here. */
+bool test_need_backend(struct test_ctx *t, const char *name);
+
 /* Helpers shared by tests (tests/test_util.c). */
 int  test_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file; returns malloc'd buffer or NULL. */

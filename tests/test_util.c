@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "dsv4.h"
 #include "test.h"
@@ -23,6 +24,43 @@ const char *test_backend_arg(void)
     if (!test_backend) return "";
     snprintf(arg, sizeof(arg), " --backend %s", test_backend);
     return arg;
+}
+
+bool test_backend_usable(const char *name, char *why, size_t cap, enum test_skip_kind *kind)
+{
+    const struct dsv4_backend_kind *k = dsv4_backend_find(name);
+    *kind                             = TEST_SKIP_MISSING;
+    if (!k) {
+        snprintf(why, cap, "this build has no backend '%s': tools/install_deps.sh test, then make", name);
+        return false;
+    }
+    if (TEST_SANITIZED && !strcmp(name, "vulkan")) {
+        /* seen on Debian 12 (Mesa 22.3): the loader's Mesa drivers parse driconf with glibc's
+         * regexec at vkCreateInstance, and under ASan's regexec interceptor that deadlocks */
+        *kind = TEST_SKIP_MACHINE;
+        snprintf(why, cap, "Mesa's Vulkan drivers deadlock in regexec under the sanitizers; the plain build "
+                           "(make test) runs this");
+        return false;
+    }
+    void                      *impl = NULL;
+    struct dsv4_backend_params p    = { .n_threads = 1 };
+    struct dsv4_err            err;
+    if (k->create(&impl, &p, &err)) {
+        snprintf(why, cap, "backend %s cannot start here: %s (tools/install_deps.sh test installs "
+                           "mesa-vulkan-drivers)", name, err.msg);
+        return false;
+    }
+    k->destroy(impl);
+    return true;
+}
+
+bool test_need_backend(struct test_ctx *t, const char *name)
+{
+    char                why[768];
+    enum test_skip_kind kind;
+    if (test_backend_usable(name, why, sizeof(why), &kind)) return true;
+    test_skip(t, kind, "%s", why);
+    return false;
 }
 
 int test_write_file(const char *path, const void *data, size_t n)
