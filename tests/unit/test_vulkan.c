@@ -188,11 +188,38 @@ static void test_engine_refuses_missing_ops(struct test_ctx *t)
            "error: %s", err.msg);
 }
 
+/* bench's machine figures on the device: a read bandwidth and an FMA peak above zero, and the
+ * probed buffer as it was (the probe only reads). */
+static void test_machine_figures(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    size_t   bytes = (size_t)48 << 20;
+    uint8_t *buf = k->alloc(impl, bytes, DSV4_MEM_ACT), probe[4096];
+    CHECK(buf != NULL && k->read_bandwidth && k->peaks);
+    if (buf && k->read_bandwidth && k->peaks) {
+        double bw = k->read_bandwidth(impl, buf, bytes, 2), f32 = 0, bf16 = 0;
+        k->peaks(impl, &f32, &bf16);
+        CHECKF(bw > 0.01 && bw < 1e5, "read bandwidth %.3g GB/s", bw);
+        CHECKF(f32 > 0.01 && f32 < 1e7, "f32 peak %.3g GFLOP/s", f32);
+        bool zero = true;
+        for (size_t at = 0; at < bytes; at += bytes / 8) {
+            k->download(impl, probe, buf + at, sizeof(probe));
+            for (size_t i = 0; i < sizeof(probe); i++) zero &= probe[i] == 0;
+        }
+        CHECKF(zero, "the bandwidth probe wrote into the buffer it read");
+    }
+    if (buf) k->free(impl, buf, bytes);
+    k->destroy(impl);
+}
+
 const struct test_case test_group_vulkan[] = {
     { "device_found", test_device_found },
     { "memory_round_trip", test_memory_round_trip },
     { "host_access_faults", test_host_access_faults },
     { "ops_pass_checker", test_ops_pass_checker },
     { "engine_refuses_missing_ops", test_engine_refuses_missing_ops },
+    { "machine_figures", test_machine_figures },
     { NULL, NULL },
 };

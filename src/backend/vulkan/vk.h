@@ -187,6 +187,10 @@ uint32_t dsv4_vk_groups(uint64_t items, uint32_t per_group);
 /* Whether n elements fit the shaders' 32-bit indices (a fault naming op when not). */
 bool dsv4_vk_fits_u32(struct dsv4_vk *v, uint64_t n, const char *op);
 
+/* vk_bench.c: the kind's read_bandwidth and peaks */
+double dsv4_vk_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps);
+void   dsv4_vk_peaks(void *impl, double *f32, double *bf16);
+
 /* The op table (vk_ops.c) and the ops of each file. */
 extern const struct dsv4_backend_ops dsv4_vk_ops;
 /* The shader that runs op, or NULL (`dsv4 ops`). */

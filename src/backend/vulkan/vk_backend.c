@@ -144,4 +144,5 @@ const struct dsv4_backend_kind dsv4_backend_vulkan = {
     .alloc = dsv4_vk_alloc, .free = dsv4_vk_free, .upload = dsv4_vk_upload, .download = dsv4_vk_download,
     .copy = dsv4_vk_copy, .sync = dsv4_vk_sync, .memory = dsv4_vk_memory,
     .describe_op = vk_describe_op, .devices = vk_devices,
+    .read_bandwidth = dsv4_vk_read_bandwidth, .peaks = dsv4_vk_peaks,
 };
