@@ -432,6 +432,9 @@ struct dsv4_backend_params {
     const char               *opts;
     int                       n_threads; /* 0 = all */
     const struct dsv4_logger *lg;
+    /* The run is profiled (--profile): a backend that times its ops on its device collects
+     * those times, and device_profile prints them. */
+    bool                      profile;
 };
 
 /* Calls fn(key, value, ud) on each entry of an options string, in order, and returns its
@@ -523,6 +526,11 @@ struct dsv4_backend_kind {
     /* The devices it can run on, one line each with the limits that matter, the one in use
      * marked '*' (`dsv4 ops` prints it); NULL for a backend with no device to choose. */
     void (*devices)(void *impl, char *buf, size_t cap);
+
+    /* ---- the device's own timing of the ops, collected when created with profile (the
+     * host-side profiler only sees the ops being recorded there); prints a table to f; NULL
+     * for a backend whose ops run on the host threads */
+    void (*device_profile)(void *impl, FILE *f);
 
     /* ---- machine figures (`dsv4 bench`); NULL where the backend measures none */
     /* Best of reps timed reads of buf's first bytes (a buffer from alloc) by all its

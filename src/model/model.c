@@ -128,7 +128,8 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
         goto fail_ck;
     }
     struct dsv4_backend_params bp = {
-        .opts = params->backend_opts, .n_threads = params->n_threads, .lg = lg
+        .opts = params->backend_opts, .n_threads = params->n_threads, .lg = lg,
+        .profile = params->profile_path && *params->profile_path,
     };
     rc = m->backend->create(&m->backend_impl, &bp, err);
     if (rc) goto fail_ck;
@@ -170,6 +171,7 @@ fail_cfg:
 void dsv4_model_free(struct dsv4_model *m)
 {
     dsv4_prof_finish(m->prof, stderr);
+    if (m->prof && m->backend && m->backend->device_profile) m->backend->device_profile(m->backend_impl, stderr);
     if (m->backend) m->backend->destroy(m->backend_impl);
     dsv4_checkpoint_close(&m->ck);
     dsv4_arena_free(&m->arena);

@@ -214,6 +214,46 @@ static void test_machine_figures(struct test_ctx *t)
     k->destroy(impl);
 }
 
+/* --profile on the device: created with profile, the backend times each command with GPU
+ * timestamps and prints GPU time per shader (two scale dispatches, one upload, one download). */
+static void test_gpu_timestamps(struct test_ctx *t)
+{
+    const struct dsv4_backend_kind *k = dsv4_backend_find("vulkan");
+    if (!test_need_backend(t, "vulkan")) return;
+    void                      *impl = NULL;
+    struct dsv4_backend_params p    = { .n_threads = 1, .profile = true };
+    struct dsv4_err            err;
+    CHECKF(k->create(&impl, &p, &err) == DSV4_OK, "create: %s", err.msg);
+    if (!impl) return;
+    const struct dsv4_backend_ops *ops = k->ops(impl);
+    struct dsv4_backend            be  = { .ops = ops, .impl = impl };
+    float                          host[1000], back[1000];
+    for (int i = 0; i < 1000; i++) host[i] = (float)(i % 200); /* bf16 values: scale rounds to bf16 */
+    float *x = k->alloc(impl, sizeof(host), DSV4_MEM_ACT);
+    CHECK(x != NULL && k->device_profile != NULL);
+    if (x && k->device_profile) {
+        k->upload(impl, x, host, sizeof(host));
+        ops->scale(&be, 1000, x, 2.0);
+        ops->scale(&be, 1000, x, 0.5);
+        k->download(impl, back, x, sizeof(back));
+        CHECK(!memcmp(back, host, sizeof(host)));
+        char  *text = NULL;
+        size_t len  = 0;
+        FILE  *f    = open_memstream(&text, &len);
+        k->device_profile(impl, f);
+        fclose(f);
+        CHECKF(text && strstr(text, "GPU time") && strstr(text, "scale") && strstr(text, "upload"),
+               "device profile:\n%s", text ? text : "");
+        const char *sc = text ? strstr(text, "scale") : NULL;
+        unsigned    calls = 0;
+        CHECKF(sc && sscanf(sc, "scale %u", &calls) == 1 && calls == 2, "scale timed %u times:\n%s", calls,
+               text ? text : "");
+        free(text);
+    }
+    if (x) k->free(impl, x, sizeof(host));
+    k->destroy(impl);
+}
+
 const struct test_case test_group_vulkan[] = {
     { "device_found", test_device_found },
     { "memory_round_trip", test_memory_round_trip },
@@ -221,5 +261,6 @@ const struct test_case test_group_vulkan[] = {
     { "ops_pass_checker", test_ops_pass_checker },
     { "engine_refuses_missing_ops", test_engine_refuses_missing_ops },
     { "machine_figures", test_machine_figures },
+    { "gpu_timestamps", test_gpu_timestamps },
     { NULL, NULL },
 };

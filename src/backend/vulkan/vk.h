@@ -106,6 +106,7 @@ struct dsv4_vk {
     struct vk_block *blocks;    /* sorted by off */
     int              n_blocks, cap_blocks;
     char             fault[160]; /* the first error an op or transfer met (they return nothing) */
+    struct vk_stamps *stamps;   /* GPU timestamps per shader when profiling (vk_prof.c), or NULL */
 };
 
 /* vk_device.c */
@@ -186,6 +187,18 @@ bool dsv4_vk_owns(const struct dsv4_vk *v, const void *p);
 uint32_t dsv4_vk_groups(uint64_t items, uint32_t per_group);
 /* Whether n elements fit the shaders' 32-bit indices (a fault naming op when not). */
 bool dsv4_vk_fits_u32(struct dsv4_vk *v, uint64_t n, const char *op);
+
+/* vk_prof.c: GPU timestamps (created with profile): a timestamp after each dispatch or
+ * transfer, labelled with its shader; read when a submission has finished (dsv4_vk_wait),
+ * each command's time being the gap to the timestamp before it (commands run one after the
+ * other: a barrier follows each). */
+struct vk_stamps;
+int  dsv4_vk_stamps_init(struct dsv4_vk *v, struct dsv4_err *err);
+void dsv4_vk_stamps_free(struct dsv4_vk *v);
+void dsv4_vk_stamp_open(struct dsv4_vk *v);                    /* the command buffer opened */
+void dsv4_vk_stamp(struct dsv4_vk *v, const char *label);      /* after a command */
+void dsv4_vk_stamps_collect(struct dsv4_vk *v);                /* the submission finished */
+void dsv4_vk_device_profile(void *impl, FILE *f);
 
 /* vk_bench.c: the kind's read_bandwidth and peaks */
 double dsv4_vk_read_bandwidth(void *impl, const void *buf, size_t bytes, int reps);

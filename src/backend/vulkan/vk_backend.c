@@ -59,6 +59,7 @@ static void vk_destroy(void *impl)
         dsv4_vk_mem_fini(v);
         dsv4_vk_hostbuf_free(v, &v->staging);
         dsv4_vk_hostbuf_free(v, &v->meta);
+        dsv4_vk_stamps_free(v);
     }
     dsv4_vk_close_device(v);
     pthread_mutex_destroy(&v->mu);
@@ -81,6 +82,7 @@ static int vk_create(void **impl, const struct dsv4_backend_params *p, struct ds
                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT) ||
                 dsv4_vk_hostbuf(v, &v->meta, VKB_META_BYTES, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)))
         rc = dsv4_err_set(err, DSV4_ENOMEM, "vulkan: no host-visible memory for the staging buffers");
+    if (!rc && p->profile) rc = dsv4_vk_stamps_init(v, err);
     if (rc) {
         vk_destroy(v);
         return rc;
@@ -144,5 +146,5 @@ const struct dsv4_backend_kind dsv4_backend_vulkan = {
     .alloc = dsv4_vk_alloc, .free = dsv4_vk_free, .upload = dsv4_vk_upload, .download = dsv4_vk_download,
     .copy = dsv4_vk_copy, .sync = dsv4_vk_sync, .memory = dsv4_vk_memory,
     .describe_op = vk_describe_op, .devices = vk_devices,
-    .read_bandwidth = dsv4_vk_read_bandwidth, .peaks = dsv4_vk_peaks,
+    .read_bandwidth = dsv4_vk_read_bandwidth, .peaks = dsv4_vk_peaks, .device_profile = dsv4_vk_device_profile,
 };

@@ -36,6 +36,7 @@ void dsv4_vk_wait(struct dsv4_vk *v)
         dsv4_vk_fault(v, "waiting for the queue failed (device lost?)");
     vkResetFences(v->dev, 1, &v->fence);
     v->pending = false;
+    dsv4_vk_stamps_collect(v);
 }
 
 void dsv4_vk_barrier(struct dsv4_vk *v)
@@ -63,6 +64,7 @@ bool dsv4_vk_record(struct dsv4_vk *v)
     v->meta.used    = 0;
     /* after every earlier submission on the queue (it may overlap them otherwise) */
     dsv4_vk_barrier(v);
+    dsv4_vk_stamp_open(v);
     return true;
 }
 
@@ -156,6 +158,7 @@ static void transfer(struct dsv4_vk *v, const struct vk_block *b, VkDeviceSize o
         VkBufferCopy c = { to_device ? (VkDeviceSize)at : off + done, to_device ? off + done : (VkDeviceSize)at, n };
         vkCmdCopyBuffer(v->cmd, to_device ? v->staging.buf : b->buf, to_device ? b->buf : v->staging.buf, 1, &c);
         dsv4_vk_barrier(v);
+        dsv4_vk_stamp(v, to_device ? "upload" : "download");
         if (!to_device) {
             dsv4_vk_finish(v);
             memcpy(host + done, (uint8_t *)v->staging.map + at, n);
@@ -199,6 +202,7 @@ void dsv4_vk_copy(void *impl, void *dst, const void *src, size_t bytes)
         VkBufferCopy c = { soff, doff, bytes };
         vkCmdCopyBuffer(v->cmd, s->buf, d->buf, 1, &c);
         dsv4_vk_barrier(v);
+        dsv4_vk_stamp(v, "copy");
     }
     pthread_mutex_unlock(&v->mu);
 }

@@ -133,6 +133,7 @@ bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bin
     if (pc_bytes) vkCmdPushConstants(v->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_bytes, pc);
     vkCmdDispatch(v->cmd, gx ? gx : 1, gy ? gy : 1, gz ? gz : 1);
     dsv4_vk_barrier(v);
+    dsv4_vk_stamp(v, p->shader);
     return true;
 }
 
