@@ -39,7 +39,7 @@ void sinkhorn(inout double c[64], uint hc, double eps)
 {
     for (uint j = 0u; j < hc; j++) {
         double mx = c[j * hc];
-        for (uint k = 1u; k < hc; k++) mx = c[j * hc + k] > mx ? c[j * hc + k] : mx;
+        for (uint k = 1u; k < hc; k++) mx = isnan(mx) || c[j * hc + k] > mx ? c[j * hc + k] : mx; // fmax
         precise double sum = 0.0LF;
         for (uint k = 0u; k < hc; k++) {
             c[j * hc + k] = dexp(c[j * hc + k] - mx);
