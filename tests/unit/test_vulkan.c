@@ -133,14 +133,18 @@ static void test_host_access_faults(struct test_ctx *t)
     k->destroy(impl);
 }
 
-/* The ops the backend has pass the op checker; one it lacks (head_rms) is reported missing. */
+/* The ops the backend has pass the op checker bit for bit on this device (hc_pre, hc_post and
+ * hc_head too, though their check has a tolerance); one it lacks (linear) is reported missing. */
 static void test_ops_pass_checker(struct test_ctx *t)
 {
     void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     k->destroy(impl);
-    const enum dsv4_op have[] = { DSV4_OP_SCALE, DSV4_OP_ADD_STREAMS, DSV4_OP_EMBED, DSV4_OP_RMSNORM, DSV4_OP_HEAD_RMS };
+    const enum dsv4_op have[] = { DSV4_OP_SCALE,   DSV4_OP_ADD_STREAMS, DSV4_OP_EMBED,   DSV4_OP_RMSNORM,
+                                  DSV4_OP_HEAD_RMS, DSV4_OP_ROPE,       DSV4_OP_FP8_SIM, DSV4_OP_FP4_SIM,
+                                  DSV4_OP_HADAMARD, DSV4_OP_HC_PRE,     DSV4_OP_HC_POST, DSV4_OP_HC_HEAD,
+                                  DSV4_OP_LINEAR };
     static struct dsv4_check_report r; /* large */
     for (size_t i = 0; i < sizeof(have) / sizeof(have[0]); i++) {
         enum dsv4_op           op = have[i];
@@ -148,14 +152,70 @@ static void test_ops_pass_checker(struct test_ctx *t)
         struct dsv4_err        err;
         CHECKF(dsv4_op_check(&o, &r, &err) == DSV4_OK, "%s: %s", dsv4_op_name(op), err.msg);
         const struct dsv4_check_cell *c = &r.cell[op][0];
-        if (op == DSV4_OP_HEAD_RMS) {
-            CHECKF(c->status == DSV4_CHECK_MISSING, "head_rms: status %d, not missing", (int)c->status);
+        if (op == DSV4_OP_LINEAR) {
+            CHECKF(c->status == DSV4_CHECK_MISSING, "linear: status %d, not missing", (int)c->status);
             continue;
         }
         CHECKF(c->status == DSV4_CHECK_OK && c->runs > 0 && dsv4_op_check_failures(&r) == 0, "%s: %s",
                dsv4_op_name(op), c->why);
         CHECKF(c->differ == 0, "%s: %zu values not bit-identical to the reference", dsv4_op_name(op), c->differ);
     }
+}
+
+/* Uploads n floats of a fixed pseudo-random sequence (values in [-1, 1)) into a new block. */
+static float *upload_floats(const struct dsv4_backend_kind *k, void *impl, size_t n, unsigned seed)
+{
+    float   *host = malloc(n * sizeof(float)), *dev = k->alloc(impl, n * sizeof(float), DSV4_MEM_ACT);
+    uint32_t x    = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        x       = x * 1664525u + 1013904223u;
+        host[i] = (float)((double)(x >> 8) / (double)(1u << 23) - 1.0);
+    }
+    if (dev) k->upload(impl, dev, host, n * sizeof(float));
+    free(host);
+    return dev;
+}
+
+/* Whether n floats at a and b (backend memory) are bit-identical. */
+static bool same_floats(const struct dsv4_backend_kind *k, void *impl, const float *a, const float *b, size_t n)
+{
+    float *ha = malloc(n * sizeof(float)), *hb = malloc(n * sizeof(float));
+    k->download(impl, ha, a, n * sizeof(float));
+    k->download(impl, hb, b, n * sizeof(float));
+    k->sync(impl);
+    bool same = !memcmp(ha, hb, n * sizeof(float));
+    free(ha);
+    free(hb);
+    return same;
+}
+
+/* hc_pre and hc_head reduce a row in a tree: a row's outputs are the same bits alone as
+ * inside a batch (the tree is the row's, not the call's). */
+static void test_hc_row_alone_as_in_batch(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    enum { N = 5, HC = 4, D = 300, MIX = (2 + HC) * HC, R = 3 };
+    struct dsv4_backend be = { k->ops(impl), impl, NULL, 0, NULL };
+    float *X = upload_floats(k, impl, (size_t)N * HC * D, 1), *fn = upload_floats(k, impl, (size_t)MIX * HC * D, 2);
+    float *sc = upload_floats(k, impl, 3, 3), *base = upload_floats(k, impl, MIX, 4);
+    float *u = upload_floats(k, impl, (size_t)N * D, 5), *u1 = upload_floats(k, impl, D, 6);
+    float *post = upload_floats(k, impl, N * HC, 7), *post1 = upload_floats(k, impl, HC, 8);
+    float *comb = upload_floats(k, impl, N * HC * HC, 9), *comb1 = upload_floats(k, impl, HC * HC, 10);
+    CHECK(X && fn && sc && base && u && u1 && post && post1 && comb && comb1);
+    if (X && fn && sc && base && u && u1 && post && post1 && comb && comb1) {
+        const float *Xr = X + (size_t)R * HC * D;
+        be.ops->hc_pre(&be, N, HC, D, X, fn, sc, base, 20, 1e-6, 1e-6, u, post, comb);
+        be.ops->hc_pre(&be, 1, HC, D, Xr, fn, sc, base, 20, 1e-6, 1e-6, u1, post1, comb1);
+        CHECK(same_floats(k, impl, u + (size_t)R * D, u1, D));
+        CHECK(same_floats(k, impl, post + R * HC, post1, HC));
+        CHECK(same_floats(k, impl, comb + R * HC * HC, comb1, HC * HC));
+        be.ops->hc_head(&be, N, HC, D, X, fn, sc, base, 1e-6, 1e-6, u);
+        be.ops->hc_head(&be, 1, HC, D, Xr, fn, sc, base, 1e-6, 1e-6, u1);
+        CHECK(same_floats(k, impl, u + (size_t)R * D, u1, D));
+    }
+    k->destroy(impl); /* frees the blocks */
 }
 
 /* Engine open on a backend with missing ops fails, naming them (no silent CPU fallback). */
@@ -259,6 +319,7 @@ const struct test_case test_group_vulkan[] = {
     { "memory_round_trip", test_memory_round_trip },
     { "host_access_faults", test_host_access_faults },
     { "ops_pass_checker", test_ops_pass_checker },
+    { "hc_row_alone_as_in_batch", test_hc_row_alone_as_in_batch },
     { "engine_refuses_missing_ops", test_engine_refuses_missing_ops },
     { "machine_figures", test_machine_figures },
     { "gpu_timestamps", test_gpu_timestamps },

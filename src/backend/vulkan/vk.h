@@ -217,4 +217,20 @@ void dsv4_vk_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_
 void dsv4_vk_scale(struct dsv4_backend *be, size_t n, float *x, double s);
 void dsv4_vk_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
 
+/* vk_op_rows2.c */
+void dsv4_vk_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps);
+void dsv4_vk_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
+                  const struct dsv4_rope_table *t, bool inverse);
+void dsv4_vk_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+void dsv4_vk_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+void dsv4_vk_hadamard(struct dsv4_backend *be, int n, int d, float *x);
+
+/* vk_op_hc.c */
+void dsv4_vk_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
+                    const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb);
+void dsv4_vk_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
+                     const float *post, const float *comb, float *Xout);
+void dsv4_vk_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
+                     const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
+
 #endif /* DSV4_VK_H */

@@ -4,7 +4,8 @@
  *
  * A NULL entry is an op this backend does not run: the op checker reports it `missing` and
  * engine open refuses the backend, naming it (no op falls back to the CPU). The ops live in
- * files by kind: vk_op_rows.c (element-wise and per-row ops), ...
+ * files by kind: vk_op_rows.c (element-wise and per-row ops), vk_op_rows2.c (the in-place row ops
+ * of attention's inputs), vk_op_hc.c (hyper-connections), ...
  *
  * Each op resolves its addresses to (buffer, offset) in the block table (vk_mem.c), binds
  * each buffer from its offset rounded down to minStorageBufferOffsetAlignment and passes the
@@ -87,6 +88,15 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_ADD_STREAMS] = "add_streams",
     [DSV4_OP_EMBED] = "embed",
     [DSV4_OP_RMSNORM] = "rmsnorm",
+    /* vk_op_rows2.c, vk_op_hc.c */
+    [DSV4_OP_HEAD_RMS] = "head_rms",
+    [DSV4_OP_ROPE] = "rope",
+    [DSV4_OP_FP8_SIM] = "act_sim",
+    [DSV4_OP_FP4_SIM] = "act_sim",
+    [DSV4_OP_HADAMARD] = "hadamard",
+    [DSV4_OP_HC_PRE] = "hc_pre",
+    [DSV4_OP_HC_POST] = "hc_post",
+    [DSV4_OP_HC_HEAD] = "hc_head",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -100,4 +110,13 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .embed       = dsv4_vk_embed,
     .scale       = dsv4_vk_scale,
     .add_streams = dsv4_vk_add_streams,
+    /* vk_op_rows2.c, vk_op_hc.c */
+    .head_rms    = dsv4_vk_head_rms,
+    .rope        = dsv4_vk_rope,
+    .fp8_sim     = dsv4_vk_fp8_sim,
+    .fp4_sim     = dsv4_vk_fp4_sim,
+    .hadamard    = dsv4_vk_hadamard,
+    .hc_pre      = dsv4_vk_hc_pre,
+    .hc_post     = dsv4_vk_hc_post,
+    .hc_head     = dsv4_vk_hc_head,
 };
