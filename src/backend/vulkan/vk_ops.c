@@ -87,6 +87,10 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_ADD_STREAMS] = "add_streams",
     [DSV4_OP_EMBED] = "embed",
     [DSV4_OP_RMSNORM] = "rmsnorm",
+    /* the whole-step ops (vk_op_step.c, vk_op_kv.c, vk_op_attn.c, vk_op_idx.c) */
+    [DSV4_OP_STEP_BEGIN] = "none: an upload of",
+    [DSV4_OP_STORE_ROWS] = "store_rows",
+    [DSV4_OP_COMPRESS] = "compress",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -100,4 +104,8 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .embed       = dsv4_vk_embed,
     .scale       = dsv4_vk_scale,
     .add_streams = dsv4_vk_add_streams,
+    /* the whole-step ops */
+    .step_begin = dsv4_vk_step_begin,
+    .store_rows = dsv4_vk_store_rows,
+    .compress   = dsv4_vk_compress,
 };
