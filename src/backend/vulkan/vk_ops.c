@@ -91,6 +91,7 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_STEP_BEGIN] = "none: an upload of",
     [DSV4_OP_STORE_ROWS] = "store_rows",
     [DSV4_OP_COMPRESS] = "compress",
+    [DSV4_OP_ATTENTION] = "attention",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -108,4 +109,5 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .step_begin = dsv4_vk_step_begin,
     .store_rows = dsv4_vk_store_rows,
     .compress   = dsv4_vk_compress,
+    .attention  = dsv4_vk_attention,
 };
