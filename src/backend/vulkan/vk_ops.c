@@ -92,6 +92,8 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_STORE_ROWS] = "store_rows",
     [DSV4_OP_COMPRESS] = "compress",
     [DSV4_OP_ATTENTION] = "attention",
+    [DSV4_OP_INDEXER_SCORES] = "idx_scores",
+    [DSV4_OP_INDEXER_TOPK] = "idx_scores",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -110,4 +112,6 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .store_rows = dsv4_vk_store_rows,
     .compress   = dsv4_vk_compress,
     .attention  = dsv4_vk_attention,
+    .indexer_scores = dsv4_vk_indexer_scores,
+    .indexer_topk   = dsv4_vk_indexer_topk,
 };
