@@ -88,7 +88,7 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_EMBED] = "embed",
     [DSV4_OP_RMSNORM] = "rmsnorm",
     /* the whole-step ops (vk_op_step.c, vk_op_kv.c, vk_op_attn.c, vk_op_idx.c) */
-    [DSV4_OP_STEP_BEGIN] = "none: an upload of",
+    [DSV4_OP_STEP_BEGIN] = "(an upload)",
     [DSV4_OP_STORE_ROWS] = "store_rows",
     [DSV4_OP_COMPRESS] = "compress",
     [DSV4_OP_ATTENTION] = "attention",
