@@ -107,7 +107,9 @@ static int32_t *build_image(struct dsv4_vk *v, const struct dsv4_step_desc *d, s
 void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc)
 {
     struct dsv4_vk *v = be->impl;
-    v->step.begun     = false;
+    pthread_mutex_lock(&v->mu);
+    v->step.begun = false; /* until this one is uploaded: an op of it fails rather than read the last */
+    pthread_mutex_unlock(&v->mu);
     size_t          n_later = (size_t)desc->n_seqs + 2, bytes;
     const int32_t **later   = calloc(n_later, sizeof(*later));
     uint32_t       *at      = calloc(n_later, sizeof(*at));
