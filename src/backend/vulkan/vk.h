@@ -77,6 +77,30 @@ struct vk_hostbuf {
     VkDeviceAddress dva;
 };
 
+/* ---- the step descriptor on the device (vk_op_step.c) */
+/* Its image in device memory, as the shaders read it (shaders/step.glsl): this header, the
+ * sequences, then int arrays (page tables, pos, tok, each row's sequence) at the header's
+ * element offsets from the image's start. */
+struct vk_step_head {
+    int32_t  n_seqs, n_rows, page_tokens, pad;
+    uint64_t page_bytes;
+    uint32_t pos, tok, rowseq, pad2;
+};
+struct vk_step_seq {
+    int32_t  row0, n, p0, pg0; /* pg0: the page table's first element (ints from the image's start) */
+    uint64_t slot, base;       /* device addresses (0 when the descriptor has none) */
+};
+struct vk_step {
+    void           *buf;  /* backend memory (dsv4_vk_alloc), grown when a step needs more */
+    size_t          cap;
+    VkDeviceAddress dva;
+    int             n_seqs, n_rows, page_tokens;
+    size_t          page_bytes;
+    bool            begun;
+    void           *work; /* indexer_topk's scores, grown likewise */
+    size_t          work_cap;
+};
+
 struct dsv4_vk {
     pthread_mutex_t mu;
     const struct dsv4_logger *lg;
@@ -107,6 +131,7 @@ struct dsv4_vk {
     int              n_blocks, cap_blocks;
     char             fault[160]; /* the first error an op or transfer met (they return nothing) */
     struct vk_stamps *stamps;   /* GPU timestamps per shader when profiling (vk_prof.c), or NULL */
+    struct vk_step   step;      /* vk_op_step.c */
 };
 
 /* vk_device.c */
@@ -232,5 +257,26 @@ void dsv4_vk_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float 
                      const float *post, const float *comb, float *Xout);
 void dsv4_vk_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                      const float *scale, const float *base, double norm_eps, double hc_eps, float *y);
+/* ---- the whole-step ops: vk_op_step.c (step_begin), vk_op_kv.c (store_rows, compress),
+ * vk_op_attn.c (attention), vk_op_idx.c (indexer_scores, indexer_topk) */
+void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
+/* The device address of the descriptor step_begin took, when desc is that step's (a fault
+ * otherwise, 0 returned). Under v->mu. */
+VkDeviceAddress dsv4_vk_step_addr(struct dsv4_vk *v, const struct dsv4_step_desc *desc, const char *op);
+/* A device buffer of at least bytes that the step's ops use as work space (backend memory,
+ * kept and grown); NULL (and a fault) when it cannot be had. Not under v->mu. */
+void *dsv4_vk_step_work(struct dsv4_vk *v, size_t bytes);
+void  dsv4_vk_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
+                         int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
+void  dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
+                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
+void  dsv4_vk_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
+                        const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
+                        float scale, float *o);
+void  dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
+                             const struct dsv4_kv_rows *keys, int n_keys, float *score);
+void  dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                           int *n_sel);
 
 #endif /* DSV4_VK_H */

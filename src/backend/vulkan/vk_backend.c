@@ -129,7 +129,8 @@ static int vk_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
 {
     (void)impl;
     const char *s = dsv4_op_entry(&dsv4_vk_ops, op) ? dsv4_vk_op_shader(op) : NULL;
-    if (s) snprintf(buf, cap, "compute shader %s.comp", s);
+    if (s && op == DSV4_OP_STEP_BEGIN) snprintf(buf, cap, "an upload of the step descriptor (no shader)");
+    else if (s) snprintf(buf, cap, "compute shader %s.comp", s);
     else snprintf(buf, cap, "missing (no shader yet: issue 37)");
     return 0;
 }

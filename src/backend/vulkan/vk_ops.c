@@ -97,6 +97,13 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_HC_PRE] = "hc_pre",
     [DSV4_OP_HC_POST] = "hc_post",
     [DSV4_OP_HC_HEAD] = "hc_head",
+    /* the whole-step ops (vk_op_step.c, vk_op_kv.c, vk_op_attn.c, vk_op_idx.c) */
+    [DSV4_OP_STEP_BEGIN] = "(an upload)",
+    [DSV4_OP_STORE_ROWS] = "store_rows",
+    [DSV4_OP_COMPRESS] = "compress",
+    [DSV4_OP_ATTENTION] = "attention",
+    [DSV4_OP_INDEXER_SCORES] = "idx_scores",
+    [DSV4_OP_INDEXER_TOPK] = "idx_scores",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -119,4 +126,11 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .hc_pre      = dsv4_vk_hc_pre,
     .hc_post     = dsv4_vk_hc_post,
     .hc_head     = dsv4_vk_hc_head,
+    /* the whole-step ops */
+    .step_begin = dsv4_vk_step_begin,
+    .store_rows = dsv4_vk_store_rows,
+    .compress   = dsv4_vk_compress,
+    .attention  = dsv4_vk_attention,
+    .indexer_scores = dsv4_vk_indexer_scores,
+    .indexer_topk   = dsv4_vk_indexer_topk,
 };
