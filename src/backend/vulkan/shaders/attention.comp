@@ -1,7 +1,7 @@
 // attention.comp - the op attention (backend.h): sink attention of every row of the step, one
 // workgroup per (row, head), in the reference's arithmetic (ref_attn.c): each score a dot in
 // double taken in order by one invocation, rounded to f32 and scaled; the maximum; the
-// exponentials (exp64.glsl, rounded to f32) summed in order by one invocation; then each
+// exponentials (dmath.glsl, rounded to f32) summed in order by one invocation; then each
 // output dim by one invocation over the rows in order, the probabilities rounded to bf16.
 // Fixed orders, no atomics: a row's result does not depend on the batch. Rows are decoded
 // where they lie (rowfmt.glsl): the window from the ring or the step's staging rows, then
@@ -11,7 +11,7 @@
 #include "bf16.glsl"
 #include "step.glsl"
 #include "rowfmt.glsl"
-#include "exp64.glsl"
+#include "dmath.glsl"
 
 const uint MAXS = 6144u; // rows a query reads (the host checks)
 layout(local_size_x = 64) in;
@@ -73,12 +73,12 @@ float scores(StepRef st, Seq sq, uint r, int pos, int nwin, uint n, uint qh)
 // The exponentials into sp[] and the denominator (sum in order, plus the sink's) into sden.
 void exps(uint n, float m, float sk)
 {
-    for (uint k = gl_LocalInvocationID.x; k < n; k += 64u) sp[k] = float(exp64(double(sp[k]) - double(m)));
+    for (uint k = gl_LocalInvocationID.x; k < n; k += 64u) sp[k] = float(dexp(double(sp[k]) - double(m)));
     barrier();
     if (gl_LocalInvocationID.x == 0u) {
         precise double sum = 0.0LF;
         for (uint k = 0u; k < n; k++) sum += double(sp[k]);
-        precise double den = double(float(sum)) + double(float(exp64(double(sk) - double(m))));
+        precise double den = double(float(sum)) + double(float(dexp(double(sk) - double(m))));
         sden = den;
     }
     barrier();

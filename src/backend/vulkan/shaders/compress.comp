@@ -2,14 +2,14 @@
 // loop of every sequence of the step, one invocation per (channel, sequence). A channel's
 // columns (ch, and d + ch with overlap) of the frontier in the slot are its own: it stores
 // each row's values and gates there, pools the block a row completes (softmax in double,
-// exp64.glsl, in the reference's order, `precise` so nothing is fused) into its sequence's
+// dmath.glsl, in the reference's order, `precise` so nothing is fused) into its sequence's
 // next output row (rounded to bf16) and, with overlap, moves the current block to the
 // previous one. Follows ops_data.c's pool() step for step.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "bf16.glsl"
 #include "step.glsl"
-#include "exp64.glsl"
+#include "dmath.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
@@ -28,11 +28,11 @@ float pool(FloatRef kv, FloatRef sc, uint ch, uint n, uint w)
         if (gi > m) m = gi; // fmax: a NaN is skipped
     }
     precise double sum = 0.0LF;
-    for (uint i = 0u; i < n; i++) sum += exp64(double(sc.f[i * w + (ov && i >= p.ratio ? p.d + ch : ch)]) - m);
+    for (uint i = 0u; i < n; i++) sum += dexp(double(sc.f[i * w + (ov && i >= p.ratio ? p.d + ch : ch)]) - m);
     precise double acc = 0.0LF;
     for (uint i = 0u; i < n; i++) {
         uint           col = ov && i >= p.ratio ? p.d + ch : ch;
-        precise double pr  = exp64(double(sc.f[i * w + col]) - m) / sum;
+        precise double pr  = dexp(double(sc.f[i * w + col]) - m) / sum;
         acc += pr * double(kv.f[i * w + col]);
     }
     return float(acc);
