@@ -87,6 +87,13 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_ADD_STREAMS] = "add_streams",
     [DSV4_OP_EMBED] = "embed",
     [DSV4_OP_RMSNORM] = "rmsnorm",
+    /* vk_op_linear.c, vk_op_moe.c */
+    [DSV4_OP_LINEAR] = "linear",
+    [DSV4_OP_ROUTER] = "router",
+    [DSV4_OP_EXPERT] = "linear",
+    [DSV4_OP_EXPERTS] = "linear",
+    [DSV4_OP_MOE_DISPATCH] = "moe_dispatch",
+    [DSV4_OP_MOE_COMBINE] = "moe_combine",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -100,4 +107,6 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .embed       = dsv4_vk_embed,
     .scale       = dsv4_vk_scale,
     .add_streams = dsv4_vk_add_streams,
+    /* vk_op_linear.c, vk_op_moe.c */
+    .linear = dsv4_vk_linear,
 };
