@@ -108,5 +108,10 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .scale       = dsv4_vk_scale,
     .add_streams = dsv4_vk_add_streams,
     /* vk_op_linear.c, vk_op_moe.c */
-    .linear = dsv4_vk_linear,
+    .linear       = dsv4_vk_linear,
+    .router       = dsv4_vk_router,
+    .expert       = dsv4_vk_expert,
+    .experts      = dsv4_vk_experts,
+    .moe_dispatch = dsv4_vk_moe_dispatch,
+    .moe_combine  = dsv4_vk_moe_combine,
 };
