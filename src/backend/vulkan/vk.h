@@ -205,7 +205,7 @@ void dsv4_vk_scale(struct dsv4_backend *be, size_t n, float *x, double s);
 void dsv4_vk_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
 
 /* vk_weights.c: the uploaded weights */
-enum { VKW_MAX_PIECES = 8 };
+enum { VKW_MAX_PIECES = 16 };
 /* A projection on the device, as the shaders read it (shaders/lin.glsl, std430): its rows
  * are split into pieces of piece_rows rows (a multiple of 128, so FP8 scale blocks split
  * with them), each piece's weight and scale rows at their own device address. One piece

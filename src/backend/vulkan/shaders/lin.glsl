@@ -6,8 +6,8 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer LinDesc {
-    uint64_t w[8];
-    uint64_t s[8];
+    uint64_t w[16]; // VKW_MAX_PIECES
+    uint64_t s[16];
     uint piece_rows, fmt, n_in, scale_f32;
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Addrs { uint64_t a[]; };
