@@ -338,6 +338,52 @@ static void test_linear_batch_invariant(struct test_ctx *t)
     for (int i = 0; i < 3; i++) free(wb[i]), free(sb[i]);
 }
 
+/* The other tables (each_tensor) are uploaded and repointed at the device copy: one that
+ * fits a chunk shares it, one larger than a chunk gets an allocation of its own. */
+static const void *tab_ptr[2];
+static size_t      tab_len[2];
+
+static void each_two_tables(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    (void)ctx;
+    for (int i = 0; i < 2; i++) fn(&tab_ptr[i], tab_len[i], ud);
+}
+
+static void each_no_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
+{
+    (void)ctx, (void)fn, (void)ud;
+}
+
+static void test_tables_uploaded(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    k->destroy(impl);
+    struct dsv4_backend_params p = { .opts = "weight_chunk=8192", .n_threads = 1 };
+    struct dsv4_err            err;
+    CHECKF(k->create(&impl, &p, &err) == DSV4_OK, "create: %s", err.msg);
+    uint8_t *host[2];
+    tab_len[0] = 100, tab_len[1] = 70001;
+    for (int i = 0; i < 2; i++) {
+        host[i] = malloc(tab_len[i]);
+        fill(host[i], tab_len[i], (unsigned)i + 3);
+        tab_ptr[i] = host[i];
+    }
+    struct dsv4_weight_set ws = { .each_linear = each_no_linear, .each_tensor = each_two_tables };
+    CHECKF(k->prepare_weights(impl, &ws, &p, &err) == DSV4_OK, "prepare: %s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        uint8_t *back = malloc(tab_len[i]);
+        CHECKF(tab_ptr[i] != host[i], "table %d not repointed", i);
+        k->download(impl, back, tab_ptr[i], tab_len[i]);
+        k->sync(impl);
+        CHECKF(!memcmp(back, host[i], tab_len[i]), "table %d (%zu bytes) did not come back", i, tab_len[i]);
+        free(back);
+        free(host[i]);
+    }
+    k->destroy(impl);
+}
+
 const struct test_case test_group_vulkan[] = {
     { "device_found", test_device_found },
     { "memory_round_trip", test_memory_round_trip },
@@ -346,5 +392,6 @@ const struct test_case test_group_vulkan[] = {
     { "engine_refuses_missing_ops", test_engine_refuses_missing_ops },
     { "split_weights", test_split_weights },
     { "linear_batch_invariant", test_linear_batch_invariant },
+    { "tables_uploaded", test_tables_uploaded },
     { NULL, NULL },
 };

@@ -230,12 +230,13 @@ VkDeviceAddress dsv4_vk_expert_table(struct dsv4_vk *v, const struct dsv4_expert
 /* vk_op_linear.c */
 /* One grouped projection: for each group g < grp[0] of the table at `grp` (moe_dispatch's
  * layout over n_exp), rows off[g] .. off[g+1] of x times the weight whose descriptor address
- * is tab[ids[g] * 3 + mat], into y. */
+ * is tab[ids[g] * 3 + mat], into y. The grid covers `groups` groups: n_exp, or fewer where
+ * the host knows a bound (no more groups than rows). */
 struct vk_gemm {
     VkDeviceAddress tab, grp, x, y;
     uint32_t        ldx, ldy, n_exp, mat, row_off, n_out, n_in, out_bf16;
 };
-bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g);
+bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups);
 /* In place or to q: rows of x quantised per 128 to e4m3 with power-of-two scales and
  * dequantised (exact in f32: the values DSV4_ACT_FP8 multiplies). */
 bool dsv4_vk_act_quant(struct dsv4_vk *v, VkDeviceAddress x, uint32_t ldx, VkDeviceAddress q, uint32_t ldq,

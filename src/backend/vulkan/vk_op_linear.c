@@ -15,11 +15,11 @@
 
 enum { VKL_ROWS = 4 }; /* output rows a workgroup takes (linear.comp ROWS) */
 
-bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g)
+bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups)
 {
     if (!g->tab || !g->grp || !g->x || !g->y) return false;
     uint32_t gx = dsv4_vk_groups((g->n_out + VKL_ROWS - 1) / VKL_ROWS, 1);
-    return dsv4_vk_dispatch(v, "linear", NULL, 0, g, sizeof(*g), gx, g->n_exp, 1);
+    return dsv4_vk_dispatch(v, "linear", NULL, 0, g, sizeof(*g), gx, groups < g->n_exp ? groups : g->n_exp, 1);
 }
 
 bool dsv4_vk_act_quant(struct dsv4_vk *v, VkDeviceAddress x, uint32_t ldx, VkDeviceAddress q, uint32_t ldq,
@@ -81,7 +81,7 @@ void dsv4_vk_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_
                 g.x = q, g.ldx = (uint32_t)w->n_in;
             else g.x = 0;
         }
-        dsv4_vk_gemm(v, &g);
+        dsv4_vk_gemm(v, &g, 1);
     }
     pthread_mutex_unlock(&v->mu);
 }

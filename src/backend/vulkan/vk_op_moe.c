@@ -76,7 +76,8 @@ static bool swiglu(struct dsv4_vk *v, const struct vk_ffn *F)
                             1);
 }
 
-/* gate and up, SwiGLU, down: every group of F's table. Under v->mu. */
+/* gate and up, SwiGLU, down: every group of F's table (no more groups than rows: the grids
+ * cover min(n_exp, rows)). Under v->mu. */
 static void run_ffn(struct dsv4_backend *be, const struct vk_ffn *F)
 {
     struct dsv4_vk *v  = be->impl;
@@ -94,13 +95,13 @@ static void run_ffn(struct dsv4_backend *be, const struct vk_ffn *F)
         if (!dsv4_vk_act_quant(v, F->x, F->ldx, g.x, F->d, F->rows, F->d)) return;
     }
     g.mat = 0, g.y = F->g;
-    bool ok = dsv4_vk_gemm(v, &g);
+    bool ok = dsv4_vk_gemm(v, &g, F->rows);
     g.mat = 1, g.y = F->u;
-    ok = ok && dsv4_vk_gemm(v, &g) && swiglu(v, F);
+    ok = ok && dsv4_vk_gemm(v, &g, F->rows) && swiglu(v, F);
     if (ok && F->act) ok = dsv4_vk_act_quant(v, F->g, F->f, F->g, F->f, F->rows, F->f);
     g   = (struct vk_gemm){ .tab = F->tab, .grp = F->grp, .x = F->g, .ldx = F->f, .n_exp = F->n_exp, .mat = 2,
                             .y = F->y, .ldy = F->d, .n_out = F->d, .n_in = F->f, .out_bf16 = 1 };
-    if (ok) dsv4_vk_gemm(v, &g);
+    if (ok) dsv4_vk_gemm(v, &g, F->rows);
 }
 
 static bool act_of(enum dsv4_wfmt f)

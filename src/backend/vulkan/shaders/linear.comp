@@ -40,6 +40,7 @@ void partial_sums(LinDesc d, uint fmt, uint o0, uint t0, uint t1, out double acc
                 if (o0 + r >= p.n_out) break;
                 float w = weight_at(d, fmt, p.n_in, o0 + r + p.row_off, k);
                 for (uint t = 0u; t < TT; t++) {
+                    if (t0 + t >= t1) break; // uniform: a short last tile (decode) does no more
                     precise float a = fma(xv[t], w, part[r * TT + t]);
                     part[r * TT + t] = a;
                 }
