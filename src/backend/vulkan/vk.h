@@ -222,9 +222,10 @@ struct vk_lin_prep {
 };
 int  dsv4_vk_prepare_weights(struct dsv4_vk *v, struct dsv4_weight_set *ws, struct dsv4_err *err);
 void dsv4_vk_weights_free(struct dsv4_vk *v);
-/* The device table of pointers to the descriptors of experts[0 .. n_exp) (w1, w3, w2 each),
- * made at the first call for this array and kept; 0 (and a fault) when an expert that
- * `need` marks is not prepared. Under v->mu. */
+/* The device table of pointers to the descriptors of experts[0 .. n_exp) (w1, w3, w2 each;
+ * 0 for an expert not prepared), made at the first call for this array and kept while its
+ * descriptors stay the same; 0 (and a fault) without prepared weights or memory. Under
+ * v->mu, which it lets go while it allocates and uploads (call it before taking metadata). */
 VkDeviceAddress dsv4_vk_expert_table(struct dsv4_vk *v, const struct dsv4_expert_w *experts, int n_exp);
 
 /* vk_op_linear.c */
