@@ -46,24 +46,38 @@ float e8m0_value(uint e)
     return uintBitsToFloat(e << 23);
 }
 
-float scale_at(LinDesc d, uint p, uint i)
+// One weight row, resolved once for the k loop: its piece's weight and scale words and the
+// row's first element (bytes for e2m1 pairs) and first scale in them.
+struct WRow {
+    Words w, s;
+    uint  base, sbase;
+};
+
+WRow weight_row(LinDesc d, uint fmt, uint n_in, uint o)
 {
-    Words s = Words(d.s[p]);
-    return d.scale_f32 != 0u ? uintBitsToFloat(s.v[i]) : e8m0_value(byte_at(s, i));
+    uint p = o / d.piece_rows, ol = o - p * d.piece_rows;
+    WRow r;
+    r.w     = Words(d.w[p]);
+    r.s     = Words(d.s[p]);
+    r.base  = fmt == FMT_FP4 ? ol * (n_in / 2u) : ol * n_in;
+    r.sbase = fmt == FMT_FP8 ? (ol / 128u) * ((n_in + 127u) / 128u) : ol * (n_in / 32u);
+    return r;
 }
 
-// Weight (o, k), o counted from the tensor's first row: code times scale (exact for e8m0).
-float weight_at(LinDesc d, uint fmt, uint n_in, uint o, uint k)
+float scale_at(WRow r, uint scale_f32, uint i)
 {
-    uint  p = o / d.piece_rows, ol = o - p * d.piece_rows;
-    Words w = Words(d.w[p]);
+    return scale_f32 != 0u ? uintBitsToFloat(r.s.v[i]) : e8m0_value(byte_at(r.s, i));
+}
+
+// Weight (row, k): code times scale (exact for e8m0).
+float weight_el(WRow r, uint fmt, uint scale_f32, uint k)
+{
     if (fmt == FMT_BF16) {
-        uint h = ol * n_in + k, word = w.v[h >> 1];
+        uint h = r.base + k, word = r.w.v[h >> 1];
         return uintBitsToFloat(((h & 1u) != 0u ? (word >> 16) : (word & 0xffffu)) << 16);
     }
-    if (fmt == FMT_F32) return uintBitsToFloat(w.v[ol * n_in + k]);
-    if (fmt == FMT_FP8)
-        return e4m3_value(byte_at(w, ol * n_in + k)) * scale_at(d, p, (ol / 128u) * ((n_in + 127u) / 128u) + k / 128u);
-    uint b = byte_at(w, ol * (n_in / 2u) + k / 2u);
-    return e2m1_value((k & 1u) != 0u ? b >> 4 : b & 15u) * scale_at(d, p, ol * (n_in / 32u) + k / 32u);
+    if (fmt == FMT_F32) return uintBitsToFloat(r.w.v[r.base + k]);
+    if (fmt == FMT_FP8) return e4m3_value(byte_at(r.w, r.base + k)) * scale_at(r, scale_f32, r.sbase + k / 128u);
+    uint b = byte_at(r.w, r.base + k / 2u);
+    return e2m1_value((k & 1u) != 0u ? b >> 4 : b & 15u) * scale_at(r, scale_f32, r.sbase + k / 32u);
 }

@@ -28,7 +28,10 @@ shared double red[ROWS * TT * NT];
 // so that long rows keep the reference's accuracy.
 void partial_sums(LinDesc d, uint fmt, uint o0, uint t0, uint t1, out double acc[ROWS * TT])
 {
-    Floats x = Floats(p.x);
+    Floats x  = Floats(p.x);
+    uint   sf = d.scale_f32;
+    WRow   wr[ROWS];
+    for (uint r = 0u; r < ROWS; r++) wr[r] = weight_row(d, fmt, p.n_in, min(o0 + r, p.n_out - 1u) + p.row_off);
     for (uint j = 0u; j < ROWS * TT; j++) acc[j] = 0.0LF;
     for (uint b = 0u; b < p.n_in; b += 2u * NT) {
         float part[ROWS * TT];
@@ -38,7 +41,7 @@ void partial_sums(LinDesc d, uint fmt, uint o0, uint t0, uint t1, out double acc
             for (uint t = 0u; t < TT; t++) xv[t] = t0 + t < t1 ? x.v[(t0 + t) * p.ldx + k] : 0.0;
             for (uint r = 0u; r < ROWS; r++) {
                 if (o0 + r >= p.n_out) break;
-                float w = weight_at(d, fmt, p.n_in, o0 + r + p.row_off, k);
+                float w = weight_el(wr[r], fmt, sf, k);
                 for (uint t = 0u; t < TT; t++) {
                     if (t0 + t >= t1) break; // uniform: a short last tile (decode) does no more
                     precise float a = fma(xv[t], w, part[r * TT + t]);
