@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/op_check.h"
 #include "dsv4.h"
+#include "model/runtime.h"
 #include "support/gen.h"
 #include "test.h"
 #include "test_cases.h"
@@ -384,6 +385,92 @@ static void test_tables_uploaded(struct test_ctx *t)
     k->destroy(impl);
 }
 
+/* prepare_weights over a whole model (tiny-a, loaded with the CPU leaving its weights as
+ * they are): every projection gets a device copy, every table is repointed at one. */
+static void count_prep(struct dsv4_linear *l, void *ud)
+{
+    int *n = ud;
+    if (!l->w || l->n_out <= 0) return; /* unbound (each_linear visits those too) */
+    n[0]++;
+    n[1] += l->prep != NULL;
+}
+
+/* The tables each_tensor offers, in order: before prepare_weights and after. */
+struct tab_list {
+    const void *at[1024];
+    size_t      bytes[1024];
+    int         n;
+};
+
+static void list_table(const void **tab, size_t bytes, void *ud)
+{
+    struct tab_list *L = ud;
+    if (L->n < 1024) L->at[L->n] = *tab, L->bytes[L->n] = bytes;
+    L->n++;
+}
+
+static void model_linears(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
+{
+    struct dsv4_model *m = ctx;
+    dsv4_weights_each_linear(&m->w, &m->cfg, fn, ud);
+}
+
+static void model_tables(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
+{
+    struct dsv4_model *m = ctx;
+    dsv4_weights_each_tensor(&m->w, &m->cfg, fn, ud);
+}
+
+static void test_prepares_model(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s/vk-prep-tiny-a", t->tmpdir);
+    struct gen_opts go;
+    gen_opts_default(&go);
+    go.preset = "tiny-a";
+    go.quiet  = true;
+    struct dsv4_err err;
+    CHECKF(gen_checkpoint(&go, dir, &err) == DSV4_OK, "gen: %s", err.msg);
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.backend_opts = "tiles=0"; /* the CPU keeps no copies of its own: the descriptors are ours */
+    static struct dsv4_model m;
+    memset(&m, 0, sizeof(m));
+    int rc = dsv4_model_load(&m, dir, &ep, NULL, &err);
+    CHECKF(rc == DSV4_OK, "load: %s", rc ? err.msg : "");
+    if (rc) {
+        k->destroy(impl);
+        return;
+    }
+    static struct tab_list before;
+    before.n = 0;
+    model_tables(&m, list_table, &before);
+    struct dsv4_weight_set     ws = { .ck = &m.ck, .each_linear = model_linears, .each_tensor = model_tables, .ctx = &m };
+    struct dsv4_backend_params p  = { .n_threads = 1 };
+    rc                            = k->prepare_weights(impl, &ws, &p, &err);
+    CHECKF(rc == DSV4_OK, "prepare: %s", rc ? err.msg : "");
+    int lin[2] = { 0, 0 };
+    model_linears(&m, count_prep, lin);
+    CHECKF(lin[0] > 0 && lin[1] == lin[0], "%d of %d projections prepared", lin[1], lin[0]);
+    static struct tab_list after;
+    after.n = 0;
+    model_tables(&m, list_table, &after);
+    CHECKF(after.n == before.n && after.n <= 1024, "%d tables, then %d", before.n, after.n);
+    uint8_t back[256];
+    for (int i = 0; i < after.n && i < 1024; i++) {
+        size_t n = after.bytes[i] < sizeof(back) ? after.bytes[i] : sizeof(back);
+        CHECKF(after.at[i] != before.at[i], "table %d not repointed", i);
+        k->download(impl, back, after.at[i], n);
+        k->sync(impl);
+        CHECKF(!memcmp(back, before.at[i], n), "table %d (%zu bytes) differs on the device", i, after.bytes[i]);
+    }
+    k->destroy(impl);
+    dsv4_model_free(&m);
+}
+
 const struct test_case test_group_vulkan[] = {
     { "device_found", test_device_found },
     { "memory_round_trip", test_memory_round_trip },
@@ -393,5 +480,6 @@ const struct test_case test_group_vulkan[] = {
     { "split_weights", test_split_weights },
     { "linear_batch_invariant", test_linear_batch_invariant },
     { "tables_uploaded", test_tables_uploaded },
+    { "prepares_model", test_prepares_model },
     { NULL, NULL },
 };

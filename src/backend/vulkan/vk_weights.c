@@ -185,7 +185,7 @@ static void prep_one(struct dsv4_linear *l, void *ud)
     struct prep_job *J = ud;
     size_t           chunk = J->v->weight_chunk;
     int              rows = tensor_rows(l), pr = piece_rows(l, chunk);
-    if (J->rc || !l->w) return;
+    if (J->rc || !l->w || l->n_out <= 0) return; /* unbound: each_linear visits those too */
     if (!J->W) { /* the sizing pass */
         J->bytes += lin_bytes(l, chunk) + align_up(sizeof(struct vk_lin_desc));
         return;
