@@ -174,6 +174,17 @@ static void test_ops_pass_checker(struct test_ctx *t)
     }
 }
 
+/* A tiny-a checkpoint in the test's directory, under name. */
+static int gen_tiny_a(struct test_ctx *t, const char *name, char *dir, size_t cap, struct dsv4_err *err)
+{
+    snprintf(dir, cap, "%s/%s", t->tmpdir, name);
+    struct gen_opts go;
+    gen_opts_default(&go);
+    go.preset = "tiny-a";
+    go.quiet  = true;
+    return gen_checkpoint(&go, dir, err);
+}
+
 /* Engine open on a backend with missing ops fails, naming them (no silent CPU fallback). */
 static void test_engine_refuses_missing_ops(struct test_ctx *t)
 {
@@ -181,14 +192,9 @@ static void test_engine_refuses_missing_ops(struct test_ctx *t)
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
     k->destroy(impl);
-    char dir[256];
-    snprintf(dir, sizeof(dir), "%s/vk-tiny-a", t->tmpdir);
-    struct gen_opts go;
-    gen_opts_default(&go);
-    go.preset = "tiny-a";
-    go.quiet  = true;
+    char            dir[256];
     struct dsv4_err err;
-    CHECKF(gen_checkpoint(&go, dir, &err) == DSV4_OK, "gen: %s", err.msg);
+    CHECKF(gen_tiny_a(t, "vk-tiny-a", dir, sizeof(dir), &err) == DSV4_OK, "gen: %s", err.msg);
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
     ep.backend      = "vulkan";
@@ -426,14 +432,9 @@ static void test_prepares_model(struct test_ctx *t)
     void                           *impl = NULL;
     const struct dsv4_backend_kind *k = open_vk(t, &impl);
     if (!k) return;
-    char dir[256];
-    snprintf(dir, sizeof(dir), "%s/vk-prep-tiny-a", t->tmpdir);
-    struct gen_opts go;
-    gen_opts_default(&go);
-    go.preset = "tiny-a";
-    go.quiet  = true;
+    char            dir[256];
     struct dsv4_err err;
-    CHECKF(gen_checkpoint(&go, dir, &err) == DSV4_OK, "gen: %s", err.msg);
+    CHECKF(gen_tiny_a(t, "vk-prep-tiny-a", dir, sizeof(dir), &err) == DSV4_OK, "gen: %s", err.msg);
     struct dsv4_engine_params ep;
     dsv4_engine_params_default(&ep);
     ep.backend_opts = "tiles=0"; /* the CPU keeps no copies of its own: the descriptors are ours */
