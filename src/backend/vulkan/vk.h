@@ -132,6 +132,10 @@ struct dsv4_vk {
     char             fault[160]; /* the first error an op or transfer met (they return nothing) */
     struct vk_stamps *stamps;   /* GPU timestamps per shader when profiling (vk_prof.c), or NULL */
     struct vk_step   step;      /* vk_op_step.c */
+    /* vk_weights.c: what prepare_weights uploaded (freed at destroy) and the largest piece
+     * of one weight (maxMemoryAllocationSize, or less with the option weight_chunk=BYTES) */
+    struct vk_weights *weights;
+    size_t           weight_chunk;
 };
 
 /* vk_device.c */
@@ -278,5 +282,60 @@ void  dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
 void  dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                            int *n_sel);
+/* vk_weights.c: the uploaded weights */
+enum { VKW_MAX_PIECES = 16 };
+/* A projection on the device, as the shaders read it (shaders/lin.glsl, std430): its rows
+ * are split into pieces of piece_rows rows (a multiple of 128, so FP8 scale blocks split
+ * with them), each piece's weight and scale rows at their own device address. One piece
+ * unless the tensor is larger than one allocation. */
+struct vk_lin_desc {
+    uint64_t w[VKW_MAX_PIECES], s[VKW_MAX_PIECES];
+    uint32_t piece_rows, fmt, n_in, scale_f32;
+};
+/* struct dsv4_linear.prep of the vulkan kind: the descriptor's backend address (its device
+ * copy, which the shaders read) and the host copy. A row_off view shares it. */
+struct vk_lin_prep {
+    const void        *desc_at;
+    struct vk_lin_desc d;
+};
+int  dsv4_vk_prepare_weights(struct dsv4_vk *v, struct dsv4_weight_set *ws, struct dsv4_err *err);
+void dsv4_vk_weights_free(struct dsv4_vk *v);
+/* The device table of pointers to the descriptors of experts[0 .. n_exp) (w1, w3, w2 each;
+ * 0 for an expert not prepared), made at the first call for this array and kept while its
+ * descriptors stay the same; 0 (and a fault) without prepared weights or memory. Under
+ * v->mu, which it lets go while it allocates and uploads (call it before taking metadata). */
+VkDeviceAddress dsv4_vk_expert_table(struct dsv4_vk *v, const struct dsv4_expert_w *experts, int n_exp);
+
+/* vk_op_linear.c */
+/* One grouped projection: for each group g < grp[0] of the table at `grp` (moe_dispatch's
+ * layout over n_exp), rows off[g] .. off[g+1] of x times the weight whose descriptor address
+ * is tab[ids[g] * 3 + mat], into y. The grid covers `groups` groups: n_exp, or fewer where
+ * the host knows a bound (no more groups than rows). */
+struct vk_gemm {
+    VkDeviceAddress tab, grp, x, y;
+    uint32_t        ldx, ldy, n_exp, mat, row_off, n_out, n_in, out_bf16;
+};
+bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups);
+/* In place or to q: rows of x quantised per 128 to e4m3 with power-of-two scales and
+ * dequantised (exact in f32: the values DSV4_ACT_FP8 multiplies). */
+bool dsv4_vk_act_quant(struct dsv4_vk *v, VkDeviceAddress x, uint32_t ldx, VkDeviceAddress q, uint32_t ldq,
+                       uint32_t rows, uint32_t n_in);
+void dsv4_vk_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
+                    float *y, int ldy, enum dsv4_act act, enum dsv4_out out);
+
+/* vk_op_moe.c */
+void dsv4_vk_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
+                    const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
+                    double route_scale, int *ids, float *weights, float *scratch);
+void dsv4_vk_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
+                    const float *row_w, double limit, float *y, float *scratch);
+void dsv4_vk_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,
+                     const int *grp, const float *x, const float *row_w, double limit, float *y, float *scratch);
+void dsv4_vk_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
+                          const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
+void dsv4_vk_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
+                         const float *shared, float *f);
+/* The scratch floats the ops above take from struct dsv4_backend.scratch. */
+size_t dsv4_vk_linear_scratch(const struct dsv4_plan_dims *dims);
 
 #endif /* DSV4_VK_H */

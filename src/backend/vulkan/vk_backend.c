@@ -4,9 +4,11 @@
  *
  * Options: device=N (the device `dsv4 ops --backend vulkan` lists as N; by default the first
  * discrete or integrated GPU, else device 0) and tiles=0|1 (accepted, as every backend must:
- * nothing is repacked). It has no levels, so level= is refused. Its memory is device memory
- * behind addresses the host cannot read (vk_mem.c); weights are not uploaded yet, so
- * prepare_weights refuses, and engine open refuses the backend anyway while ops are missing.
+ * nothing is repacked) and weight_chunk=BYTES (the largest piece of a weight, normally
+ * maxMemoryAllocationSize: a test lowers it to split small weights). It has no levels, so
+ * level= is refused. Its memory is device memory behind addresses the host cannot read
+ * (vk_mem.c); prepare_weights uploads the weights in their release formats (vk_weights.c),
+ * and engine open refuses the backend while ops are missing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,8 @@
 enum { VKB_STAGING_BYTES = 8 << 20, VKB_META_BYTES = 4 << 20 };
 
 struct vk_opts {
-    int device; /* -1: the default */
+    int    device;       /* -1: the default */
+    size_t weight_chunk; /* 0: maxMemoryAllocationSize */
 };
 
 static int take_opt(const char *key, const char *val, void *ud)
@@ -35,18 +38,31 @@ static int take_opt(const char *key, const char *val, void *ud)
         o->device = (int)n;
         return DSV4_OK;
     }
+    if (!strcmp(key, "weight_chunk")) {
+        /* a test's: the split of weights larger than one allocation, on small ones */
+        char *end;
+        unsigned long long n = strtoull(val, &end, 10);
+        if (!*val || *end || n < 4096) return DSV4_EINVAL;
+        o->weight_chunk = (size_t)n;
+        return DSV4_OK;
+    }
     return DSV4_EUNSUPPORTED;
 }
 
 /* The options, with an error that names the key (dsv4_backend_opts_each passes our status). */
 static int parse_opts(const char *opts, struct vk_opts *o, struct dsv4_err *err)
 {
-    o->device = -1;
+    o->device       = -1;
+    o->weight_chunk = 0;
     int rc = dsv4_backend_opts_each(opts, "vulkan", err, take_opt, o);
     if (rc == DSV4_EUNSUPPORTED)
         return dsv4_err_set(err, DSV4_EINVAL,
-                            "backend 'vulkan' takes the options device=N and tiles=0|1 (it has no levels): '%s'", opts);
-    if (rc) return dsv4_err_set(err, DSV4_EINVAL, "backend 'vulkan': bad option in '%s' (device=N, tiles=0|1)", opts);
+                            "backend 'vulkan' takes the options device=N, tiles=0|1 and weight_chunk=BYTES "
+                            "(it has no levels): '%s'", opts);
+    if (rc)
+        return dsv4_err_set(err, DSV4_EINVAL,
+                            "backend 'vulkan': bad option in '%s' (device=N, tiles=0|1, weight_chunk=BYTES >= 4096)",
+                            opts);
     return DSV4_OK;
 }
 
@@ -55,6 +71,7 @@ static void vk_destroy(void *impl)
     struct dsv4_vk *v = impl;
     if (!v) return;
     if (v->dev) {
+        dsv4_vk_weights_free(v);
         vkDeviceWaitIdle(v->dev);
         dsv4_vk_mem_fini(v);
         dsv4_vk_hostbuf_free(v, &v->staging);
@@ -77,6 +94,10 @@ static int vk_create(void **impl, const struct dsv4_backend_params *p, struct ds
     pthread_mutex_init(&v->mu, NULL);
     v->lg = p->lg;
     rc    = dsv4_vk_open_device(v, o.device, err);
+    if (!rc) {
+        size_t max      = (size_t)v->dev_info[v->chosen].max_alloc;
+        v->weight_chunk = o.weight_chunk && o.weight_chunk < max ? o.weight_chunk : max;
+    }
     if (!rc) rc = dsv4_vk_mem_init(v, err);
     if (!rc && (dsv4_vk_hostbuf(v, &v->staging, VKB_STAGING_BYTES,
                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT) ||
@@ -114,15 +135,14 @@ static void vk_settings(void *impl, struct dsv4_backend_settings *s)
 static int vk_prepare_weights(void *impl, struct dsv4_weight_set *ws, const struct dsv4_backend_params *p,
                               struct dsv4_err *err)
 {
-    (void)impl, (void)ws, (void)p;
-    return dsv4_err_set(err, DSV4_EUNSUPPORTED,
-                        "backend 'vulkan': weights are not uploaded to the device yet (issue 37, docs/BACKENDS.md)");
+    (void)p;
+    return dsv4_vk_prepare_weights(impl, ws, err);
 }
 
 static size_t vk_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
 {
-    (void)impl, (void)dims;
-    return 0; /* no op written so far uses scratch */
+    (void)impl;
+    return dsv4_vk_linear_scratch(dims);
 }
 
 static int vk_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)

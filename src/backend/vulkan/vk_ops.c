@@ -104,6 +104,13 @@ static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_ATTENTION] = "attention",
     [DSV4_OP_INDEXER_SCORES] = "idx_scores",
     [DSV4_OP_INDEXER_TOPK] = "idx_scores",
+    /* vk_op_linear.c, vk_op_moe.c */
+    [DSV4_OP_LINEAR] = "linear",
+    [DSV4_OP_ROUTER] = "router",
+    [DSV4_OP_EXPERT] = "linear",
+    [DSV4_OP_EXPERTS] = "linear",
+    [DSV4_OP_MOE_DISPATCH] = "moe_dispatch",
+    [DSV4_OP_MOE_COMBINE] = "moe_combine",
 };
 
 const char *dsv4_vk_op_shader(enum dsv4_op op)
@@ -133,4 +140,11 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .attention  = dsv4_vk_attention,
     .indexer_scores = dsv4_vk_indexer_scores,
     .indexer_topk   = dsv4_vk_indexer_topk,
+    /* vk_op_linear.c, vk_op_moe.c */
+    .linear       = dsv4_vk_linear,
+    .router       = dsv4_vk_router,
+    .expert       = dsv4_vk_expert,
+    .experts      = dsv4_vk_experts,
+    .moe_dispatch = dsv4_vk_moe_dispatch,
+    .moe_combine  = dsv4_vk_moe_combine,
 };
