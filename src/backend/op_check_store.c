@@ -109,15 +109,19 @@ static void store_case(struct chk *h, const struct store_case *c)
     static const char *const to[] = { "staging", "rings", "blocks" };
     int d = c->d, dr = c->dr, ldx = d + 3, rb = dsv4_row_bytes(c->fmt, d, dr);
     bool ring = c->to == DSV4_STORE_RING, blk = c->to == DSV4_STORE_BLOCKS;
-    struct chk_step f; /* rings at byte 64 of a slot, rows at byte 64 of a page */
-    chk_step_make(h, &f, c->n_seqs, (const int (*)[2])c->pn, ring ? 64 + (size_t)c->a * rb + 32 : 64,
-                  blk ? c->a * c->b : 64, blk ? 64 + (size_t)c->b * rb + 32 : 64);
+    /* rings at byte `off` of a slot, rows at byte `off` of a page: 64, or 0 when the first
+     * position is odd (the first layer's ring sits at offset 0 of a slot: an offset of 0 is a
+     * real case) */
+    size_t          off = c->pn[0][0] % 2 ? 0 : 64;
+    struct chk_step f;
+    chk_step_make(h, &f, c->n_seqs, (const int (*)[2])c->pn, ring ? off + (size_t)c->a * rb + 32 : 64,
+                  blk ? c->a * c->b : 64, blk ? off + (size_t)c->b * rb + 32 : 64);
     int n = f.desc.n_rows;
     if (blk) {
         n = 0;
         for (int s = 0; s < c->n_seqs; s++) n += dsv4_step_blocks(&f.desc, s, c->a);
     }
-    struct dsv4_store_dst dst = { .to = c->to, .off = 64, .window = c->b, .ring_rows = c->a, .ratio = c->a,
+    struct dsv4_store_dst dst = { .to = c->to, .off = off, .window = c->b, .ring_rows = c->a, .ratio = c->a,
                                   .row_bytes = rb };
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = f.desc.n_rows, dims.d_head = d, dims.d_rope = dr;

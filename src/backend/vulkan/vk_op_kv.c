@@ -30,7 +30,7 @@ void dsv4_vk_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *de
     int64_t x0 = dsv4_vk_arg(v, x, 4, ((size_t)(n - 1) * (size_t)ldx + (size_t)d) * 4, &b);
     if (dst->row_bytes != dsv4_row_bytes(fmt, d, d_rope) || dst->row_bytes > VKB_MAX_ROW_BYTES || d > 2048)
         dsv4_vk_fault(v, "store_rows: rows of %d bytes (d %d): not what the shader encodes", dst->row_bytes, d);
-    else if (step && to && x0 >= 0) {
+    else if (step && (to || dst->to != DSV4_STORE_STEP) && x0 >= 0) { /* an offset in a slot or page may be 0 */
         struct {
             uint64_t step, dst;
             uint32_t x0, ldx, mode, fmt, d, dr, row_bytes, window, ring_rows, ratio, n;
