@@ -56,15 +56,20 @@ void partial_sums(LinDesc d, uint fmt, uint o0, uint t0, uint t1, out double acc
 // The fixed-order tree over the invocations' partial sums, then the writes.
 void reduce_store(double acc[ROWS * TT], uint o0, uint t0, uint t1)
 {
-    uint lid = gl_LocalInvocationID.x;
-    for (uint j = 0u; j < ROWS * TT; j++) red[j * NT + lid] = acc[j];
+    // only the tile's nt token rows are reduced (a decode step's one row: an eighth of the
+    // work); each sum's tree is the same whatever nt is, so the bits do not depend on it
+    uint lid = gl_LocalInvocationID.x, nt = t1 - t0;
+    for (uint r = 0u; r < ROWS; r++)
+        for (uint t = 0u; t < nt; t++) red[(r * TT + t) * NT + lid] = acc[r * TT + t];
     barrier();
     for (uint s = NT / 2u; s > 0u; s >>= 1) {
         if (lid < s)
-            for (uint j = 0u; j < ROWS * TT; j++) {
-                precise double a = red[j * NT + lid] + red[j * NT + lid + s];
-                red[j * NT + lid] = a;
-            }
+            for (uint r = 0u; r < ROWS; r++)
+                for (uint t = 0u; t < nt; t++) {
+                    uint j = r * TT + t;
+                    precise double a = red[j * NT + lid] + red[j * NT + lid + s];
+                    red[j * NT + lid] = a;
+                }
         barrier();
     }
     if (lid < ROWS * TT) {
