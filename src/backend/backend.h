@@ -505,6 +505,12 @@ struct dsv4_backend_kind {
     void  (*copy)(void *impl, void *dst, const void *src, size_t bytes);     /* buffer -> buffer */
     /* waits until every op issued so far has finished (downloads are complete after it) */
     void  (*sync)(void *impl);
+    /* The first error its ops and transfers met since create (they return nothing: an address
+     * that is not the backend's, a device lost), as a status with the message in err;
+     * DSV4_OK when none. The forward pass asks after each step and fails the step with it, so
+     * a device's error is never a silently wrong result. NULL: the backend meets none (the
+     * CPU's ops assert instead). */
+    int   (*error)(void *impl, struct dsv4_err *err);
     /* The memory alloc draws from: bytes available now and in all; DSV4_OK, or a negative
      * status when it cannot tell (the serving memory plan then sets no limit). NULL: the
      * same as cannot tell. */

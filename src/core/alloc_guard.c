@@ -13,7 +13,7 @@
 
 #include "core/core.h"
 
-static _Thread_local int guard_depth;
+static _Thread_local int guard_depth, exempt_depth;
 static _Atomic unsigned long guarded_allocs;
 
 void dsv4_alloc_guard_enter(void)
@@ -26,6 +26,11 @@ void dsv4_alloc_guard_leave(void)
     guard_depth--;
 }
 
+void dsv4_alloc_guard_exempt(bool on)
+{
+    exempt_depth += on ? 1 : -1;
+}
+
 unsigned long dsv4_alloc_guard_count(void)
 {
     return guarded_allocs;
@@ -33,7 +38,7 @@ unsigned long dsv4_alloc_guard_count(void)
 
 void dsv4_alloc_guard_note(size_t n)
 {
-    if (guard_depth <= 0) return;
+    if (guard_depth <= 0 || exempt_depth > 0) return;
     guarded_allocs++;
 #ifdef DSV4_DEBUG
     fprintf(stderr, "dsv4: allocation of %zu bytes inside a guarded region (token evaluation)\n", n);

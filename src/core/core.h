@@ -57,6 +57,10 @@ void          dsv4_alloc_guard_leave(void);
 /* Allocations seen inside guarded regions since start (all threads): counted only where
  * alloc_interpose.c is compiled in (the test runner, DSV4_DEBUG builds). */
 unsigned long dsv4_alloc_guard_count(void);
+/* Exempts the calling thread's allocations while on (nested): a device backend turns it on
+ * around its driver's calls, whose host allocations are the driver's (lavapipe's queue
+ * submission allocates); dsv4's own code stays counted. */
+void          dsv4_alloc_guard_exempt(bool on);
 /* Called by the allocation hook for each allocation of n bytes. */
 void          dsv4_alloc_guard_note(size_t n);
 

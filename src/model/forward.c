@@ -253,7 +253,7 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
         if (q->draft_depth == 0) q->st->mtp_pos++;
     }
     dsv4_prof_end(S->be.prof);
-    return DSV4_OK;
+    return m->backend->error ? m->backend->error(m->backend_impl, err) : DSV4_OK;
 }
 
 int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
@@ -317,7 +317,9 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
             copy_rows(m, seqs[s].undo->xf, X + (size_t)S->seq_row0[s] * (size_t)c->hc * (size_t)c->d_model,
                       (size_t)seqs[s].n * (size_t)c->hc * (size_t)c->d_model);
     if (m->w.has_mtp) mtp_step(m, S, X, Xn);
-    for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
     dsv4_prof_end(S->be.prof);
+    rc = m->backend->error ? m->backend->error(m->backend_impl, err) : DSV4_OK;
+    if (rc) return rc; /* the step's results are not to be trusted: its positions stay */
+    for (int s = 0; s < n_seqs; s++) seqs[s].st->pos += seqs[s].n;
     return DSV4_OK;
 }

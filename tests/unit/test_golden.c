@@ -144,7 +144,8 @@ static bool run(struct test_ctx *t, dsv4_engine *e, const int32_t *toks, int T, 
     return true;
 }
 
-/* All cases of one fixture at one backend level ("ref" = exact path). */
+/* All cases of one fixture at one CPU level ("ref" = exact path), or on another backend
+ * (level "backend:NAME", held to the fast levels' tolerances). */
 static void check_fixture(struct test_ctx *t, const char *file, const char *level, const int *chunks, int n_chunks)
 {
     char path[256], dir[512], cases[256];
@@ -186,7 +187,8 @@ static void check_fixture(struct test_ctx *t, const char *file, const char *leve
         ep.revision = !strcmp(rev, "initial") ? DSV4_REVISION_INITIAL : DSV4_REVISION_CURRENT;
         char opts[48];
         snprintf(opts, sizeof(opts), "level=%s", level);
-        ep.backend_opts = opts;
+        if (!strncmp(level, "backend:", 8)) ep.backend = level + 8;
+        else ep.backend_opts = opts;
         dsv4_engine *e;
         int          rc = dsv4_engine_open(&e, dir, &ep, &err);
         if (rc) {
@@ -245,6 +247,17 @@ static void test_every_level(struct test_ctx *t)
             check_fixture(t, fixtures[f], dsv4_cpu_level_name((enum dsv4_cpu_level)l), f == 0 ? chunked : once,
                           f == 0 ? 2 : 1);
     test_levels_not_here(t, top, DSV4_CPU_AVX512BF16);
+}
+
+/* The Vulkan backend (on lavapipe in CI) against the reference, with the fast levels'
+ * tolerances: every fixture (both revisions, FP4 and FP8 experts, the clamps), whole prompt,
+ * chunk 1 and 7 on tiny-a. */
+static void test_vulkan(struct test_ctx *t)
+{
+    if (!test_need_backend(t, "vulkan")) return;
+    int all[] = { 0, 1, 7 }, once[] = { 0 };
+    for (size_t f = 0; f < sizeof(fixtures) / sizeof(fixtures[0]); f++)
+        check_fixture(t, fixtures[f], "backend:vulkan", f == 0 ? all : once, f == 0 ? 3 : 1);
 }
 
 /* The golden tiny-a checkpoint regenerated into the temporary directory (once), for align. */
@@ -370,5 +383,6 @@ const struct test_case test_group_golden[] = {
     { "every_level_vs_reference", test_every_level },
     { "align_dump_and_perturbed_weight", test_align },
     { "align_on_strict", test_align_strict },
+    { "vulkan_vs_reference", test_vulkan },
     { NULL, NULL },
 };

@@ -523,6 +523,63 @@ static void test_prepares_model(struct test_ctx *t)
     dsv4_model_free(&m);
 }
 
+/* More ops than one descriptor pool and one metadata area serve, recorded without a wait:
+ * each embed's token id (metadata) must still be its own when the command buffer runs (a
+ * command buffer submitted early for want of descriptor sets once let later ops overwrite
+ * the metadata of earlier ones). */
+static void test_many_ops_one_command_buffer(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    enum { CALLS = 1500, D = 8, V = 64, MAXC = 40 };
+    int N = 0; /* rows: call i embeds 1 + i % MAXC of them (metadata pieces of every size) */
+    for (int i = 0; i < CALLS; i++) N += 1 + i % MAXC;
+    struct dsv4_backend be = { k->ops(impl), impl, NULL, 0, NULL };
+    uint16_t            table[V * D];
+    for (int i = 0; i < V * D; i++) table[i] = (uint16_t)(0x3f80 + i); /* bf16 values, all different */
+    uint16_t *dt = k->alloc(impl, sizeof(table), DSV4_MEM_WEIGHTS);
+    float    *X  = k->alloc(impl, sizeof(float) * (size_t)N * D, DSV4_MEM_ACT), *host = malloc(sizeof(float) * (size_t)N * D);
+    CHECK(dt && X && host);
+    if (dt && X && host) {
+        k->upload(impl, dt, table, sizeof(table));
+        for (int i = 0, r = 0; i < CALLS; r += 1 + i % MAXC, i++) {
+            int tok[MAXC];
+            for (int j = 0; j <= i % MAXC; j++) tok[j] = (r + j) * 7 % V;
+            be.ops->embed(&be, 1 + i % MAXC, tok, dt, D, 1, X + (size_t)r * D); /* the ids from host memory */
+        }
+        k->download(impl, host, X, sizeof(float) * (size_t)N * D);
+        int bad = 0;
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < D; j++) {
+                uint32_t bits;
+                memcpy(&bits, &host[(size_t)r * D + j], 4);
+                bad += bits != (uint32_t)table[(r * 7 % V) * D + j] << 16;
+            }
+        CHECKF(bad == 0, "%d of %d values not the embedding of their own token", bad, N * D);
+    }
+    free(host);
+    k->destroy(impl);
+}
+
+/* An op given an address that is not the backend's does nothing and reports it through the
+ * kind's error hook (which the forward pass asks after each step), naming the address. */
+static void test_op_fault_reported(struct test_ctx *t)
+{
+    void                           *impl = NULL;
+    const struct dsv4_backend_kind *k = open_vk(t, &impl);
+    if (!k) return;
+    struct dsv4_backend be = { k->ops(impl), impl, NULL, 0, NULL };
+    struct dsv4_err     err;
+    CHECK(k->error && k->error(impl, &err) == DSV4_OK);
+    float host[16] = { 0 };
+    be.ops->scale(&be, 16, host, 2.0); /* host memory: not the device's */
+    k->sync(impl);
+    CHECKF(k->error && k->error(impl, &err) == DSV4_EIO && strstr(err.msg, "not inside one of its buffers"),
+           "error after a bad address: %s", err.msg);
+    k->destroy(impl);
+}
+
 /* bench's machine figures on the device: a read bandwidth and an FMA peak above zero, and the
  * probed buffer as it was (the probe only reads). */
 static void test_machine_figures(struct test_ctx *t)
@@ -600,6 +657,8 @@ const struct test_case test_group_vulkan[] = {
     { "linear_batch_invariant", test_linear_batch_invariant },
     { "tables_uploaded", test_tables_uploaded },
     { "prepares_model", test_prepares_model },
+    { "many_ops_one_command_buffer", test_many_ops_one_command_buffer },
+    { "op_fault_reported", test_op_fault_reported },
     { "machine_figures", test_machine_figures },
     { "gpu_timestamps", test_gpu_timestamps },
     { NULL, NULL },

@@ -29,7 +29,8 @@
 
 #include "backend/backend.h"
 
-enum { VKB_MAX_DEVICES = 16, VKB_MAX_BINDINGS = 8, VKB_MAX_PIPES = 64, VKB_MAX_SETS = 512, VKB_PC_BYTES = 128 };
+enum { VKB_MAX_DEVICES = 16, VKB_MAX_BINDINGS = 8, VKB_MAX_PIPES = 64, VKB_MAX_SETS = 512, VKB_MAX_POOLS = 64,
+       VKB_MAX_META = 16, VKB_PC_BYTES = 128 };
 
 /* The shaders this build embeds (vk_shaders.c, generated from shaders/ by tools/spv_embed.sh). */
 struct dsv4_vk_spirv {
@@ -99,6 +100,13 @@ struct vk_step {
     bool            begun;
     void           *work; /* indexer_topk's scores, grown likewise */
     size_t          work_cap;
+    /* the host image of a descriptor and its device-copy list, kept (grown, never shrunk) so
+     * that a step allocates nothing once the largest step has been seen */
+    int32_t        *img;
+    size_t          img_cap;
+    const int32_t **later;
+    uint32_t       *at;
+    size_t          later_cap;
 };
 
 struct dsv4_vk {
@@ -116,14 +124,20 @@ struct dsv4_vk {
     VkFence          fence;
     bool             pending;   /* a submission has not been waited for */
     bool             recording;
-    VkDescriptorPool dpool;     /* reset when a command buffer opens */
-    int              n_sets;    /* sets taken from it since */
+    /* Descriptor pools of VKB_MAX_SETS sets each, made as a command buffer needs them and all
+     * reset when one opens: a command buffer is never submitted early for want of sets (an
+     * op's metadata, taken before its dispatch, must stay where it is until that runs). */
+    VkDescriptorPool dpools[VKB_MAX_POOLS];
+    int              n_pools, cur_pool, n_sets; /* made; in use; sets taken from it */
     struct vk_pipe   pipes[VKB_MAX_PIPES];
     int              n_pipes;
     VkPhysicalDeviceMemoryProperties memprops;
     VkDeviceSize     sb_align;  /* minStorageBufferOffsetAlignment */
     struct vk_hostbuf staging;  /* upload and download pass through it */
-    struct vk_hostbuf meta;     /* host metadata ops read (token ids, positions, tables) */
+    /* host metadata ops read (token ids, positions, tables): areas made as a command buffer
+     * needs them (the same reason as the pools), all reused when one opens */
+    struct vk_hostbuf meta[VKB_MAX_META];
+    int              n_meta, cur_meta;
     /* the address table */
     uint8_t         *base;      /* the reserved range (PROT_NONE) */
     size_t           reserve, page, used;
@@ -139,6 +153,8 @@ struct dsv4_vk {
 };
 
 /* vk_device.c */
+/* One more descriptor pool (DSV4_OK, or DSV4_ENOMEM). */
+int  dsv4_vk_pool_add(struct dsv4_vk *v);
 int  dsv4_vk_open_device(struct dsv4_vk *v, int want, struct dsv4_err *err);
 void dsv4_vk_close_device(struct dsv4_vk *v);
 void dsv4_vk_devices_text(const struct dsv4_vk *v, char *buf, size_t cap);
@@ -196,12 +212,12 @@ int64_t dsv4_vk_arg(struct dsv4_vk *v, const void *p, size_t elem, size_t bytes,
 /* The buffer device address of p, whose next `bytes` must lie in one block; 0 (and a fault)
  * otherwise. */
 VkDeviceAddress dsv4_vk_addr(struct dsv4_vk *v, const void *p, size_t bytes);
-/* Room for `bytes` of host metadata in the open command buffer's metadata area, aligned for
- * any binding: a host pointer to fill, its binding in *b (element index 0) and, when a is
- * given, its device address. Valid until the command buffer is submitted. An op that needs
- * several pieces asks dsv4_vk_meta_room for all of them first (a piece that does not fit
- * submits the command buffer and starts a new area). NULL (and a fault) when bytes exceed
- * the area. */
+/* Room for `bytes` of host metadata in the open command buffer's metadata areas, aligned
+ * for any binding: a host pointer to fill, its binding in *b (element index 0) and, when a
+ * is given, its device address. Valid until the command buffer has run: a piece that does
+ * not fit takes a new area, so the command buffer is not submitted under an op that has
+ * taken pieces but not yet recorded its dispatch (only past VKB_MAX_META areas, which
+ * dsv4_vk_meta_room at the op's start avoids). NULL (and a fault) when bytes exceed an area. */
 void *dsv4_vk_meta(struct dsv4_vk *v, size_t bytes, struct vk_bind *b, VkDeviceAddress *a);
 bool  dsv4_vk_meta_room(struct dsv4_vk *v, size_t bytes);
 /* An input that may be either (docs/BACKENDS.md: host metadata stays in host arrays, such
@@ -264,6 +280,8 @@ void dsv4_vk_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float 
 /* ---- the whole-step ops: vk_op_step.c (step_begin), vk_op_kv.c (store_rows, compress),
  * vk_op_attn.c (attention), vk_op_idx.c (indexer_scores, indexer_topk) */
 void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
+/* Frees step_begin's host arrays (at destroy). */
+void dsv4_vk_step_free(struct dsv4_vk *v);
 /* The device address of the descriptor step_begin took, when desc is that step's (a fault
  * otherwise, 0 returned). Under v->mu. */
 VkDeviceAddress dsv4_vk_step_addr(struct dsv4_vk *v, const struct dsv4_step_desc *desc, const char *op);
@@ -314,6 +332,7 @@ VkDeviceAddress dsv4_vk_expert_table(struct dsv4_vk *v, const struct dsv4_expert
 struct vk_gemm {
     VkDeviceAddress tab, grp, x, y;
     uint32_t        ldx, ldy, n_exp, mat, row_off, n_out, n_in, out_bf16;
+    uint32_t        max_rows; /* the most rows one group has (1: linear1.comp); not a push constant */
 };
 bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups);
 /* In place or to q: rows of x quantised per 128 to e4m3 with power-of-two scales and

@@ -75,8 +75,9 @@ static void vk_destroy(void *impl)
         vkDeviceWaitIdle(v->dev);
         dsv4_vk_mem_fini(v);
         dsv4_vk_hostbuf_free(v, &v->staging);
-        dsv4_vk_hostbuf_free(v, &v->meta);
+        for (int i = 0; i < v->n_meta; i++) dsv4_vk_hostbuf_free(v, &v->meta[i]);
         dsv4_vk_stamps_free(v);
+        dsv4_vk_step_free(v);
     }
     dsv4_vk_close_device(v);
     pthread_mutex_destroy(&v->mu);
@@ -101,8 +102,9 @@ static int vk_create(void **impl, const struct dsv4_backend_params *p, struct ds
     if (!rc) rc = dsv4_vk_mem_init(v, err);
     if (!rc && (dsv4_vk_hostbuf(v, &v->staging, VKB_STAGING_BYTES,
                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT) ||
-                dsv4_vk_hostbuf(v, &v->meta, VKB_META_BYTES, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)))
+                dsv4_vk_hostbuf(v, &v->meta[0], VKB_META_BYTES, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)))
         rc = dsv4_err_set(err, DSV4_ENOMEM, "vulkan: no host-visible memory for the staging buffers");
+    if (!rc) v->n_meta = 1;
     if (!rc && p->profile) rc = dsv4_vk_stamps_init(v, err);
     if (rc) {
         vk_destroy(v);
@@ -155,6 +157,15 @@ static int vk_describe_op(void *impl, enum dsv4_op op, char *buf, size_t cap)
     return 0;
 }
 
+static int vk_error(void *impl, struct dsv4_err *err)
+{
+    struct dsv4_vk *v = impl;
+    pthread_mutex_lock(&v->mu);
+    int rc = v->fault[0] ? dsv4_err_set(err, DSV4_EIO, "vulkan: %s", v->fault) : DSV4_OK;
+    pthread_mutex_unlock(&v->mu);
+    return rc;
+}
+
 static void vk_devices(void *impl, char *buf, size_t cap)
 {
     dsv4_vk_devices_text(impl, buf, cap);
@@ -165,7 +176,7 @@ const struct dsv4_backend_kind dsv4_backend_vulkan = {
     .create = vk_create, .destroy = vk_destroy, .ops = vk_ops_of, .describe = vk_describe, .settings = vk_settings,
     .prepare_weights = vk_prepare_weights, .scratch_floats = vk_scratch_floats,
     .alloc = dsv4_vk_alloc, .free = dsv4_vk_free, .upload = dsv4_vk_upload, .download = dsv4_vk_download,
-    .copy = dsv4_vk_copy, .sync = dsv4_vk_sync, .memory = dsv4_vk_memory,
+    .copy = dsv4_vk_copy, .sync = dsv4_vk_sync, .memory = dsv4_vk_memory, .error = vk_error,
     .describe_op = vk_describe_op, .devices = vk_devices,
     .read_bandwidth = dsv4_vk_read_bandwidth, .peaks = dsv4_vk_peaks, .device_profile = dsv4_vk_device_profile,
 };

@@ -15,6 +15,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/vulkan/vk.h"
@@ -29,7 +30,7 @@ void dsv4_vk_fault(struct dsv4_vk *v, const char *fmt, ...)
     dsv4_log(v->lg, DSV4_LOG_ERROR, "vulkan: %s", v->fault);
 }
 
-void dsv4_vk_wait(struct dsv4_vk *v)
+static void wait_driver(struct dsv4_vk *v)
 {
     if (!v->pending) return;
     if (vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
@@ -39,7 +40,16 @@ void dsv4_vk_wait(struct dsv4_vk *v)
     dsv4_vk_stamps_collect(v);
 }
 
-void dsv4_vk_barrier(struct dsv4_vk *v)
+/* The driver's calls, its host allocations exempt from the token-evaluation guard (its own:
+ * lavapipe allocates as it records and submits; dsv4's code stays guarded). */
+void dsv4_vk_wait(struct dsv4_vk *v)
+{
+    dsv4_alloc_guard_exempt(true);
+    wait_driver(v);
+    dsv4_alloc_guard_exempt(false);
+}
+
+static void barrier_driver(struct dsv4_vk *v)
 {
     VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
                            .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT };
@@ -47,28 +57,50 @@ void dsv4_vk_barrier(struct dsv4_vk *v)
                          NULL, 0, NULL);
 }
 
-bool dsv4_vk_record(struct dsv4_vk *v)
+/* The driver's calls, its host allocations exempt from the token-evaluation guard (its own:
+ * lavapipe allocates as it records and submits; dsv4's code stays guarded). */
+void dsv4_vk_barrier(struct dsv4_vk *v)
+{
+    dsv4_alloc_guard_exempt(true);
+    barrier_driver(v);
+    dsv4_alloc_guard_exempt(false);
+}
+
+static bool record_driver(struct dsv4_vk *v)
 {
     if (v->recording) return true;
     dsv4_vk_wait(v);
     VkCommandBufferBeginInfo bi = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT };
-    if (vkResetCommandBuffer(v->cmd, 0) != VK_SUCCESS || vkResetDescriptorPool(v->dev, v->dpool, 0) != VK_SUCCESS ||
-        vkBeginCommandBuffer(v->cmd, &bi) != VK_SUCCESS) {
+    bool pools_ok = true;
+    for (int i = 0; i <= v->cur_pool && i < v->n_pools; i++)
+        pools_ok &= vkResetDescriptorPool(v->dev, v->dpools[i], 0) == VK_SUCCESS;
+    if (vkResetCommandBuffer(v->cmd, 0) != VK_SUCCESS || !pools_ok || vkBeginCommandBuffer(v->cmd, &bi) != VK_SUCCESS) {
         dsv4_vk_fault(v, "cannot record a command buffer");
         return false;
     }
     v->recording    = true;
     v->n_sets       = 0;
+    v->cur_pool     = 0;
     v->staging.used = 0;
-    v->meta.used    = 0;
+    for (int i = 0; i <= v->cur_meta && i < v->n_meta; i++) v->meta[i].used = 0;
+    v->cur_meta = 0;
     /* after every earlier submission on the queue (it may overlap them otherwise) */
     dsv4_vk_barrier(v);
     dsv4_vk_stamp_open(v);
     return true;
 }
 
-void dsv4_vk_submit(struct dsv4_vk *v)
+/* The driver's calls, its host allocations exempt from the token-evaluation guard. */
+bool dsv4_vk_record(struct dsv4_vk *v)
+{
+    dsv4_alloc_guard_exempt(true);
+    bool ok = record_driver(v);
+    dsv4_alloc_guard_exempt(false);
+    return ok;
+}
+
+static void submit_driver(struct dsv4_vk *v)
 {
     if (!v->recording) return;
     VkMemoryBarrier mb = { .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
@@ -82,6 +114,15 @@ void dsv4_vk_submit(struct dsv4_vk *v)
         return;
     }
     v->pending = true;
+}
+
+/* The driver's calls, its host allocations exempt from the token-evaluation guard (its own:
+ * lavapipe allocates as it records and submits; dsv4's code stays guarded). */
+void dsv4_vk_submit(struct dsv4_vk *v)
+{
+    dsv4_alloc_guard_exempt(true);
+    submit_driver(v);
+    dsv4_alloc_guard_exempt(false);
 }
 
 void dsv4_vk_finish(struct dsv4_vk *v)
@@ -114,19 +155,41 @@ static int64_t area_take(struct dsv4_vk *v, struct vk_hostbuf *h, size_t n, VkDe
 bool dsv4_vk_meta_room(struct dsv4_vk *v, size_t bytes)
 {
     if (!dsv4_vk_record(v)) return false;
-    if (v->meta.used + bytes + 64 * 8 <= v->meta.bytes) return true;
-    dsv4_vk_finish(v);
+    const struct vk_hostbuf *h = &v->meta[v->cur_meta];
+    if (h->used + bytes + 64 * 8 <= h->bytes || v->cur_meta + 1 < VKB_MAX_META) return true;
+    dsv4_vk_finish(v); /* every area taken: before the op takes any */
     return dsv4_vk_record(v);
+}
+
+/* The metadata area with room for n bytes: the current one, else the next (made now, the first
+ * time a command buffer needs that many), else (all taken) a new command buffer. */
+static struct vk_hostbuf *meta_area(struct dsv4_vk *v, size_t n, VkDeviceSize align)
+{
+    struct vk_hostbuf *h = &v->meta[v->cur_meta];
+    if ((h->used + align - 1) / align * align + n <= h->bytes) return h;
+    if (v->cur_meta + 1 == VKB_MAX_META) return h; /* area_take submits and starts over */
+    if (v->cur_meta + 1 == v->n_meta) {
+        if (dsv4_vk_hostbuf(v, &v->meta[v->n_meta], v->meta[0].bytes, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)) return h;
+        dsv4_log(v->lg, DSV4_LOG_INFO, "vulkan: metadata area %d of a command buffer", v->n_meta + 1);
+        v->n_meta++;
+    }
+    h       = &v->meta[++v->cur_meta];
+    h->used = 0;
+    return h;
 }
 
 void *dsv4_vk_meta(struct dsv4_vk *v, size_t bytes, struct vk_bind *b, VkDeviceAddress *a)
 {
     VkDeviceSize align = v->sb_align > 16 ? v->sb_align : 16;
-    int64_t      at    = area_take(v, &v->meta, bytes ? bytes : 4, align, "host metadata");
+    size_t       n     = bytes ? bytes : 4;
+    if (!dsv4_vk_record(v)) return NULL;
+    struct vk_hostbuf *h  = meta_area(v, n, align);
+    int64_t            at = area_take(v, h, n, align, "host metadata");
     if (at < 0) return NULL;
-    *b = (struct vk_bind){ v->meta.buf, (VkDeviceSize)at, bytes ? bytes : 4 };
-    if (a) *a = v->meta.dva + (VkDeviceSize)at;
-    return (uint8_t *)v->meta.map + at;
+    h  = &v->meta[v->cur_meta]; /* area_take may have started over at the first */
+    *b = (struct vk_bind){ h->buf, (VkDeviceSize)at, n };
+    if (a) *a = h->dva + (VkDeviceSize)at;
+    return (uint8_t *)h->map + at;
 }
 
 /* The buffer and offset of [p, p + bytes), which must lie in one block; NULL (and a fault)
@@ -156,7 +219,9 @@ static void transfer(struct dsv4_vk *v, const struct vk_block *b, VkDeviceSize o
         if (at < 0) return;
         if (to_device) memcpy((uint8_t *)v->staging.map + at, host + done, n);
         VkBufferCopy c = { to_device ? (VkDeviceSize)at : off + done, to_device ? off + done : (VkDeviceSize)at, n };
+        dsv4_alloc_guard_exempt(true);
         vkCmdCopyBuffer(v->cmd, to_device ? v->staging.buf : b->buf, to_device ? b->buf : v->staging.buf, 1, &c);
+        dsv4_alloc_guard_exempt(false);
         dsv4_vk_barrier(v);
         dsv4_vk_stamp(v, to_device ? "upload" : "download");
         if (!to_device) {
@@ -200,7 +265,9 @@ void dsv4_vk_copy(void *impl, void *dst, const void *src, size_t bytes)
     if (overlap) dsv4_vk_fault(v, "copy of %zu bytes between overlapping ranges of one buffer", bytes);
     if (d && s && !overlap && dsv4_vk_record(v)) {
         VkBufferCopy c = { soff, doff, bytes };
+        dsv4_alloc_guard_exempt(true);
         vkCmdCopyBuffer(v->cmd, s->buf, d->buf, 1, &c);
+        dsv4_alloc_guard_exempt(false);
         dsv4_vk_barrier(v);
         dsv4_vk_stamp(v, "copy");
     }

@@ -109,6 +109,17 @@ static int find_compute_queue(VkPhysicalDevice pd, uint32_t *fam)
     return -1;
 }
 
+int dsv4_vk_pool_add(struct dsv4_vk *v)
+{
+    if (v->n_pools == VKB_MAX_POOLS) return DSV4_ENOMEM;
+    VkDescriptorPoolSize       ps  = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VKB_MAX_SETS * VKB_MAX_BINDINGS };
+    VkDescriptorPoolCreateInfo dpi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = VKB_MAX_SETS,
+                                       .poolSizeCount = 1, .pPoolSizes = &ps };
+    if (vkCreateDescriptorPool(v->dev, &dpi, NULL, &v->dpools[v->n_pools]) != VK_SUCCESS) return DSV4_ENOMEM;
+    v->n_pools++;
+    return DSV4_OK;
+}
+
 /* The logical device, its queue, command buffer, fence and descriptor pool. */
 static int make_device(struct dsv4_vk *v, struct dsv4_err *err)
 {
@@ -131,12 +142,8 @@ static int make_device(struct dsv4_vk *v, struct dsv4_err *err)
                                     .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                     .queueFamilyIndex = v->qfam };
     VkFenceCreateInfo       fci = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
-    VkDescriptorPoolSize    ps  = { VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, VKB_MAX_SETS * VKB_MAX_BINDINGS };
-    VkDescriptorPoolCreateInfo dpi = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = VKB_MAX_SETS,
-                                       .poolSizeCount = 1, .pPoolSizes = &ps };
     if (vkCreateCommandPool(v->dev, &pci, NULL, &v->pool) != VK_SUCCESS ||
-        vkCreateFence(v->dev, &fci, NULL, &v->fence) != VK_SUCCESS ||
-        vkCreateDescriptorPool(v->dev, &dpi, NULL, &v->dpool) != VK_SUCCESS)
+        vkCreateFence(v->dev, &fci, NULL, &v->fence) != VK_SUCCESS || dsv4_vk_pool_add(v))
         return dsv4_err_set(err, DSV4_ENOMEM, "vulkan: cannot create the command pool, fence or descriptor pool");
     VkCommandBufferAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = v->pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1 };
@@ -177,7 +184,8 @@ void dsv4_vk_close_device(struct dsv4_vk *v)
     if (v->dev) {
         vkDeviceWaitIdle(v->dev);
         dsv4_vk_pipes_free(v);
-        if (v->dpool) vkDestroyDescriptorPool(v->dev, v->dpool, NULL);
+        for (int i = 0; i < v->n_pools; i++) vkDestroyDescriptorPool(v->dev, v->dpools[i], NULL);
+        v->n_pools = 0;
         if (v->fence) vkDestroyFence(v->dev, v->fence, NULL);
         if (v->pool) vkDestroyCommandPool(v->dev, v->pool, NULL);
         vkDestroyDevice(v->dev, NULL);

@@ -11,6 +11,8 @@
  */
 #include <string.h>
 
+#include <stddef.h>
+
 #include "backend/vulkan/vk.h"
 
 enum { VKL_ROWS = 4 }; /* output rows a workgroup takes (linear.comp ROWS) */
@@ -19,7 +21,9 @@ bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups)
 {
     if (!g->tab || !g->grp || !g->x || !g->y) return false;
     uint32_t gx = dsv4_vk_groups((g->n_out + VKL_ROWS - 1) / VKL_ROWS, 1);
-    return dsv4_vk_dispatch(v, "linear", NULL, 0, g, sizeof(*g), gx, groups < g->n_exp ? groups : g->n_exp, 1);
+    /* the push constants are the struct up to max_rows */
+    return dsv4_vk_dispatch(v, g->max_rows == 1 ? "linear1" : "linear", NULL, 0, g,
+                            (uint32_t)offsetof(struct vk_gemm, max_rows), gx, groups < g->n_exp ? groups : g->n_exp, 1);
 }
 
 bool dsv4_vk_act_quant(struct dsv4_vk *v, VkDeviceAddress x, uint32_t ldx, VkDeviceAddress q, uint32_t ldq,
@@ -67,7 +71,8 @@ void dsv4_vk_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_
     size_t yb = ((size_t)(n_tok - 1) * (size_t)ldy + (size_t)w->n_out) * 4;
     size_t qn = (size_t)n_tok * (size_t)w->n_in;
     struct vk_gemm g = { .ldx = (uint32_t)ldx, .ldy = (uint32_t)ldy, .row_off = (uint32_t)w->row_off,
-                         .n_out = (uint32_t)w->n_out, .n_in = (uint32_t)w->n_in, .out_bf16 = out == DSV4_OUT_BF16 };
+                         .n_out = (uint32_t)w->n_out, .n_in = (uint32_t)w->n_in, .out_bf16 = out == DSV4_OUT_BF16,
+                         .max_rows = (uint32_t)n_tok };
     if (!P) dsv4_vk_fault(v, "linear: a %s weight that prepare_weights did not upload", dsv4_wfmt_name(w->fmt));
     else if (act == DSV4_ACT_FP8 && qn > be->scratch_len)
         dsv4_vk_fault(v, "linear: %d rows of %d need %zu floats of scratch, the context has %zu", n_tok, w->n_in, qn,

@@ -74,9 +74,14 @@ static int32_t *build_image(struct dsv4_vk *v, const struct dsv4_step_desc *d, s
     size_t head = sizeof(struct vk_step_head) + sizeof(struct vk_step_seq) * (size_t)d->n_seqs;
     size_t ints = 3 * (size_t)d->n_rows;
     for (int s = 0; s < d->n_seqs; s++) ints += (size_t)seq_pages(d, s);
-    *bytes       = head + 4 * ints;
-    int32_t *img = calloc(1, *bytes);
-    if (!img) return NULL;
+    *bytes = head + 4 * ints;
+    if (v->step.img_cap < *bytes) {
+        int32_t *ni = realloc(v->step.img, *bytes);
+        if (!ni) return NULL;
+        v->step.img = ni, v->step.img_cap = *bytes;
+    }
+    int32_t *img = v->step.img;
+    memset(img, 0, *bytes);
     struct vk_step_head *h   = (struct vk_step_head *)(void *)img;
     struct vk_step_seq  *sq  = (struct vk_step_seq *)(void *)(h + 1);
     uint32_t             e   = (uint32_t)(head / 4);
@@ -110,10 +115,16 @@ void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *de
     pthread_mutex_lock(&v->mu);
     v->step.begun = false; /* until this one is uploaded: an op of it fails rather than read the last */
     pthread_mutex_unlock(&v->mu);
-    size_t          n_later = (size_t)desc->n_seqs + 2, bytes;
-    const int32_t **later   = calloc(n_later, sizeof(*later));
-    uint32_t       *at      = calloc(n_later, sizeof(*at));
-    int32_t        *img     = later && at ? build_image(v, desc, &bytes, later, at) : NULL;
+    size_t n_later = (size_t)desc->n_seqs + 2, bytes;
+    if (v->step.later_cap < n_later) {
+        const int32_t **nl = realloc(v->step.later, n_later * sizeof(*nl));
+        if (nl) v->step.later = nl;
+        uint32_t *na = nl ? realloc(v->step.at, n_later * sizeof(*na)) : NULL;
+        if (na) v->step.at = na, v->step.later_cap = n_later;
+    }
+    const int32_t **later = v->step.later;
+    uint32_t       *at    = v->step.at;
+    int32_t        *img   = v->step.later_cap >= n_later ? build_image(v, desc, &bytes, later, at) : NULL;
     if (img && grow(v, &v->step.buf, &v->step.cap, bytes, "the step descriptor")) {
         dsv4_vk_upload(v, v->step.buf, img, bytes);
         for (size_t i = 0; i < n_later; i++) {
@@ -132,9 +143,14 @@ void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *de
         dsv4_vk_fault(v, "step_begin: out of host memory");
         pthread_mutex_unlock(&v->mu);
     }
-    free(img);
-    free(later);
-    free(at);
+}
+
+void dsv4_vk_step_free(struct dsv4_vk *v)
+{
+    free(v->step.img);
+    free(v->step.later);
+    free(v->step.at);
+    memset(&v->step, 0, sizeof(v->step)); /* the device buffers go with the block table */
 }
 
 VkDeviceAddress dsv4_vk_step_addr(struct dsv4_vk *v, const struct dsv4_step_desc *desc, const char *op)

@@ -91,17 +91,26 @@ static struct vk_pipe *pipe_of(struct dsv4_vk *v, const char *shader, int n_bind
     return make_pipe(v, p) ? p : NULL;
 }
 
-/* A descriptor set of p's layout from the open command buffer's pool, opening a new command
- * buffer when the pool is used up. */
+/* A descriptor set of p's layout from the open command buffer's pools: the next pool (made
+ * the first time a command buffer needs it) when one is used up, and only past
+ * VKB_MAX_POOLS a new command buffer (an op's metadata must not move under it: vk.h). */
 static VkDescriptorSet take_set(struct dsv4_vk *v, const struct vk_pipe *p)
 {
     if (!dsv4_vk_record(v)) return VK_NULL_HANDLE;
     if (v->n_sets == VKB_MAX_SETS) {
-        dsv4_vk_finish(v);
-        if (!dsv4_vk_record(v)) return VK_NULL_HANDLE;
+        if (v->cur_pool + 1 == v->n_pools && dsv4_vk_pool_add(v) == DSV4_OK)
+            dsv4_log(v->lg, DSV4_LOG_INFO, "vulkan: descriptor pool %d of a command buffer", v->n_pools);
+        if (v->cur_pool + 1 < v->n_pools) {
+            v->cur_pool++;
+        } else {
+            dsv4_vk_finish(v);
+            if (!dsv4_vk_record(v)) return VK_NULL_HANDLE;
+        }
+        v->n_sets = 0;
     }
     VkDescriptorSetAllocateInfo ai = { .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                       .descriptorPool = v->dpool, .descriptorSetCount = 1, .pSetLayouts = &p->dsl };
+                                       .descriptorPool = v->dpools[v->cur_pool], .descriptorSetCount = 1,
+                                       .pSetLayouts = &p->dsl };
     VkDescriptorSet set = VK_NULL_HANDLE;
     if (vkAllocateDescriptorSets(v->dev, &ai, &set) != VK_SUCCESS) {
         dsv4_vk_fault(v, "cannot allocate a descriptor set");
@@ -111,7 +120,7 @@ static VkDescriptorSet take_set(struct dsv4_vk *v, const struct vk_pipe *p)
     return set;
 }
 
-bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bind *b, int n_bind, const void *pc,
+static bool dispatch_driver(struct dsv4_vk *v, const char *shader, const struct vk_bind *b, int n_bind, const void *pc,
                       uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
 {
     DSV4_ASSERT(n_bind >= 0 && n_bind <= VKB_MAX_BINDINGS && pc_bytes <= VKB_PC_BYTES);
@@ -135,6 +144,16 @@ bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bin
     dsv4_vk_barrier(v);
     dsv4_vk_stamp(v, p->shader);
     return true;
+}
+
+/* The driver's calls, its host allocations exempt from the token-evaluation guard. */
+bool dsv4_vk_dispatch(struct dsv4_vk *v, const char *shader, const struct vk_bind *b, int n_bind, const void *pc,
+                      uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    dsv4_alloc_guard_exempt(true);
+    bool ok = dispatch_driver(v, shader, b, n_bind, pc, pc_bytes, gx, gy, gz);
+    dsv4_alloc_guard_exempt(false);
+    return ok;
 }
 
 void dsv4_vk_pipes_free(struct dsv4_vk *v)

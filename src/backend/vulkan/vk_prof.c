@@ -29,6 +29,7 @@ struct vk_stamps {
     uint64_t        mask;            /* timestampValidBits */
     int             n;               /* timestamps written in the open command buffer (0: the opening one) */
     const char     *label[VKB_STAMPS];
+    uint64_t        t[VKB_STAMPS];   /* read back here: nothing is allocated while decoding */
     struct vk_label lab[VKB_LABELS];
     int             n_lab;
     uint64_t        untimed;
@@ -105,8 +106,8 @@ void dsv4_vk_stamps_collect(struct dsv4_vk *v)
         if (s) s->n = 0;
         return;
     }
-    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)s->n);
-    if (t && vkGetQueryPoolResults(v->dev, s->pool, 0, (uint32_t)s->n, sizeof(uint64_t) * (size_t)s->n, t,
+    uint64_t *t = s->t;
+    if (vkGetQueryPoolResults(v->dev, s->pool, 0, (uint32_t)s->n, sizeof(uint64_t) * (size_t)s->n, t,
                                    sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
         for (int i = 1; i < s->n; i++) {
             struct vk_label *l = label_of(s, s->label[i]);
@@ -115,7 +116,6 @@ void dsv4_vk_stamps_collect(struct dsv4_vk *v)
             l->ns += (double)((t[i] - t[i - 1]) & s->mask) * s->ns_per_tick;
         }
     }
-    free(t);
     s->n = 0;
 }
 

@@ -39,6 +39,9 @@ struct vk_weights {
     int                 n_preps, cap_preps;
     struct vk_xtab     *xtabs;
     int                 n_xtabs;
+    const void        **look;    /* the preps of the experts being looked up (grown, kept: a
+                                  * step allocates nothing once each layer's table exists) */
+    size_t              cap_look;
 };
 
 static size_t align_up(size_t n)
@@ -273,6 +276,7 @@ void dsv4_vk_weights_free(struct dsv4_vk *v)
     for (int i = 0; i < W->n_blocks; i++) dsv4_vk_free(v, W->blocks[i], 0);
     free(W->xtabs);
     free(W->preps);
+    free(W->look);
     free(W->blocks);
     free(W);
     v->weights = NULL;
@@ -305,27 +309,30 @@ static struct vk_xtab *xtab_find(struct vk_weights *W, const struct dsv4_expert_
  * go around them. */
 VkDeviceAddress dsv4_vk_expert_table(struct dsv4_vk *v, const struct dsv4_expert_w *experts, int n_exp)
 {
-    struct vk_weights *W     = v->weights;
-    const void       **preps = calloc(3 * (size_t)n_exp, sizeof(*preps));
-    if (!W || !preps) {
-        free(preps);
+    struct vk_weights *W = v->weights;
+    size_t             n = 3 * (size_t)n_exp;
+    if (W && W->cap_look < n) {
+        const void **nl = realloc(W->look, n * sizeof(*nl));
+        if (nl) W->look = nl, W->cap_look = n;
+    }
+    if (!W || W->cap_look < n) {
         dsv4_vk_fault(v, "experts: the weights are not prepared");
         return 0;
     }
-    expert_preps(experts, n_exp, preps);
-    struct vk_xtab *x = xtab_find(W, experts, n_exp, preps);
-    if (x) {
-        free(preps);
-        return dsv4_vk_addr(v, x->dev, 8);
-    }
-    uint64_t *addrs = calloc(3 * (size_t)n_exp, sizeof(*addrs));
-    void     *nx    = realloc(W->xtabs, sizeof(*W->xtabs) * (size_t)(W->n_xtabs + 1));
+    expert_preps(experts, n_exp, W->look);
+    struct vk_xtab *x = xtab_find(W, experts, n_exp, W->look);
+    if (x) return dsv4_vk_addr(v, x->dev, 8);
+    /* the first call for this layer's experts: its table, kept for the engine's life */
+    const void **preps = malloc(n * sizeof(*preps));
+    uint64_t    *addrs = calloc(n, sizeof(*addrs));
+    void        *nx    = realloc(W->xtabs, sizeof(*W->xtabs) * (size_t)(W->n_xtabs + 1));
     if (nx) W->xtabs = nx;
-    for (int i = 0; addrs && i < 3 * n_exp; i++)
+    if (preps) memcpy(preps, W->look, n * sizeof(*preps));
+    for (size_t i = 0; addrs && preps && i < n; i++)
         addrs[i] = preps[i] ? dsv4_vk_addr(v, ((const struct vk_lin_prep *)preps[i])->desc_at, 8) : 0;
     pthread_mutex_unlock(&v->mu);
-    void *dev = addrs && nx ? dsv4_vk_alloc(v, sizeof(*addrs) * 3 * (size_t)n_exp, DSV4_MEM_WEIGHTS) : NULL;
-    if (dev) dsv4_vk_upload(v, dev, addrs, sizeof(*addrs) * 3 * (size_t)n_exp);
+    void *dev = addrs && preps && nx ? dsv4_vk_alloc(v, sizeof(*addrs) * n, DSV4_MEM_WEIGHTS) : NULL;
+    if (dev) dsv4_vk_upload(v, dev, addrs, sizeof(*addrs) * n);
     pthread_mutex_lock(&v->mu);
     if (!dev) {
         free(preps);

@@ -1,22 +1,11 @@
 // moe_math.glsl - exp and log1p in double for the router's softplus and the experts' SiLU,
-// which the reference computes in double (GLSL has these functions in float only). exp:
-// x = k ln2 + r, |r| <= ln2 / 2, a Taylor polynomial to r^14 (error below 1e-17 relative);
-// log(1 + y): a series for tiny y, else 1 + y = m 2^e and 2 atanh((m - 1) / (m + 1)). Both
-// are far more accurate than the f32 rounding their results meet.
-const double LN2_HI = 0.693147180369123816490LF, LN2_LO = 1.90821492927058770002e-10LF;
-const double LN2    = 0.6931471805599453094172LF;
+// which the reference computes in double (GLSL has these functions in float only). exp is
+// dmath.glsl's (shared with rope, the hyper-connections, attention and the compressor);
+// log(1 + y): a series for tiny y, else 1 + y = m 2^e and 2 atanh((m - 1) / (m + 1)), far
+// more accurate than the f32 rounding its result meets.
+#include "dmath.glsl"
 
-double dexp(double x)
-{
-    if (x > 709.0LF) return 1.0LF / 0.0LF;
-    if (x < -745.0LF) return 0.0LF;
-    double k = floor(x / LN2 + 0.5LF);
-    double r = (x - k * LN2_HI) - k * LN2_LO, s = 1.0LF;
-    for (int i = 14; i >= 1; i--) s = 1.0LF + s * r / double(i);
-    int ki = int(k);
-    // two steps: 2^k alone may not be a normal double near the ends of the range
-    return ldexp(ldexp(s, ki / 2), ki - ki / 2);
-}
+const double LN2 = 0.6931471805599453094172LF;
 
 double dlog1p(double y)
 {
