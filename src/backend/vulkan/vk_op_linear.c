@@ -15,12 +15,13 @@
 
 #include "backend/vulkan/vk.h"
 
-enum { VKL_ROWS = 4 }; /* output rows a workgroup takes (linear.comp ROWS) */
+enum { VKL_ROWS = 4, VKL_ROWS1 = 32 }; /* output rows a workgroup takes (ROWS of linear.comp, linear1.comp) */
 
 bool dsv4_vk_gemm(struct dsv4_vk *v, const struct vk_gemm *g, uint32_t groups)
 {
     if (!g->tab || !g->grp || !g->x || !g->y) return false;
-    uint32_t gx = dsv4_vk_groups((g->n_out + VKL_ROWS - 1) / VKL_ROWS, 1);
+    uint32_t rows = g->max_rows == 1 ? VKL_ROWS1 : VKL_ROWS;
+    uint32_t gx   = dsv4_vk_groups((g->n_out + rows - 1) / rows, 1);
     /* the push constants are the struct up to max_rows */
     return dsv4_vk_dispatch(v, g->max_rows == 1 ? "linear1" : "linear", NULL, 0, g,
                             (uint32_t)offsetof(struct vk_gemm, max_rows), gx, groups < g->n_exp ? groups : g->n_exp, 1);

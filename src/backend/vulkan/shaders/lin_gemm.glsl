@@ -1,6 +1,6 @@
-// lin_gemm.glsl - the body of linear.comp and linear1.comp (see linear.comp), TT token rows a
-// tile; the two differ in TT alone, and a row's sums do not depend on TT (the same k split,
-// the same blocks, the same tree), so they give the same bits.
+// lin_gemm.glsl - the body of linear.comp and linear1.comp (see linear.comp): ROWS output rows
+// by TT token rows a tile; the two differ in ROWS and TT alone, and a row's sums depend on
+// neither (the same k split, the same blocks, the same tree), so they give the same bits.
 #include "bf16.glsl"
 #include "lin.glsl"
 
@@ -10,7 +10,7 @@ layout(push_constant) uniform P {
     uint ldx, ldy, n_exp, mat, row_off, n_out, n_in, out_bf16;
 } p;
 
-const uint NT = 64u, ROWS = 4u; // TT: the including shader's
+const uint NT = 64u; // ROWS, TT: the including shader's
 shared double red[ROWS * TT * NT];
 
 // The ROWS x TT partial sums of this invocation over its k: per 128-block of k its two

@@ -12,5 +12,5 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
-const uint TT = 8u;
+const uint ROWS = 4u, TT = 8u;
 #include "lin_gemm.glsl"
