@@ -286,6 +286,24 @@ static void test_demo_perplexity(struct test_ctx *t)
     free(out);
 }
 
+/* The demo model's perplexity on its held-out excerpt on the Vulkan backend (lavapipe in CI):
+ * within the fast levels' 0.5 % of the Python reference's. */
+static void test_demo_perplexity_vulkan(struct test_ctx *t)
+{
+    const char            *bin = demo_bin(t);
+    struct dsv4_checkpoint ck;
+    if (!bin || !test_need_backend(t, "vulkan") || !open_fixture(t, &ck)) return;
+    double ref_nll = meta_num(&ck, "ppl.nll");
+    int    ctx     = (int)meta_num(&ck, "ppl.ctx");
+    dsv4_checkpoint_close(&ck);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f %s --ctx %d --backend vulkan 2>&1", bin, DEMO_MODEL, DEMO_EXCERPT,
+             ctx);
+    double nll = run_nll(t, cmd, NULL);
+    CHECKF(fabs(exp(nll) / exp(ref_nll) - 1) < 0.005, "vulkan perplexity %.4f, reference %.4f", exp(nll),
+           exp(ref_nll));
+}
+
 static void test_demo_chat(struct test_ctx *t)
 {
     const char *bin = demo_bin(t);
@@ -305,6 +323,7 @@ const struct test_case test_group_demo[] = {
     { "demo_logits", test_demo_logits },
     { "demo_greedy", test_demo_greedy },
     { "demo_perplexity", test_demo_perplexity },
+    { "demo_perplexity_vulkan", test_demo_perplexity_vulkan },
     { "demo_chat", test_demo_chat },
     { NULL, NULL },
 };

@@ -144,6 +144,7 @@ struct dsv4_vk {
     struct vk_block *blocks;    /* sorted by off */
     int              n_blocks, cap_blocks;
     char             fault[160]; /* the first error an op or transfer met (they return nothing) */
+    uint32_t         lin_nt;    /* invocations a projection's row is split over (lin_gemm.glsl) */
     struct vk_stamps *stamps;   /* GPU timestamps per shader when profiling (vk_prof.c), or NULL */
     struct vk_step   step;      /* vk_op_step.c */
     /* vk_weights.c: what prepare_weights uploaded (freed at destroy) and the largest piece
@@ -280,6 +281,8 @@ void dsv4_vk_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float 
 /* ---- the whole-step ops: vk_op_step.c (step_begin), vk_op_kv.c (store_rows, compress),
  * vk_op_attn.c (attention), vk_op_idx.c (indexer_scores, indexer_topk) */
 void dsv4_vk_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
+/* Sizes the step's work space for a plan (at scratch_floats). */
+void dsv4_vk_step_reserve(struct dsv4_vk *v, const struct dsv4_plan_dims *dims);
 /* Frees step_begin's host arrays (at destroy). */
 void dsv4_vk_step_free(struct dsv4_vk *v);
 /* The device address of the descriptor step_begin took, when desc is that step's (a fault

@@ -141,9 +141,12 @@ static int vk_prepare_weights(void *impl, struct dsv4_weight_set *ws, const stru
     return dsv4_vk_prepare_weights(impl, ws, err);
 }
 
+/* Also where a step plan is made: the backend's own step buffers are sized for it now, so
+ * that no step of the plan allocates (the indexer's scores: every row against a whole
+ * context's keys, capped as vk_op_idx.c caps them). */
 static size_t vk_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
 {
-    (void)impl;
+    dsv4_vk_step_reserve(impl, dims);
     return dsv4_vk_linear_scratch(dims);
 }
 

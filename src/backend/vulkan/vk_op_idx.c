@@ -57,6 +57,14 @@ static void topk_piece(struct dsv4_vk *v, struct idx_pc pc, const struct vk_bind
     dsv4_vk_dispatch(v, "idx_topk", t, 3, &tc, sizeof(tc), dsv4_vk_groups(pc.nr, 1), 1, 1);
 }
 
+void dsv4_vk_step_reserve(struct dsv4_vk *v, const struct dsv4_plan_dims *dims)
+{
+    /* what indexer_topk below asks for is at most both */
+    size_t stride = (size_t)(dims->max_ctx / 4 > 1 ? dims->max_ctx / 4 : 1), rows = (size_t)dims->max_rows;
+    size_t bytes  = rows * stride * 4 < (size_t)VKB_TOPK_WORK ? rows * stride * 4 : (size_t)VKB_TOPK_WORK;
+    if (rows && dims->n_idx_head > 0) dsv4_vk_step_work(v, bytes);
+}
+
 void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                           int *n_sel)

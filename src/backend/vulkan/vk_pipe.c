@@ -54,10 +54,14 @@ static bool make_pipe(struct dsv4_vk *v, struct vk_pipe *p)
         dsv4_vk_fault(v, "the device refuses shader '%s'", s->name);
         return false;
     }
+    /* constant 0: the invocations a projection's row is split over (lin_gemm.glsl); a shader
+     * that declares no such constant ignores it */
+    VkSpecializationMapEntry    me  = { 0, 0, sizeof(uint32_t) };
+    VkSpecializationInfo        si  = { 1, &me, sizeof(uint32_t), &v->lin_nt };
     VkComputePipelineCreateInfo pci = {
         .sType  = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage  = { .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                    .module = mod, .pName = "main" },
+                    .module = mod, .pName = "main", .pSpecializationInfo = &si },
         .layout = p->layout,
     };
     VkResult r = vkCreateComputePipelines(v->dev, VK_NULL_HANDLE, 1, &pci, NULL, &p->pipe);

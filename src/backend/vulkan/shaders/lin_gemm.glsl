@@ -4,13 +4,17 @@
 #include "bf16.glsl"
 #include "lin.glsl"
 
-layout(local_size_x = 64) in;
+// NT invocations share a row's k (a specialization constant, vk_pipe.c: 64 on a GPU, 8 on a
+// CPU device such as lavapipe, where each group of 8 more costs a switch at every barrier).
+// It fixes the order of a row's sums on a device; it is the same for every batch size there.
+layout(constant_id = 0) const uint NT = 64u;
+layout(local_size_x_id = 0) in;
 layout(push_constant) uniform P {
     uint64_t tab, grp, x, y;
     uint ldx, ldy, n_exp, mat, row_off, n_out, n_in, out_bf16;
 } p;
 
-const uint NT = 64u; // ROWS, TT: the including shader's
+// ROWS, TT: the including shader's
 shared double red[ROWS * TT * NT];
 
 // The ROWS x TT partial sums of this invocation over its k: per 128-block of k its two
@@ -23,10 +27,10 @@ void partial_sums(LinDesc d, uint fmt, uint o0, uint t0, uint t1, out double acc
     WRow   wr[ROWS];
     for (uint r = 0u; r < ROWS; r++) wr[r] = weight_row(d, fmt, p.n_in, min(o0 + r, p.n_out - 1u) + p.row_off);
     for (uint j = 0u; j < ROWS * TT; j++) acc[j] = 0.0LF;
-    for (uint b = 0u; b < p.n_in; b += 2u * NT) {
+    for (uint b = 0u; b < p.n_in; b += 128u) {
         float part[ROWS * TT];
         for (uint j = 0u; j < ROWS * TT; j++) part[j] = 0.0;
-        for (uint k = b + gl_LocalInvocationID.x; k < min(b + 2u * NT, p.n_in); k += NT) {
+        for (uint k = b + gl_LocalInvocationID.x; k < min(b + 128u, p.n_in); k += NT) {
             float xv[TT];
             for (uint t = 0u; t < TT; t++) xv[t] = t0 + t < t1 ? x.v[(t0 + t) * p.ldx + k] : 0.0;
             for (uint r = 0u; r < ROWS; r++) {
@@ -62,10 +66,10 @@ void reduce_store(double acc[ROWS * TT], uint o0, uint t0, uint t1)
                 }
         barrier();
     }
-    if (lid < ROWS * TT) {
-        uint r = lid / TT, t = lid % TT;
+    for (uint j = lid; j < ROWS * TT; j += NT) {
+        uint r = j / TT, t = j % TT;
         if (o0 + r < p.n_out && t0 + t < t1) {
-            float v = float(red[lid * NT]);
+            float v = float(red[j * NT]);
             OutFloats(p.y).v[(t0 + t) * p.ldy + o0 + r] = p.out_bf16 != 0u ? round_bf16(v) : v;
         }
     }
