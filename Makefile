@@ -200,13 +200,14 @@ endif
 # the sanitizers, whose Mesa drivers deadlock): chunk and batch invariance, the no-allocation
 # guards, the memory plan and the server against `dsv4 serve --backend vulkan`. A selection,
 # not the groups whole: lavapipe runs a tiny-model decode step in ~0.1 s, and the whole of
-# forward, spec, sched and server there takes ~25 min (docs/BACKENDS.md, "Tests": what the
-# whole groups gave, and the two server tests whose deadlines assume CPU speed).
+# forward, spec, sched and server there takes ~15 min (docs/BACKENDS.md, "Tests": what the
+# whole groups gave, and the server tests whose deadlines assume CPU speed).
 # VULKAN_GROUPS= skips the pass; VULKAN_GROUPS="forward spec kv sched server" runs them whole.
 TEST_FLAGS ?=
 STRICT_GROUPS ?= $(if $(TEST_GROUPS),,forward spec kv sched server)
 VULKAN_TESTS  := forward/chunk_invariance_tiny_a forward/errors_change_nothing forward/no_alloc_while_decoding \
-                 sched/batch_invariance sched/memory_from_backend sched/no_alloc_in_steps \
+                 sched/batch_invariance sched/spec_identity sched/prefix_cache_hit sched/memory_from_backend \
+                 sched/no_alloc_in_steps \
                  server/health_models_metrics server/chat_matches_engine server/completions server/speculative \
                  server/bad_inputs server/openai_client
 VULKAN_GROUPS ?= $(if $(TEST_GROUPS)$(SANITIZE),,$(if $(filter 1,$(VULKAN)),$(VULKAN_TESTS)))
