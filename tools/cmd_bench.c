@@ -365,7 +365,7 @@ static bool measure_machine(struct bench_run *R)
     struct dsv4_backend_settings set = { "", 1, { 0 }, false };
     if (R->kind->settings) R->kind->settings(R->impl, &set);
     R->n_threads = set.n_threads;
-    R->backend   = set.level;
+    R->backend   = set.level[0] ? set.level : R->kind->name; /* a backend without levels: its name */
     if (!R->kind->read_bandwidth || !R->kind->alloc) {
         fprintf(stderr, "dsv4 bench: backend %s measures no read bandwidth\n", R->kind->name);
         return false;
