@@ -8,6 +8,7 @@ enum test_need {
     TEST_NEEDS_NOTHING = 0,
     TEST_NEEDS_NPM_TOKENIZER, /* tokenizers.js and DeepSeek-V3 tokenizer.json (tests/tokenizer) */
     TEST_NEEDS_NPM_SERVER,    /* the official openai npm client (tests/server) */
+    TEST_NEEDS_NPM_DEPLOY,    /* js-yaml and kubernetes-models (tests/deploy) */
 };
 
 /* Tables list a need only where there is one: { "name", fn } leaves it TEST_NEEDS_NOTHING. */

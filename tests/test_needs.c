@@ -1,7 +1,7 @@
 /*
  * test_needs.c - what a test needs besides the build, checked before it runs.
  *
- * The npm packages of tests/tokenizer and tests/server are "present" only when node is on
+ * The npm packages of tests/tokenizer, tests/server and tests/deploy are "present" only when node is on
  * PATH and every package pinned by the directory's package-lock.json is installed at the
  * locked version and integrity (npm records what it installed in node_modules/.package-lock.json,
  * the "hidden lockfile"): a stale node_modules counts as missing, so a changed lock file is
@@ -89,7 +89,12 @@ static const char *npm_need(const char *dir, const char *what, char *buf, size_t
 
 const char *test_need_npm_dir(enum test_need need)
 {
-    return need == TEST_NEEDS_NPM_TOKENIZER ? "tests/tokenizer" : need == TEST_NEEDS_NPM_SERVER ? "tests/server" : NULL;
+    switch (need) {
+    case TEST_NEEDS_NPM_TOKENIZER: return "tests/tokenizer";
+    case TEST_NEEDS_NPM_SERVER: return "tests/server";
+    case TEST_NEEDS_NPM_DEPLOY: return "tests/deploy";
+    default: return NULL;
+    }
 }
 
 const char *test_need_missing(enum test_need need, char *buf, size_t cap)
@@ -99,6 +104,7 @@ const char *test_need_missing(enum test_need need, char *buf, size_t cap)
     case TEST_NEEDS_NPM_TOKENIZER:
         return npm_need(test_need_npm_dir(need), "tokenizers.js and the DeepSeek-V3 tokenizer.json", buf, cap);
     case TEST_NEEDS_NPM_SERVER: return npm_need(test_need_npm_dir(need), "the openai npm client", buf, cap);
+    case TEST_NEEDS_NPM_DEPLOY: return npm_need(test_need_npm_dir(need), "js-yaml and kubernetes-models", buf, cap);
     }
     snprintf(buf, cap, "unknown requirement %d", (int)need);
     return buf;

@@ -3,7 +3,8 @@
 #
 #   tools/install_deps.sh build       Debian packages to build dsv4 (make demo)
 #   tools/install_deps.sh test        those, plus node and npm for the reference tests,
-#                                     universal-ctags for the house test, and the Vulkan
+#                                     universal-ctags for the house test, systemd (its
+#                                     systemd-analyze) for the deploy test, and the Vulkan
 #                                     loader, headers, glslc and Mesa's drivers (lavapipe: a
 #                                     Vulkan device on the CPU) for the vulkan group
 #   tools/install_deps.sh npm RUNNER  `npm ci` in each npm directory the test runner reports
@@ -20,8 +21,9 @@
 set -u
 
 BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
-# the house test's function lengths (tools/func_lengths.sh)
-TEST_PKGS="universal-ctags"
+# the house test's function lengths (tools/func_lengths.sh); systemd-analyze, which the deploy
+# group runs on deploy/systemd/dsv4.service (a container needs only the package, not systemd running)
+TEST_PKGS="universal-ctags systemd"
 # the Vulkan backend (make detects them) and a device to test it on: lavapipe
 VK_PKGS="libvulkan-dev glslc mesa-vulkan-drivers"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"

@@ -6,7 +6,9 @@
  * worker and the scheduler at scrape time (running and waiting requests per tier, KV pages,
  * fragmentation, prefix-cache hit ratio, preemptions, steps, state).
  *
- * Every name starts with dsv4_. Bucket bounds are fixed here, chosen to span a tiny test
+ * Every name starts with dsv4_, but for the two process_ gauges of the Prometheus client
+ * libraries' convention (resident memory, start time), which dashboards and alerts expect
+ * under those names. Bucket bounds are fixed here, chosen to span a tiny test
  * model on loopback (a millisecond) up to a large model on a small CPU (minutes).
  *
  * Locking: one mutex (m->mu) guards every field; updates are a few additions, so
@@ -14,8 +16,11 @@
  * nothing: it holds the lock while it formats.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "server/server.h"
 
@@ -45,6 +50,7 @@ struct srv_metrics {
     struct status_row rows[MAX_STATUS_ROWS];
     int               n_rows;
     long              connections;
+    double            start_time; /* Unix seconds at srv_metrics_new: the process start, near enough */
 };
 
 static const double LE_LATENCY[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -69,6 +75,9 @@ struct srv_metrics *srv_metrics_new(void)
     struct srv_metrics *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
     pthread_mutex_init(&m->mu, NULL);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    m->start_time = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
     hist_init(&m->h[SRV_H_TTFT], "dsv4_time_to_first_token_seconds",
               "Time from accepting a request to its first generated token.", LE_LATENCY, N(LE_LATENCY));
@@ -211,6 +220,35 @@ static void render_engine(struct srv_buf *b, const struct srv_worker_stats *ws)
                    es->revision == DSV4_REVISION_INITIAL ? "initial" : "current", es->profiling ? "on" : "off");
 }
 
+/* ------------------------------------------------------------------ process */
+
+/* Resident memory in bytes (the second field of /proc/self/statm, in pages); -1 where
+ * there is no /proc. Read at each scrape: a slow climb across hours is what the RSS alert
+ * of deploy/prometheus/alerts.yml looks for. */
+static double resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    unsigned long size = 0, resident = 0;
+    int           got  = fscanf(f, "%lu %lu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return got == 2 && page > 0 ? (double)resident * (double)page : -1;
+}
+
+/* The process_ gauges under the Prometheus client convention's names. Start time is the
+ * metrics' creation, a moment after exec: a restart shows as a step, which is its use. */
+static void render_process(struct srv_buf *b, const struct srv_metrics *m)
+{
+    double rss = resident_bytes();
+    if (rss >= 0) {
+        head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        sample(b, "process_resident_memory_bytes", NULL, rss);
+    }
+    head(b, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+    sample(b, "process_start_time_seconds", NULL, m->start_time);
+}
+
 char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *ws, const char *model, size_t *len)
 {
     static const char *const tier[SRV_N_TIERS] = { "short", "medium", "long" };
@@ -321,7 +359,7 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     sample(&b, "dsv4_steps_total", NULL, (double)sm->steps);
     head(&b, "dsv4_step_busy_seconds_total", "counter", "Time spent in scheduler steps.");
     sample(&b, "dsv4_step_busy_seconds_total", NULL, sm->busy_s);
-
+    render_process(&b, m);
     pthread_mutex_unlock(&m->mu);
     if (b.oom) {
         srv_buf_free(&b);

@@ -20,6 +20,7 @@
  * test_server_out.c.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -156,6 +157,30 @@ static void test_health_models_metrics(struct test_ctx *t)
     CHECKF(text && tsrv_prom_validate(text, why, sizeof(why)), "metrics: %s", why);
     CHECK(text && strstr(text, "dsv4_server_state{state=\"ready\"} 1"));
     free(text);
+}
+
+/* The process_ gauges (Prometheus client convention): resident memory as /proc/self/statm of
+ * the server's pid says, and a start time between the test's start of the server and now. */
+static void test_process_metrics(struct test_ctx *t)
+{
+    struct tsrv *s = main_server(t);
+    if (!s) return;
+    char *text = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &text) == 200);
+    double rss   = text ? tsrv_metric(text, "process_resident_memory_bytes") : NAN;
+    double start = text ? tsrv_metric(text, "process_start_time_seconds") : NAN;
+    free(text);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)s->pid);
+    char  *statm = test_read_file(path, NULL);
+    double pages = 0;
+    CHECKF(statm && sscanf(statm, "%*s %lf", &pages) == 1, "reading %s", path);
+    free(statm);
+    /* the server's RSS moves a little between the scrape and the read: within 10% */
+    double want = pages * (double)sysconf(_SC_PAGESIZE);
+    CHECKF(rss > 1 << 20 && fabs(rss - want) < 0.1 * want, "process_resident_memory_bytes %g, statm says %g", rss, want);
+    double now = (double)time(NULL);
+    CHECKF(start > now - 3600 && start <= now + 1, "process_start_time_seconds %.3f, now %.0f", start, now);
 }
 
 static const char *CHAT_MSGS = "[{\"role\":\"system\",\"content\":\"You are terse.\"},"
@@ -1027,6 +1052,7 @@ const struct test_case test_group_server[] = {
     { "out_forced_tool", tanth_test_out_forced },
     { "out_responses", tresp_test_out_responses },
     { "health_models_metrics", test_health_models_metrics },
+    { "process_metrics", test_process_metrics },
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },
     { "completions", test_completions },
