@@ -16,7 +16,8 @@
 #   --api-key KEY       sent by loadtest (default: $DSV4_API_KEY)
 #   --rss-metric NAME   the /metrics series the max_rss_mb gate reads
 #                       (default dsv4_process_resident_memory_bytes)
-#   anything after -- is passed to every `dsv4 loadtest` (e.g. --max-tokens 32)
+#   anything after -- is passed to every `dsv4 loadtest` (e.g. --max-tokens 32; split at
+#   spaces)
 #
 # Gates file: '#' starts a comment; each other line is one phase, whitespace-separated:
 #   percent duration_s concurrency p99_ttft_ms p99_itl_ms max_error_rate min_pass_rate
@@ -31,9 +32,9 @@
 # error (bad gates file, the canary unreachable, loadtest gave no summary).
 set -u
 
-URL= GATES= SET_WEIGHT= ROLLBACK= API_KEY=${DSV4_API_KEY:-} RSS_METRIC=dsv4_process_resident_memory_bytes
+URL='' GATES='' SET_WEIGHT='' ROLLBACK='' API_KEY=${DSV4_API_KEY:-} RSS_METRIC=dsv4_process_resident_memory_bytes
 DSV4=${DSV4_BIN:-dsv4}
-usage() { sed -n '8,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --url) URL=$2; shift 2 ;;
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
     *) echo "rollout: unknown option $1" >&2; usage ;;
     esac
 done
-[ -n "$URL" ] && [ -n "$GATES" ] || usage
+if [ -z "$URL" ] || [ -z "$GATES" ]; then usage; fi
 [ -r "$GATES" ] || { echo "rollout: cannot read the gates file $GATES" >&2; exit 2; }
 command -v curl >/dev/null 2>&1 || { echo "rollout: needs curl (for the canary's /metrics)" >&2; exit 2; }
 
@@ -80,6 +81,7 @@ run_phase() {
         sh -c "$SET_WEIGHT \"\$1\"" rollout "$pct" || { failed="set_weight_hook_status $? 0"; return; }
     fi
     before=$(scrape) || { echo "rollout: the canary's /metrics at $URL does not answer" >&2; exit 2; }
+    # shellcheck disable=SC2086 # the loadtest arguments after -- are split at spaces
     summary=$(DSV4_API_KEY=$API_KEY "$DSV4" loadtest --url "$URL" --duration "$dur" --concurrency "$conc" --json \
         $LT_ARGS 2>/dev/null | grep '^{' | tail -n 1)
     after=$(scrape)
@@ -99,6 +101,7 @@ run_phase() {
     [ "$restarts" = 0 ] || { failed="canary_restarted_or_down $restarts 0"; return; }
     for g in "min_pass_rate $pass $minpass ge" "max_error_rate $erate $maxerr le" "p99_ttft_ms $p99ttft $ttft le" \
              "p99_itl_ms $p99itl $itl le" "max_server_errors $srverr $maxsrv le" "max_rss_mb $rss $maxrss le"; do
+        # shellcheck disable=SC2086 # the four words of a gate
         set -- $g
         [ "$3" = - ] && continue
         if breaks "$2" "$3" "$4"; then failed="$1 $2 $3"; return; fi
@@ -116,6 +119,7 @@ while read -r pct dur conc ttft itl maxerr minpass maxsrv maxrss rest; do
     phase=$((phase + 1))
     run_phase "$pct" "$dur" "$conc" "$ttft" "$itl" "$maxerr" "$minpass" "$maxsrv" "$maxrss" </dev/null
     if [ -n "$failed" ]; then
+        # shellcheck disable=SC2086 # gate, measured, limit
         set -- $failed
         case $1 in min_*) rel=">=" ;; *) rel="<=" ;; esac
         echo "rollout: FAIL at phase $phase/$total ($pct%): gate $1: measured $2, limit $rel $3"

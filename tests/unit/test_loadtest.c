@@ -20,7 +20,8 @@
  * it reports every phase, calls the weight hook with 1, 5, 20, 50 and 100 and exits 0; with
  * an impossible P99 TTFT in the third phase it stops there, names the phase, the gate, the
  * measured value and the limit, calls the rollback hook with them and exits 1, and the
- * fourth phase never starts; a malformed gates file is a usage error (2).
+ * fourth phase never starts; a gate on a metric the server does not export fails (closed);
+ * a malformed gates file is a usage error (2).
  */
 #include <math.h>
 #include <signal.h>
@@ -355,8 +356,9 @@ static void test_slow_cut_expected(struct test_ctx *t)
 /* ------------------------------------------------------------------ staged rollout */
 
 /* Writes the five phases of a gates file: one second each, limits any run meets, except
- * phase fail_phase (1-based; 0 = none), whose P99 TTFT limit is 0.001 ms. */
-static bool write_gates(const char *path, int fail_phase)
+ * phase fail_phase (1-based; 0 = none), whose P99 TTFT limit is 0.001 ms; rss: every
+ * phase's max_rss_mb ("-": none). */
+static bool write_gates(const char *path, int fail_phase, const char *rss)
 {
     static const int pct[5] = { 1, 5, 20, 50, 100 };
     FILE            *f      = fopen(path, "w");
@@ -364,18 +366,19 @@ static bool write_gates(const char *path, int fail_phase)
     fprintf(f, "# percent duration_s concurrency p99_ttft_ms p99_itl_ms max_error_rate min_pass_rate "
                "max_server_errors max_rss_mb\n");
     for (int i = 0; i < 5; i++)
-        fprintf(f, "%d 1 2 %s 60000 0.005 0.995 0 -\n", pct[i], i + 1 == fail_phase ? "0.001" : "60000");
+        fprintf(f, "%d 1 2 %s 60000 0.005 0.995 0 %s\n", pct[i], i + 1 == fail_phase ? "0.001" : "60000", rss);
     return fclose(f) == 0;
 }
 
-/* Runs deploy/rollout.sh against s with the gates file; hooks append to files in tmpdir. */
-static int rollout(struct test_ctx *t, struct tsrv *s, const char *gates, char **out)
+/* Runs deploy/rollout.sh against s with the gates file and more options; the hooks append
+ * to files in tmpdir. */
+static int rollout(struct test_ctx *t, struct tsrv *s, const char *gates, const char *more, char **out)
 {
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
              "rm -f %1$s/weights %1$s/rollback; sh deploy/rollout.sh --url http://127.0.0.1:%2$d --gates %3$s "
-             "--dsv4 '%4$s' --set-weight 'echo >>%1$s/weights' --rollback 'echo >>%1$s/rollback' -- --max-tokens 4",
-             t->tmpdir, s->port, gates, getenv("DSV4_BIN"));
+             "--dsv4 '%4$s' --set-weight 'echo >>%1$s/weights' --rollback 'echo >>%1$s/rollback' %5$s -- --max-tokens 4",
+             t->tmpdir, s->port, gates, getenv("DSV4_BIN"), more);
     return test_run(cmd, out);
 }
 
@@ -404,8 +407,8 @@ static void test_rollout_phases(struct test_ctx *t)
     char gates[512], calls[256], *out = NULL;
     snprintf(gates, sizeof(gates), "%s/gates", t->tmpdir);
 
-    CHECK(write_gates(gates, 0));
-    int rc = rollout(t, &s, gates, &out);
+    CHECK(write_gates(gates, 0, "-"));
+    int rc = rollout(t, &s, gates, "", &out);
     CHECKF(rc == 0, "rollout with passable gates: exit %d: %.2000s", rc, out);
     CHECKF(out && strstr(out, "phase 1/5 (1%) passed") && strstr(out, "phase 5/5 (100%) passed") &&
                strstr(out, "rollout: PASS: all 5 phases passed"),
@@ -416,8 +419,8 @@ static void test_rollout_phases(struct test_ctx *t)
     CHECKF(!calls[0], "rollback hook called on a passing rollout: %s", calls);
     free(out);
 
-    CHECK(write_gates(gates, 3));
-    rc = rollout(t, &s, gates, &out);
+    CHECK(write_gates(gates, 3, "-"));
+    rc = rollout(t, &s, gates, "", &out);
     CHECKF(rc == 1, "rollout with an impossible phase-3 gate: exit %d: %.2000s", rc, out);
     const char *at = out ? strstr(out, "rollout: FAIL at phase 3/5 (20%): gate p99_ttft_ms: measured ") : NULL;
     CHECKF(at && strstr(at, ", limit <= 0.001"), "failing rollout output: %.2000s", out);
@@ -428,9 +431,16 @@ static void test_rollout_phases(struct test_ctx *t)
     CHECKF(!strcmp(calls, "3 20 p99_ttft_ms"), "rollback hook calls: %s", calls);
     free(out);
 
+    /* a gate on a metric the server does not export fails closed, in the first phase */
+    CHECK(write_gates(gates, 0, "100000"));
+    rc = rollout(t, &s, gates, "--rss-metric dsv4_no_such_metric", &out);
+    CHECKF(rc == 1 && out && strstr(out, "FAIL at phase 1/5 (1%): gate max_rss_mb: measured -, limit <= 100000"),
+           "RSS gate without the metric: exit %d: %.2000s", rc, out);
+    free(out);
+
     FILE *f = fopen(gates, "w");
     CHECK(f && fputs("1 1 2\n", f) >= 0 && fclose(f) == 0);
-    rc = rollout(t, &s, gates, &out);
+    rc = rollout(t, &s, gates, "", &out);
     CHECKF(rc == 2 && out && strstr(out, "needs 9 fields"), "short gates line: exit %d: %.600s", rc, out);
     free(out);
     CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
