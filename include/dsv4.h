@@ -151,6 +151,12 @@ struct dsv4_engine_settings {
 
 void dsv4_engine_settings(const dsv4_engine *engine, struct dsv4_engine_settings *settings);
 
+/* Reads every page of the weights the backend reads in place from the mapped checkpoint
+ * (not those it copied into its own layout), so that they are in memory and mapped before
+ * the first request: a hot standby's warm-up (`dsv4 serve --standby`). Returns the bytes
+ * read, -1 when out of memory. */
+int64_t dsv4_engine_make_resident(dsv4_engine *engine);
+
 /* ==================================================================================== */
 /* Sessions: one token timeline each (src/engine/engine.c)                              */
 /* ==================================================================================== */

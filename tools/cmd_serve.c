@@ -6,6 +6,7 @@
  * mask is set before any thread starts) and the main thread collects them with
  * sigtimedwait. The first one drains: no new connections, in-flight requests finish until
  * --drain-timeout, then exit 0. A second one exits at once (status 128 + signal).
+ * SIGUSR1 promotes a hot standby (--standby; docs/DEPLOY.md "Hot standby").
  */
 #include <signal.h>
 #include <stddef.h>
@@ -115,6 +116,10 @@ static const struct cli_opt SERVE_OPTS[] = {
       4096, 1 << 30, NULL },
     { "--drain-timeout", NULL, "S", "on SIGTERM, wait up to S seconds for in-flight requests (default 30)", CLI_DOUBLE,
       SO(drain_s), 0, 86400, NULL },
+    { "--standby", NULL, NULL,
+      "hot standby: load and warm the model, answer 503 \"standby\" until\npromoted by SIGUSR1 or POST /admin/promote "
+      "(with --api-key)",
+      CLI_FLAG, SO(p.standby), 0, 0, NULL },
     { "-v", NULL, NULL, "log debug messages", CLI_FLAG, SO(verbose), 0, 0, NULL },
 };
 #undef SO
@@ -156,12 +161,14 @@ static int check_opts(const struct cli_spec *spec, struct serve_opts *o)
 static int run_server(struct srv *s, sigset_t *set, double drain_s)
 {
     struct dsv4_err err;
-    bool            ready = false, draining = false;
+    bool            ready = false, standby = false, draining = false;
     double          deadline = 0;
     for (;;) {
         struct timespec tick = { 0, 100 * 1000 * 1000 };
         int             sig  = sigtimedwait(set, NULL, &tick);
-        if (sig > 0) {
+        if (sig == SIGUSR1) {
+            fprintf(stderr, "dsv4 serve: SIGUSR1: %s\n", srv_promote(s) ? "promoted" : "not in standby, nothing to do");
+        } else if (sig > 0) {
             if (draining) {
                 fprintf(stderr, "dsv4 serve: second signal: exiting now\n");
                 _exit(128 + sig);
@@ -176,6 +183,11 @@ static int run_server(struct srv *s, sigset_t *set, double drain_s)
             fprintf(stderr, "dsv4 serve: %s\n", err.msg);
             srv_stop(s);
             return 1;
+        }
+        if (!standby && st == SRV_STATE_STANDBY) {
+            standby = true;
+            printf("dsv4 serve: standby: loaded and warm, promote with SIGUSR1 or POST /admin/promote\n");
+            fflush(stdout);
         }
         if (!ready && st == SRV_STATE_READY) {
             ready = true;
@@ -216,6 +228,7 @@ int cmd_serve(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 

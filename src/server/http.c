@@ -35,7 +35,13 @@
  * of those requests has been answered: a stream with an error event in OpenAI's shape and
  * [DONE], a whole-body request with a 503; only then are the connections closed.
  *
- * Locks: s->mu guards draining, in_flight and the connection list (struct conn);
+ * Standby (--standby): the worker loads and warms the model as usual, but while s->standby
+ * is set the state reads STANDBY: /health answers 503 "standby" (readiness fails, so no
+ * traffic is routed here) and the API 503. srv_promote clears it: SIGUSR1 (the front end)
+ * or POST /admin/promote, which needs the API key and is refused on a server without one,
+ * so that nobody who can merely reach the port can put a replica into service.
+ *
+ * Locks: s->mu guards draining, standby, in_flight and the connection list (struct conn);
  * everything else in struct srv is set before the daemon starts and read-only afterwards.
  * A struct req belongs to its connection thread; a struct stream to its response (same
  * thread).
@@ -80,6 +86,7 @@ struct srv {
     pthread_mutex_t mu;
     /* Protected by mu. */
     bool         draining;
+    bool         standby;   /* not promoted yet (--standby) */
     bool         stopping;  /* the watchdog ends */
     int          in_flight; /* generation requests accepted and not yet answered in full */
     struct conn *conns;     /* open connections */
@@ -162,6 +169,7 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
     case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     case SRV_EP_HEALTH:
     case SRV_EP_METRICS: return "GET, HEAD";
+    case SRV_EP_PROMOTE: return "POST";
     default: return NULL;
     }
 }
@@ -602,15 +610,15 @@ static enum srv_endpoint route(const char *url, struct req *r)
     }
     if (!strcmp(url, "/health")) return SRV_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return SRV_EP_METRICS;
+    if (!strcmp(url, "/admin/promote")) return SRV_EP_PROMOTE;
     return SRV_EP_OTHER;
 }
 
 static enum MHD_Result health(struct srv *s, struct MHD_Connection *c, struct req *r)
 {
-    static const char *const names[] = { "loading", "ok", "draining", "failed" };
     struct dsv4_err          err;
     enum srv_state           st = srv_get_state(s, &err);
-    json_t                  *o  = json_pack("{s:s}", "status", names[st]);
+    json_t                  *o  = json_pack("{s:s}", "status", srv_state_name(st));
     if (o && st == SRV_STATE_FAILED) json_object_set_new(o, "detail", json_string(err.msg));
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -627,6 +635,25 @@ static enum MHD_Result metrics(struct srv *s, struct MHD_Connection *c, struct r
     char  *text = srv_metrics_render(s->m, &ws, s->model_name, &n);
     if (!text) return fail(s, c, r, 500, NULL, "out of memory rendering the metrics");
     return reply(s, c, r, 200, "text/plain; version=0.0.4; charset=utf-8", text, n, NULL);
+}
+
+/* POST /admin/promote: only with the API key, and refused outright on a server without one
+ * (promote those with SIGUSR1), so that reaching the port is not enough to put a standby
+ * into service. Answers whether this request promoted it and the state after. */
+static enum MHD_Result promote(struct srv *s, struct MHD_Connection *c, struct req *r, bool post)
+{
+    if (!post) return fail(s, c, r, 405, NULL, "use POST /admin/promote");
+    if (!s->p.api_key)
+        return fail(s, c, r, 403, NULL, "promotion over HTTP needs --api-key; promote this server with SIGUSR1");
+    if (!authorized(s, c))
+        return fail(s, c, r, 401, NULL, "Incorrect or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
+    bool    was = srv_promote(s);
+    json_t *o   = json_pack("{s:b,s:s}", "promoted", was, "status", srv_state_name(srv_get_state(s, NULL)));
+    char   *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    srv_log(s->p.log, s->p.log_ud, DSV4_LOG_INFO, "POST /admin/promote: %s", was ? "promoted" : "was not in standby");
+    return body ? reply(s, c, r, 200, "application/json", body, strlen(body), NULL)
+                : fail(s, c, r, 500, NULL, "out of memory");
 }
 
 /* A CORS preflight (OPTIONS on an API path with --cors-origin): no authentication, as
@@ -674,6 +701,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     switch (r->ep) {
     case SRV_EP_HEALTH: return get ? health(s, c, r) : fail(s, c, r, 405, NULL, "use GET /health");
     case SRV_EP_METRICS: return get ? metrics(s, c, r) : fail(s, c, r, 405, NULL, "use GET /metrics");
+    case SRV_EP_PROMOTE: return promote(s, c, r, post);
     case SRV_EP_OTHER: return fail(s, c, r, 404, NULL, "no such endpoint");
     default: break;
     }
@@ -691,6 +719,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     if (st == SRV_STATE_FAILED) return fail(s, c, r, 503, NULL, "the model failed to load (see /health)");
     if (st == SRV_STATE_DRAINING)
         return fail(s, c, r, 503, NULL, "the server is draining; retry on another instance");
+    if (st == SRV_STATE_STANDBY) return fail(s, c, r, 503, NULL, "standby: not promoted");
     if (r->ep == SRV_EP_COUNT_TOKENS) return count_tokens(s, c, r);
     return generate(s, c, r, r->ep == SRV_EP_CHAT        ? SRV_API_CHAT
                              : r->ep == SRV_EP_MESSAGES  ? SRV_API_MESSAGES
@@ -836,13 +865,29 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ------------------------------------------------------------------ lifecycle */
 
+const char *srv_state_name(enum srv_state st)
+{
+    static const char *const names[SRV_STATE_COUNT] = { "loading", "ok", "draining", "failed", "standby" };
+    return (unsigned)st < SRV_STATE_COUNT ? names[st] : "unknown";
+}
+
 enum srv_state srv_get_state(struct srv *s, struct dsv4_err *load_err)
 {
     enum srv_state st = srv_worker_state(s->w, load_err);
     pthread_mutex_lock(&s->mu);
     if (s->draining && st != SRV_STATE_FAILED) st = SRV_STATE_DRAINING;
+    else if (s->standby && st == SRV_STATE_READY) st = SRV_STATE_STANDBY;
     pthread_mutex_unlock(&s->mu);
     return st;
+}
+
+bool srv_promote(struct srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool was   = s->standby;
+    s->standby = false;
+    pthread_mutex_unlock(&s->mu);
+    return was;
 }
 
 int srv_port(const struct srv *s)
@@ -923,6 +968,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
     if (p->model_name) snprintf(s->model_name, sizeof(s->model_name), "%s", p->model_name);
     else base_name(p->model_dir, s->model_name, sizeof(s->model_name));
     s->created = (long long)time(NULL);
+    s->standby = p->standby;
     pthread_mutex_init(&s->mu, NULL);
     int rc = DSV4_OK;
     if (!(s->m = srv_metrics_new()) ||
@@ -957,6 +1003,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
+        .warm               = p->standby,
         .engine        = p->engine,
         .metrics       = s->m,
         .log           = p->log,

@@ -60,7 +60,7 @@ static const double LE_TOKENS[]  = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024
 
 static const char *const EP_NAME[SRV_EP_COUNT] = { "chat_completions", "completions", "models", "messages",
                                                    "count_tokens",     "responses",   "health",  "metrics",
-                                                   "other" };
+                                                   "promote",          "other" };
 
 static void hist_init(struct hist *h, const char *name, const char *help, const double *le, int n_le)
 {
@@ -263,9 +263,8 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     render_engine(&b, ws);
 
     head(&b, "dsv4_server_state", "gauge", "1 for the server's current state, 0 for the others.");
-    static const char *const st_name[] = { "loading", "ready", "draining", "failed" };
-    for (int i = 0; i < 4; i++) {
-        snprintf(lab, sizeof(lab), "state=\"%s\"", st_name[i]);
+    for (int i = 0; i < SRV_STATE_COUNT; i++) {
+        snprintf(lab, sizeof(lab), "state=\"%s\"", i == SRV_STATE_READY ? "ready" : srv_state_name(i));
         sample(&b, "dsv4_server_state", lab, (int)ws->state == i);
     }
 

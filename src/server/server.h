@@ -51,6 +51,7 @@ struct srv_params {
     const char *host;            /* numeric address or name to bind; default 127.0.0.1 */
     int         port;            /* 0 = any free port (srv_port tells which) */
     const char *api_key;         /* NULL = no authentication */
+    bool        standby;         /* hot standby: load, warm, answer 503 "standby" until srv_promote */
     int         max_seqs;        /* sequences generated at once (KV slots) */
     int         ctx;             /* tokens per sequence, prompt + completion */
     int         max_queue;       /* accepted requests waiting for a sequence; more get 429 */
@@ -95,7 +96,13 @@ enum srv_state {
     SRV_STATE_READY    = 1,
     SRV_STATE_DRAINING = 2,
     SRV_STATE_FAILED   = 3,
+    SRV_STATE_STANDBY  = 4, /* loaded and warm, not serving until promoted (--standby) */
+    SRV_STATE_COUNT
 };
+
+/* The state's name in /health's status and dsv4_server_state's label ("ok" for READY in
+ * /health, "ready" in the metric). */
+const char *srv_state_name(enum srv_state st);
 
 struct srv;
 
@@ -107,6 +114,9 @@ enum srv_state srv_get_state(struct srv *s, struct dsv4_err *load_err);
 /* Stops accepting connections; requests already accepted run on, new ones on open
  * connections get 503. */
 void srv_drain(struct srv *s);
+/* Ends the standby: the server serves as soon as it is ready (at once if it is). Returns
+ * false when it was not in standby (nothing changes). */
+bool srv_promote(struct srv *s);
 /* Requests accepted and not yet answered in full. */
 int  srv_in_flight(struct srv *s);
 /* Cancels whatever still runs, stops every thread, frees everything. */
@@ -204,6 +214,7 @@ struct srv_worker_params {
     int                 spec_draft; /* -1: the default for the model */
     float               prefill_share;
     size_t              mem_limit;
+    bool                warm;       /* after loading: weights read into memory, one warm-up request */
     struct srv_metrics *metrics;
     dsv4_log_fn        log;
     void              *log_ud;
@@ -258,6 +269,7 @@ enum srv_endpoint {
     SRV_EP_RESPONSES,      /* OpenAI Responses: POST /v1/responses */
     SRV_EP_HEALTH,
     SRV_EP_METRICS,
+    SRV_EP_PROMOTE,        /* POST /admin/promote (--standby with --api-key) */
     SRV_EP_OTHER,
     SRV_EP_COUNT,
 };

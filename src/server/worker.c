@@ -48,6 +48,7 @@ struct srv_worker {
     struct dsv4_sched_plan plan;
     int32_t                eos;
     int                    ctx;           /* the scheduler's max_ctx */
+    bool                   warm_done;     /* the standby's warm-up request ended (worker thread only) */
 };
 
 /* One startup line with every engine option in effect (the test of the serve options
@@ -202,11 +203,47 @@ static void on_event(void *ud, const struct dsv4_sched_event *ev)
     srv_job_unref(j); /* the worker's reference */
 }
 
+static void warm_event(void *ud, const struct dsv4_sched_event *ev)
+{
+    struct srv_worker *w = ud;
+    if (ev->kind != DSV4_SCHED_TOKEN) w->warm_done = true;
+}
+
+/* A standby's warm-up, before the state turns READY: every page of the weights read in
+ * place read into memory, then one short request (two prompt tokens, one generated) through
+ * the scheduler, so that the step's code, its scratch and the thread pool have run once. */
+static void warm(struct srv_worker *w)
+{
+    double  t0    = srv_now();
+    int64_t bytes = dsv4_engine_make_resident(w->e);
+    double  t1    = srv_now();
+    int32_t prompt[2] = { w->info.bos_id >= 0 ? w->info.bos_id : 0, 0 };
+    struct dsv4_request req = { .prompt = prompt, .n_prompt = 2, .max_tokens = 1, .on_event = warm_event, .ud = w };
+    dsv4_sampler_params_default(&req.sampling);
+    uint64_t        id;
+    struct dsv4_err err;
+    int             rc = dsv4_sched_submit(w->sched, &req, &id, &err);
+    for (int steps = 0; !rc && !w->warm_done; steps++) { /* bounded: one that cannot be scheduled must not hang us */
+        if (steps < 64) {
+            rc = dsv4_sched_step(w->sched, &err);
+        } else {
+            dsv4_sched_cancel(w->sched, id); /* it ends in the worker loop */
+            rc = srv_err(&err, DSV4_EINVAL, "it did not finish in 64 steps");
+        }
+    }
+    if (rc) srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN, "standby: the warm-up request failed: %s", err.msg);
+    if (bytes < 0) srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN, "standby: out of memory reading the weights in");
+    srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO,
+            "standby: %.2f GB of weights read into memory in %.2f s, warm-up request in %.2f s", (double)bytes / 1e9,
+            t1 - t0, srv_now() - t1);
+}
+
 static void *worker_main(void *arg)
 {
     struct srv_worker *w = arg;
     struct dsv4_err    err;
     int                rc = load(w, &err);
+    if (!rc && w->p.warm) warm(w);
     pthread_mutex_lock(&w->mu);
     if (rc) {
         w->load_err = err;

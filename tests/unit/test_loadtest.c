@@ -14,6 +14,14 @@
  * (soak_verdict_rules: tools/support/soak.h), each of which must PASS or must FAIL for
  * the one reason it was built with: RSS growth after the warm-up, P99 ITL drift, lost
  * requests, the server gone, nothing completed.
+ *
+ * The staged rollout (deploy/rollout.sh, docs/DEPLOY.md "Staged rollout") runs its five
+ * phases of one second each against a server on the demo model: with gates any run meets
+ * it reports every phase, calls the weight hook with 1, 5, 20, 50 and 100 and exits 0; with
+ * an impossible P99 TTFT in the third phase it stops there, names the phase, the gate, the
+ * measured value and the limit, calls the rollback hook with them and exits 1, and the
+ * fourth phase never starts; a gate on a metric the server does not export fails (closed);
+ * a malformed gates file is a usage error (2).
  */
 #include <math.h>
 #include <signal.h>
@@ -345,10 +353,104 @@ static void test_slow_cut_expected(struct test_ctx *t)
     CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
 }
 
+/* ------------------------------------------------------------------ staged rollout */
+
+/* Writes the five phases of a gates file: one second each, limits any run meets, except
+ * phase fail_phase (1-based; 0 = none), whose P99 TTFT limit is 0.001 ms; rss: every
+ * phase's max_rss_mb ("-": none). */
+static bool write_gates(const char *path, int fail_phase, const char *rss)
+{
+    static const int pct[5] = { 1, 5, 20, 50, 100 };
+    FILE            *f      = fopen(path, "w");
+    if (!f) return false;
+    fprintf(f, "# percent duration_s concurrency p99_ttft_ms p99_itl_ms max_error_rate min_pass_rate "
+               "max_server_errors max_rss_mb\n");
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "%d 1 2 %s 60000 0.005 0.995 0 %s\n", pct[i], i + 1 == fail_phase ? "0.001" : "60000", rss);
+    return fclose(f) == 0;
+}
+
+/* Runs deploy/rollout.sh against s with the gates file and more options; the hooks append
+ * to files in tmpdir. */
+static int rollout(struct test_ctx *t, struct tsrv *s, const char *gates, const char *more, char **out)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "rm -f %1$s/weights %1$s/rollback; sh deploy/rollout.sh --url http://127.0.0.1:%2$d --gates %3$s "
+             "--dsv4 '%4$s' --set-weight 'echo >>%1$s/weights' --rollback 'echo >>%1$s/rollback' %5$s -- --max-tokens 4",
+             t->tmpdir, s->port, gates, getenv("DSV4_BIN"), more);
+    return test_run(cmd, out);
+}
+
+/* The hook's calls, one per line, joined with '|'. */
+static void hook_calls(struct test_ctx *t, const char *name, char *buf, size_t cap)
+{
+    char path[512], line[128];
+    snprintf(path, sizeof(path), "%s/%s", t->tmpdir, name);
+    buf[0]  = '\0';
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? "|" : "", line);
+    }
+    if (f) fclose(f);
+}
+
+static void test_rollout_phases(struct test_ctx *t)
+{
+    if (test_run("command -v curl", NULL) != 0) {
+        test_skip(t, TEST_SKIP_MISSING, "needs curl, which deploy/rollout.sh reads /metrics with (apt-get install curl)");
+        return;
+    }
+    struct tsrv s;
+    if (!start_demo(t, &s, "--max-seqs 4")) return;
+    char gates[512], calls[256], *out = NULL;
+    snprintf(gates, sizeof(gates), "%s/gates", t->tmpdir);
+
+    CHECK(write_gates(gates, 0, "-"));
+    int rc = rollout(t, &s, gates, "", &out);
+    CHECKF(rc == 0, "rollout with passable gates: exit %d: %.2000s", rc, out);
+    CHECKF(out && strstr(out, "phase 1/5 (1%) passed") && strstr(out, "phase 5/5 (100%) passed") &&
+               strstr(out, "rollout: PASS: all 5 phases passed"),
+           "passing rollout output: %.2000s", out);
+    hook_calls(t, "weights", calls, sizeof(calls));
+    CHECKF(!strcmp(calls, "1|5|20|50|100"), "set-weight hook calls: %s", calls);
+    hook_calls(t, "rollback", calls, sizeof(calls));
+    CHECKF(!calls[0], "rollback hook called on a passing rollout: %s", calls);
+    free(out);
+
+    CHECK(write_gates(gates, 3, "-"));
+    rc = rollout(t, &s, gates, "", &out);
+    CHECKF(rc == 1, "rollout with an impossible phase-3 gate: exit %d: %.2000s", rc, out);
+    const char *at = out ? strstr(out, "rollout: FAIL at phase 3/5 (20%): gate p99_ttft_ms: measured ") : NULL;
+    CHECKF(at && strstr(at, ", limit <= 0.001"), "failing rollout output: %.2000s", out);
+    CHECKF(out && strstr(out, "phase 2/5 (5%) passed") && !strstr(out, "phase 4/5"), "phases run: %.2000s", out);
+    hook_calls(t, "weights", calls, sizeof(calls));
+    CHECKF(!strcmp(calls, "1|5|20"), "set-weight hook calls: %s", calls);
+    hook_calls(t, "rollback", calls, sizeof(calls));
+    CHECKF(!strcmp(calls, "3 20 p99_ttft_ms"), "rollback hook calls: %s", calls);
+    free(out);
+
+    /* a gate on a metric the server does not export fails closed, in the first phase */
+    CHECK(write_gates(gates, 0, "100000"));
+    rc = rollout(t, &s, gates, "--rss-metric dsv4_no_such_metric", &out);
+    CHECKF(rc == 1 && out && strstr(out, "FAIL at phase 1/5 (1%): gate max_rss_mb: measured -, limit <= 100000"),
+           "RSS gate without the metric: exit %d: %.2000s", rc, out);
+    free(out);
+
+    FILE *f = fopen(gates, "w");
+    CHECK(f && fputs("1 1 2\n", f) >= 0 && fclose(f) == 0);
+    rc = rollout(t, &s, gates, "", &out);
+    CHECKF(rc == 2 && out && strstr(out, "needs 9 fields"), "short gates line: exit %d: %.600s", rc, out);
+    free(out);
+    CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
+}
+
 const struct test_case test_group_loadtest[] = {
     { "kinds_counted", test_kinds_counted },
     { "soak_reports", test_soak_reports },
     { "soak_verdict_rules", test_soak_verdict_rules },
     { "slow_cut_expected", test_slow_cut_expected },
+    { "rollout_phases", test_rollout_phases },
     { NULL, NULL },
 };

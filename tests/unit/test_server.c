@@ -43,6 +43,7 @@
 #include "test_server_anthropic.h"
 #include "test_server_responses.h"
 #include "test_server_limits.h"
+#include "test_server_standby.h"
 
 /* ------------------------------------------------------------------ the model */
 
@@ -1012,6 +1013,16 @@ static void test_max_tokens_rule(struct test_ctx *t)
     if (model_dir(t)) tlim_test_max_tokens(t, g_dir);
 }
 
+static void test_standby_signal(struct test_ctx *t)
+{
+    if (model_dir(t)) tsby_test_signal(t, g_dir);
+}
+
+static void test_standby_endpoint(struct test_ctx *t)
+{
+    if (model_dir(t)) tsby_test_endpoint(t, g_dir);
+}
+
 static void test_constrained_client(struct test_ctx *t)
 {
     run_node_client(t, "constrained_client.mjs", "/v1");
@@ -1066,6 +1077,8 @@ const struct test_case test_group_server[] = {
     { "slow_client", test_slow_client },
     { "timeouts_and_load_failure", test_timeouts_and_load_failure },
     { "sigterm_drain", test_sigterm_drain },
+    { "standby_signal", test_standby_signal },
+    { "standby_endpoint", test_standby_endpoint },
     { "engine_options", test_engine_options },
     { "model_commands_options", test_model_commands_options },
     { "openai_client", test_openai_client, TEST_NEEDS_NPM_SERVER },

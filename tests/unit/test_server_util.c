@@ -184,7 +184,7 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
             const char *colon = strrchr(at + 20, ':');
             if (colon) s->port = atoi(colon + 1);
         }
-        if (strstr(line, "dsv4 serve: ready")) {
+        if (strstr(line, "dsv4 serve: ready") || strstr(line, "dsv4 serve: standby")) {
             ready = true;
             break;
         }

@@ -25,7 +25,8 @@ struct tsrv {
     char  log[512];
 };
 
-/* Starts `$DSV4_BIN serve -m dir --port 0 ARGS` and waits until it says "ready". */
+/* Starts `$DSV4_BIN serve -m dir --port 0 ARGS` and waits until it says "ready" (or
+ * "standby" for --standby). */
 bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args);
 /* Sends sig (0: none) and waits up to timeout_s for the exit; returns the exit status
  * (128 + signal when killed), -1 on timeout (then it is killed). */
