@@ -120,7 +120,7 @@ const char *test_need_missing(enum test_need need, char *buf, size_t cap)
     case TEST_NEEDS_NPM_TOKENIZER:
     case TEST_NEEDS_NPM_SERVER: return test_need_npm_missing(need, buf, cap);
     case TEST_NEEDS_WEBUI:
-        /* the browser test launches /usr/bin/chromium (or $CHROMIUM) */
+        /* the browser test launches chromium from PATH (or $CHROMIUM) */
         if (!on_path("chromium") && !getenv("CHROMIUM")) {
             snprintf(buf, cap, "needs chromium, the browser of the chat page test (fix: apt-get install chromium, "
                                "or tools/install_deps.sh test)");

@@ -28,6 +28,9 @@
  * pile up in the job's ring, and past stream_buffer of them the worker cuts the request (it
  * ends with an error event).
  *
+ * The chat page: GET / answers the page embedded at build time (webui_page; --no-webui turns
+ * it off), with a Content-Security-Policy that keeps it to this server.
+ *
  * Drain: srv_drain closes the listening socket (libmicrohttpd "quiesce"), /health turns
  * 503, requests arriving on open connections get 503; accepted requests run to the end.
  * srv_in_flight counts those; the front end stops the server when it reaches 0 or the

@@ -16,7 +16,10 @@
 // entered, requests carry "Authorization: Bearer KEY" and the answer streams; a reload keeps
 // the key.
 // Exit 0 when every check passed; otherwise each failure is printed and the exit is 1.
-// CHROMIUM=PATH overrides /usr/bin/chromium. Every wait is bounded, and the whole run too.
+// CHROMIUM=PATH names the browser (default: chromium on PATH). Every wait is bounded, and the
+// whole run too.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import puppeteer from "puppeteer-core";
 
 const [openUrl, keyUrl, apiKey, shotPath] = process.argv.slice(2);
@@ -270,8 +273,14 @@ async function keyServer(browser) {
   await page.close();
 }
 
+function chromium() {
+  if (process.env.CHROMIUM) return process.env.CHROMIUM;
+  const dir = (process.env.PATH || "").split(":").find((d) => d && existsSync(join(d, "chromium")));
+  return dir ? join(dir, "chromium") : "/usr/bin/chromium";
+}
+
 const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  executablePath: chromium(),
   headless: true,
   timeout: WAIT_MS,
   protocolTimeout: WAIT_MS,
