@@ -112,6 +112,8 @@ async function streamsAnswer(page, bodies) {
   check(b && b.body.stream === true && b.body.temperature === 0.5 && b.body.max_tokens === 40,
     "the request carries stream, temperature 0.5 and max_tokens 40: " + JSON.stringify(b && b.body));
   check(b && b.body.model === "kjv-v4-tiny", "the request names the model from /v1/models");
+  check(b && b.body.chat_template_kwargs && b.body.chat_template_kwargs.thinking === false,
+    "the Thinking box, unticked, asks for chat mode");
   check(/finish: (stop|length)/.test(await lastNote(page)), "the turn ends with its finish reason");
 
   await ask(page, "And the earth");
