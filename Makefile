@@ -79,7 +79,7 @@ TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c
 # tools/support/: what both the commands and the tests call (checkpoint generator, HTTP
 # client), an archive of its own, so the test runner links no command object.
 SUPPORT_SRC := $(shell find tools/support -name '*.c' | sort)
-TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' | sort)
+TEST_SRC  := $(shell find tests -name '*.c' -not -path 'tests/fuzz/*' -not -path '*/node_modules/*' | sort)
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -94,6 +94,10 @@ VK_SPV     := $(VK_SHADERS:src/backend/vulkan/shaders/%.comp=$(BUILD)/vk/%.spv)
 LIB_OBJ    += $(BUILD)/vk/vk_shaders.o
 endif
 SUPPORT   := $(BUILD)/libdsv4-support.a
+# The chat page of `dsv4 serve` (src/server/webui/chat.html), embedded in the library as a
+# C array by tools/file_embed.sh (od and sed) into a generated file under $(BUILD)/gen/.
+WEBUI_HTML := src/server/webui/chat.html
+LIB_OBJ    += $(BUILD)/gen/webui_chat.o
 
 BIN := dsv4
 ifneq ($(BUILD),build)
@@ -148,6 +152,14 @@ $(BUILD)/vk/vk_shaders.c: $(VK_SPV) tools/spv_embed.sh
 	tools/spv_embed.sh $@ $(VK_SPV)
 
 $(BUILD)/vk/vk_shaders.o: $(BUILD)/vk/vk_shaders.c
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+# (a pattern: the fuzz build, build-fuzz/, makes its own)
+%/gen/webui_chat.c: $(WEBUI_HTML) tools/file_embed.sh
+	@mkdir -p $(dir $@)
+	tools/file_embed.sh $@ srv_webui_chat_html $(WEBUI_HTML) server/server.h
+
+$(BUILD)/gen/webui_chat.o: $(BUILD)/gen/webui_chat.c
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
@@ -320,7 +332,10 @@ fuzz: $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c $< -o $@
-build-fuzz/libdsv4-fuzz.a: $(FUZZ_SRC:%.c=build-fuzz/obj/%.o)
+build-fuzz/obj/gen/webui_chat.o: build-fuzz/gen/webui_chat.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c $< -o $@
+build-fuzz/libdsv4-fuzz.a: $(FUZZ_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/gen/webui_chat.o
 	@rm -f $@
 	ar rcs $@ $^
 build-fuzz/fuzz_server: build-fuzz/obj/tests/fuzz/stub_worker.o

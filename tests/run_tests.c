@@ -99,10 +99,11 @@ static int list_tests(void)
 
 static int list_missing(void)
 {
-    static const enum test_need npm[] = { TEST_NEEDS_NPM_TOKENIZER, TEST_NEEDS_NPM_SERVER, TEST_NEEDS_NPM_DEPLOY };
+    static const enum test_need npm[] = { TEST_NEEDS_NPM_TOKENIZER, TEST_NEEDS_NPM_SERVER, TEST_NEEDS_NPM_DEPLOY,
+                                          TEST_NEEDS_WEBUI };
     char why[512];
     for (size_t i = 0; i < sizeof(npm) / sizeof(npm[0]); i++)
-        if (test_need_missing(npm[i], why, sizeof(why))) printf("%s\n", test_need_npm_dir(npm[i]));
+        if (test_need_npm_missing(npm[i], why, sizeof(why))) printf("%s\n", test_need_npm_dir(npm[i]));
     return 0;
 }
 

@@ -1,12 +1,12 @@
 /*
  * test_needs.c - what a test needs besides the build, checked before it runs.
  *
- * The npm packages of tests/tokenizer, tests/server and tests/deploy are "present" only when node is on
- * PATH and every package pinned by the directory's package-lock.json is installed at the
- * locked version and integrity (npm records what it installed in node_modules/.package-lock.json,
+ * The npm packages of tests/tokenizer, tests/server, tests/deploy and tests/webui are "present"
+ * only when node is on PATH and every package pinned by the directory's package-lock.json is
+ * installed at the locked version and integrity (npm records what it installed in node_modules/.package-lock.json,
  * the "hidden lockfile"): a stale node_modules counts as missing, so a changed lock file is
  * installed again by `make test` (tests/install_deps.sh) instead of being tested against
- * old packages.
+ * old packages. The chat page test (tests/webui) also needs Debian's chromium.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -93,8 +93,26 @@ const char *test_need_npm_dir(enum test_need need)
     case TEST_NEEDS_NPM_TOKENIZER: return "tests/tokenizer";
     case TEST_NEEDS_NPM_SERVER: return "tests/server";
     case TEST_NEEDS_NPM_DEPLOY: return "tests/deploy";
+    case TEST_NEEDS_WEBUI: return "tests/webui";
     default: return NULL;
     }
+}
+
+static const char *npm_what(enum test_need need)
+{
+    switch (need) {
+    case TEST_NEEDS_NPM_TOKENIZER: return "tokenizers.js and the DeepSeek-V3 tokenizer.json";
+    case TEST_NEEDS_NPM_SERVER: return "the openai npm client";
+    case TEST_NEEDS_NPM_DEPLOY: return "js-yaml and kubernetes-models";
+    case TEST_NEEDS_WEBUI: return "puppeteer-core";
+    default: return "";
+    }
+}
+
+const char *test_need_npm_missing(enum test_need need, char *buf, size_t cap)
+{
+    const char *dir = test_need_npm_dir(need);
+    return dir ? npm_need(dir, npm_what(need), buf, cap) : NULL;
 }
 
 const char *test_need_missing(enum test_need need, char *buf, size_t cap)
@@ -102,9 +120,16 @@ const char *test_need_missing(enum test_need need, char *buf, size_t cap)
     switch (need) {
     case TEST_NEEDS_NOTHING: return NULL;
     case TEST_NEEDS_NPM_TOKENIZER:
-        return npm_need(test_need_npm_dir(need), "tokenizers.js and the DeepSeek-V3 tokenizer.json", buf, cap);
-    case TEST_NEEDS_NPM_SERVER: return npm_need(test_need_npm_dir(need), "the openai npm client", buf, cap);
-    case TEST_NEEDS_NPM_DEPLOY: return npm_need(test_need_npm_dir(need), "js-yaml and kubernetes-models", buf, cap);
+    case TEST_NEEDS_NPM_SERVER:
+    case TEST_NEEDS_NPM_DEPLOY: return test_need_npm_missing(need, buf, cap);
+    case TEST_NEEDS_WEBUI:
+        /* the browser test launches chromium from PATH (or $CHROMIUM) */
+        if (!on_path("chromium") && !getenv("CHROMIUM")) {
+            snprintf(buf, cap, "needs chromium, the browser of the chat page test (fix: apt-get install chromium, "
+                               "or tools/install_deps.sh test)");
+            return buf;
+        }
+        return test_need_npm_missing(need, buf, cap);
     }
     snprintf(buf, cap, "unknown requirement %d", (int)need);
     return buf;

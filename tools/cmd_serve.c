@@ -61,6 +61,8 @@ static const struct cli_opt SERVE_OPTS[] = {
       SO(no_key_ok), 0, 0, NULL },
     { "--cors-origin", NULL, "ORIGIN", "allow browsers from ORIGIN ('*' for any) on /v1/*, with preflight (default off)",
       CLI_CALL, SO(p.cors_origin), 0, 0, set_cors },
+    { "--no-webui", NULL, NULL, "no chat page at / (default: served, see docs/SERVER.md)", CLI_FLAG, SO(p.no_webui), 0,
+      0, NULL },
     { "--special-tokens-in-messages", NULL, NULL,
       "trusted callers only: special-token text in chat messages\nbecomes control tokens (default: it is ordinary text)",
       CLI_FLAG, SO(p.special_in_messages), 0, 0, NULL },

@@ -4,7 +4,8 @@
 #   tools/install_deps.sh build       Debian packages to build dsv4 (make demo)
 #   tools/install_deps.sh test        those, plus node and npm for the reference tests,
 #                                     universal-ctags for the house test, systemd (its
-#                                     systemd-analyze) for the deploy test, and the Vulkan
+#                                     systemd-analyze) for the deploy test, chromium for
+#                                     the chat page's browser test (tests/webui), and the Vulkan
 #                                     loader, headers, glslc and Mesa's drivers (lavapipe: a
 #                                     Vulkan device on the CPU) for the vulkan group
 #   tools/install_deps.sh npm RUNNER  `npm ci` in each npm directory the test runner reports
@@ -23,8 +24,9 @@ set -u
 BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
 # the house test's function lengths (tools/func_lengths.sh); systemd-analyze, which the deploy
 # group runs on deploy/systemd/dsv4.service (a container needs only the package, not systemd
-# running); curl: deploy/rollout.sh reads the canary's /metrics with it (loadtest/rollout_phases)
-TEST_PKGS="universal-ctags systemd curl"
+# running); curl: deploy/rollout.sh reads the canary's /metrics with it (loadtest/rollout_phases);
+# chromium: the browser of the chat page test
+TEST_PKGS="universal-ctags systemd curl chromium"
 # the Vulkan backend (make detects them) and a device to test it on: lavapipe
 VK_PKGS="libvulkan-dev glslc mesa-vulkan-drivers"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
@@ -80,7 +82,7 @@ node_tools() {
         echo "installing nodejs npm (the reference tests)" >&2
         apt_install nodejs npm && return 0
     fi
-    echo "the tokenizer and OpenAI-client tests need node and npm (they will be skipped)" >&2
+    echo "the tokenizer, OpenAI-client and chat page tests need node and npm (they will be skipped)" >&2
     echo "  fix: sudo apt-get install nodejs npm" >&2
 }
 

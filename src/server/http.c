@@ -28,6 +28,9 @@
  * pile up in the job's ring, and past stream_buffer of them the worker cuts the request (it
  * ends with an error event).
  *
+ * The chat page: GET / answers the page embedded at build time (webui_page; --no-webui turns
+ * it off), with a Content-Security-Policy that keeps it to this server.
+ *
  * Drain: srv_drain closes the listening socket (libmicrohttpd "quiesce"), /health turns
  * 503, requests arriving on open connections get 503; accepted requests run to the end.
  * srv_in_flight counts those; the front end stops the server when it reaches 0 or the
@@ -168,7 +171,8 @@ static const char *allowed_methods(const struct srv *s, enum srv_endpoint ep)
     case SRV_EP_RESPONSES: return cors ? "GET, POST, DELETE, OPTIONS" : "GET, POST, DELETE";
     case SRV_EP_MODELS: return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     case SRV_EP_HEALTH:
-    case SRV_EP_METRICS: return "GET, HEAD";
+    case SRV_EP_METRICS:
+    case SRV_EP_WEBUI: return "GET, HEAD";
     case SRV_EP_PROMOTE: return "POST";
     default: return NULL;
     }
@@ -205,6 +209,18 @@ static void add_keep_alive(const struct srv *s, struct MHD_Response *resp)
     MHD_add_response_header(resp, "Keep-Alive", v);
 }
 
+/* Draining servers and probe connections close the connection after the response; others
+ * say how long it stays open. */
+static void add_connection(struct srv *s, const struct req *r, struct MHD_Response *resp)
+{
+    pthread_mutex_lock(&s->mu);
+    bool draining = s->draining;
+    bool probe    = r->conn && r->conn->probe_only;
+    pthread_mutex_unlock(&s->mu);
+    if (draining || probe) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    else add_keep_alive(s, resp);
+}
+
 /* Queues resp with status, counts it, and marks the request answered. */
 static enum MHD_Result queue(struct srv *s, struct MHD_Connection *c, struct req *r, int status,
                              struct MHD_Response *resp)
@@ -229,12 +245,7 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct req
     if (retry_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
     if (status == 405 && allowed_methods(s, r->ep)) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allowed_methods(s, r->ep));
     add_cors(s, resp, r->ep);
-    pthread_mutex_lock(&s->mu);
-    bool draining = s->draining;
-    bool probe    = r->conn && r->conn->probe_only;
-    pthread_mutex_unlock(&s->mu);
-    if (draining || probe) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    else add_keep_alive(s, resp);
+    add_connection(s, r, resp);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     return queue(s, c, r, status, resp);
 }
@@ -611,7 +622,33 @@ static enum srv_endpoint route(const char *url, struct req *r)
     if (!strcmp(url, "/health")) return SRV_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return SRV_EP_METRICS;
     if (!strcmp(url, "/admin/promote")) return SRV_EP_PROMOTE;
+    if (!strcmp(url, "/") && !r->s->p.no_webui) return SRV_EP_WEBUI;
     return SRV_EP_OTHER;
+}
+
+/* ------------------------------------------------------------------ the chat page */
+
+/* GET / (docs/SERVER.md, "Chat page"): the embedded page, without authentication (it is
+ * static; the API calls it makes carry the key). The policy lets the page run its own inline
+ * script and style and talk to this server only: no other origin, no plugin, no frame, no
+ * form target, and images only as data: URLs. Nothing the model writes becomes markup (the
+ * page builds its DOM with textContent), and the policy would also stop an injected handler
+ * from loading anything. */
+static enum MHD_Result webui_page(struct srv *s, struct MHD_Connection *c, struct req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(srv_webui_chat_html_len, (void *)srv_webui_chat_html,
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_connection(s, r, resp);
+    return queue(s, c, r, 200, resp);
 }
 
 static enum MHD_Result health(struct srv *s, struct MHD_Connection *c, struct req *r)
@@ -702,6 +739,7 @@ static enum MHD_Result dispatch(struct srv *s, struct MHD_Connection *c, struct 
     case SRV_EP_HEALTH: return get ? health(s, c, r) : fail(s, c, r, 405, NULL, "use GET /health");
     case SRV_EP_METRICS: return get ? metrics(s, c, r) : fail(s, c, r, 405, NULL, "use GET /metrics");
     case SRV_EP_PROMOTE: return promote(s, c, r, post);
+    case SRV_EP_WEBUI: return get ? webui_page(s, c, r) : fail(s, c, r, 405, NULL, "use GET / (the chat page)");
     case SRV_EP_OTHER: return fail(s, c, r, 404, NULL, "no such endpoint");
     default: break;
     }

@@ -60,7 +60,7 @@ static const double LE_TOKENS[]  = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024
 
 static const char *const EP_NAME[SRV_EP_COUNT] = { "chat_completions", "completions", "models", "messages",
                                                    "count_tokens",     "responses",   "health",  "metrics",
-                                                   "promote",          "other" };
+                                                   "promote",          "webui",       "other" };
 
 static void hist_init(struct hist *h, const char *name, const char *help, const double *le, int n_le)
 {

@@ -73,6 +73,7 @@ struct srv_params {
     int         idle_timeout_s;  /* close a connection idle (or stalled) this long */
     double      request_timeout_s; /* a whole request (headers and body) must arrive within this */
     const char *cors_origin;     /* Access-Control-Allow-Origin of the API paths, NULL = no CORS */
+    bool        no_webui;        /* no chat page at / (then a 404 like any unknown path) */
     bool        special_in_messages; /* special-token text in chat messages is a control token */
     size_t      max_body;        /* request body bytes; more gets 413 */
     int         max_json_depth;  /* nesting of [ and {; deeper gets 400 */
@@ -87,6 +88,12 @@ struct srv_params {
 };
 
 void srv_params_default(struct srv_params *p);
+
+/* The chat page served at / (src/server/webui/chat.html, embedded at build time by
+ * tools/file_embed.sh into the generated build/gen/webui_chat.c): its bytes, NUL-terminated,
+ * and its length without the NUL. */
+extern const unsigned char srv_webui_chat_html[];
+extern const size_t        srv_webui_chat_html_len;
 
 /* Connections accepted past max_conns, for /health and /metrics only. */
 enum { SRV_PROBE_CONNS = 4 };
@@ -270,6 +277,7 @@ enum srv_endpoint {
     SRV_EP_HEALTH,
     SRV_EP_METRICS,
     SRV_EP_PROMOTE,        /* POST /admin/promote (--standby with --api-key) */
+    SRV_EP_WEBUI,          /* the chat page: GET / (http.c, unless --no-webui) */
     SRV_EP_OTHER,
     SRV_EP_COUNT,
 };
