@@ -888,7 +888,7 @@ static void *drain_client(void *p)
 {
     struct drain_arg *a = p;
     char              body[256];
-    snprintf(body, sizeof(body), "{\"prompt\":[%d,3,4],\"max_tokens\":120,\"ignore_eos\":true,\"stream\":%s}", 30 + a->i,
+    snprintf(body, sizeof(body), "{\"prompt\":[%d,3,4],\"max_tokens\":300,\"ignore_eos\":true,\"stream\":%s}", 30 + a->i,
              a->i % 2 ? "true" : "false");
     if (a->i % 2) {
         struct tsrv_stream st;
@@ -932,6 +932,9 @@ static void test_sigterm_drain(struct test_ctx *t)
         pthread_create(&th[i], NULL, drain_client, &a[i]);
     }
     CHECK(tsrv_wait_metric(&s, "dsv4_requests_running{tier=\"short\"}", 2, 5.0));
+    /* and the other two accepted and queued: a client whose request is not in yet when the
+     * signal comes is rightly refused, which is not what this test is about */
+    CHECK(tsrv_wait_metric(&s, "dsv4_requests_waiting{tier=\"short\"}", 2, 5.0));
     kill(s.pid, SIGTERM);
     /* new connections are refused once draining */
     CHECK(refused_soon(s.port, 5.0));

@@ -147,7 +147,9 @@ async function stopWorks(page, w) {
     return els.length && els[els.length - 1].textContent.length > 40;
   }, { timeout: WAIT_MS });
   check(await page.$eval("#stop", (b) => !b.disabled), "Stop is enabled while generating");
-  await page.click("#stop");
+  // a DOM click rather than page.click: the answer grows and scrolls the page while the mouse
+  // events are on their way, and a pointer aimed at the old position can miss the button
+  await page.$eval("#stop", (b) => b.click());
   await idle(page);
   const n1 = (await answerText(page)).length;
   await new Promise((r) => setTimeout(r, 1500));
