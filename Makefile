@@ -115,7 +115,7 @@ help:
 	@echo "  make              build ./dsv4"
 	@echo "  make test         install what the tests need, build, run every test (exit 1 on failure)"
 	@echo "  make test-san     the tests under -fsanitize=address,undefined"
-	@echo "  make test-tsan    the threaded groups (kernels, ops, pool, scheduler, server, hardening) under -fsanitize=thread"
+	@echo "  make test-tsan    the threaded groups (kernels, ops, pool, kv-disk store, scheduler, server, hardening) under -fsanitize=thread"
 	@echo "  make valgrind     memcheck of the AVX2 and scalar paths on a tiny model"
 	@echo "  make fuzz         build the libFuzzer harnesses (clang) into build-fuzz/"
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
@@ -280,7 +280,7 @@ test-san:
 
 # The groups that run threads of their own (thread pool, scheduler) under ThreadSanitizer.
 test-tsan:
-	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels ops kv sched server hardening" test
+	$(MAKE) SANITIZE=thread TEST_GROUPS="kernels ops kv kvdisk sched server hardening" test
 
 # memcheck on the AVX2 and scalar code paths (valgrind cannot run AVX-512): a tiny model,
 # prefill in chunks, decode, MTP.

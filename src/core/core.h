@@ -120,6 +120,14 @@ int   dsv4_strmap_put(struct dsv4_strmap *m, const char *key, void *val, void **
 void *dsv4_strmap_get(const struct dsv4_strmap *m, const char *key);
 uint64_t dsv4_hash_bytes(const void *p, size_t n, uint64_t seed);
 
+/* ------------------------------------------------------------------ checksums (checksum.c) */
+
+/* CRC-32C (Castagnoli) of p[0, n), continuing from crc (0 to start): crc32c("123456789") is
+ * 0xE3069283. */
+uint32_t dsv4_crc32c(uint32_t crc, const void *p, size_t n);
+/* SHA-256 (FIPS 180-4) of p[0, n). */
+void     dsv4_sha256(const void *p, size_t n, uint8_t out[32]);
+
 /* ------------------------------------------------------------------ number formats */
 
 /* bf16: round-to-nearest-even; NaN stays NaN (quiet). Inline: on every hot path. */
