@@ -328,6 +328,10 @@ struct dsv4_sched_params {
                                   their end (agent turns; docs/SERVING.md "Kept sequences"); they
                                   give way, least recently finished first, to any request that
                                   needs a slot or pages. 0 = off, -1 = max_seqs */
+    const char *kv_disk_dir;   /* the prefix cache's disk tier (docs/SERVING.md "Disk tier"):
+                                  published entries are written there and read back after
+                                  eviction or a restart; NULL = off. One process per directory */
+    uint64_t kv_disk_budget;   /* bytes its files may take; 0 = 10 GiB */
 };
 
 /* max_ctx 0 (4096, capped by the model), 8 sequences, 512 rows per step, no speculation; while decoding,
@@ -456,6 +460,14 @@ struct dsv4_sched_metrics {
      * draft position i how many steps kept it (acceptance at i = kept_at[i] / spec_steps) */
     uint64_t spec_steps, spec_drafted, spec_kept, spec_kept_at[DSV4_SPEC_MAX_DRAFT];
     double   busy_s;            /* time spent stepping */
+    /* the prefix cache's disk tier (kv_disk_dir; all 0 when off): records read back and the
+     * prompt positions they resumed (part of prefix_hit_tokens), lookups that found none,
+     * bytes, records evicted for the budget, bad files removed, failed writes, writes
+     * dropped because the queue was full, writes queued now */
+    uint64_t kv_disk_hits, kv_disk_hit_tokens, kv_disk_misses, kv_disk_bytes_read, kv_disk_bytes_written;
+    uint64_t kv_disk_evictions, kv_disk_corrupt, kv_disk_write_errors, kv_disk_writes_dropped;
+    int      kv_disk_queue_depth;
+    bool     kv_disk_on;
 };
 
 /* A consistent snapshot of the counters as of the last step (any thread). */

@@ -73,6 +73,11 @@ const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e)
     return &e->model;
 }
 
+const struct dsv4_logger *dsv4_engine_logger(const dsv4_engine *e)
+{
+    return &e->lg;
+}
+
 void dsv4_session_params_default(struct dsv4_session_params *p)
 {
     memset(p, 0, sizeof(*p));

@@ -354,6 +354,54 @@ static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int32_t parent, cons
     return dsv4_hash_bytes(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, seed);
 }
 
+/* Enters a new cache entry for page id at depth k below parent, holding the cache's
+ * reference (the caller's sequence holds another); -1 when no entry can be had. */
+static int32_t node_insert(struct dsv4_kv_pool *pool, uint64_t h, int32_t parent, int32_t id, int k,
+                           const int32_t *toks)
+{
+    size_t pt = (size_t)pool->p.page_tokens;
+    if (pool->node_free < 0 && pool->lru_head >= 0) node_evict(pool, pool->lru_head);
+    if (pool->node_free < 0) return -1;
+    int32_t e       = pool->node_free;
+    pool->node_free = pool->node[e].hnext;
+    struct dsv4_pc_node *n = &pool->node[e];
+    *n = (struct dsv4_pc_node){ .hash = h, .parent = parent, .page = id, .depth = k, .used = true,
+                                .lru_prev = -1, .lru_next = -1 };
+    memcpy(pool->node_tok + (size_t)e * pt, toks, sizeof(int32_t) * pt);
+    pool->page_ref[id]++;
+    pool->page_node[id] = e;
+    size_t b            = h & (uint64_t)(pool->n_bucket - 1);
+    n->hnext            = pool->bucket[b];
+    pool->bucket[b]     = e;
+    if (parent >= 0) {
+        pool->node[parent].n_children++;
+        lru_update(pool, parent, false);
+    }
+    pool->cnt.prefix_entries++;
+    pool->cnt.prefix_inserts++;
+    return e;
+}
+
+/* The disk tier's entry for page k of a prefix whose RAM chain ended at parent: read,
+ * checked against toks, entered into the cache on a fresh page (one reference for the
+ * caller's sequence, one for the cache); -1 on a miss or when no page or entry is free. */
+static int32_t disk_load(struct dsv4_kv_pool *pool, uint64_t h, int32_t parent, int k, const int32_t *toks)
+{
+    struct dsv4_kv_disk_key key = { h, (uint32_t)k };
+    if (!pool->tier || !dsv4_kv_tier_load(pool->tier, key, toks)) return -1;
+    int32_t id = page_take(pool);
+    if (id < 0) return -1;
+    int32_t e = node_insert(pool, h, parent, id, k, toks);
+    if (e < 0) {
+        page_unref(pool, id);
+        return -1;
+    }
+    dsv4_kv_tier_install(pool->tier, pool->page_mem + (size_t)id * pool->plan.page_bytes,
+                         pool->snap_mem + (size_t)e * pool->plan.snap_bytes);
+    pool->cnt.prefix_disk_loads++;
+    return e;
+}
+
 int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens, int n)
 {
     struct dsv4_seq_state *st = &pool->seq[slot];
@@ -361,14 +409,16 @@ int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *to
     if (pool->p.n_snapshots == 0 || n < 2) return 0;
     DSV4_ASSERT(st->pos == 0 && pool->slot_depth[slot] == 0);
     pool->cnt.prefix_lookups++;
-    int     max_k = (n - 1) / pt, k = 0;
+    int     max_k = (n - 1) / pt, k = 0, from_disk = 0;
     int32_t parent = -1;
     if (max_k > pool->pages_per_seq) max_k = pool->pages_per_seq;
     for (; k < max_k; k++) {
         const int32_t *toks = tokens + (size_t)k * (size_t)pt;
-        int32_t        e    = find_node(pool, chain_hash(pool, parent, toks), parent, toks);
-        if (e < 0) break;
-        page_ref_inc(pool, pool->node[e].page);
+        uint64_t       h    = chain_hash(pool, parent, toks);
+        int32_t        e    = find_node(pool, h, parent, toks);
+        if (e >= 0) page_ref_inc(pool, pool->node[e].page);
+        else if ((e = disk_load(pool, h, parent, k, toks)) >= 0) from_disk++; /* RAM chain ended: disk */
+        else break;
         map_page(pool, slot, k, pool->node[e].page);
         parent = e;
     }
@@ -378,6 +428,7 @@ int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *to
     pool->slot_depth[slot] = k;
     pool->cnt.prefix_hits++;
     pool->cnt.prefix_hit_tokens += (uint64_t)(k * pt);
+    pool->cnt.prefix_disk_hit_tokens += (uint64_t)(from_disk * pt);
     return k * pt;
 }
 
@@ -406,29 +457,18 @@ void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *
             page_unref(pool, own);
         }
     } else {
-        if (pool->node_free < 0 && pool->lru_head >= 0) node_evict(pool, pool->lru_head);
-        if (pool->node_free < 0) {
+        if ((e = node_insert(pool, h, parent, m[k], k, toks)) < 0) {
             pool->slot_pc_off[slot] = true;
             return;
         }
-        e               = pool->node_free;
-        pool->node_free = pool->node[e].hnext;
-        struct dsv4_pc_node *n = &pool->node[e];
-        *n = (struct dsv4_pc_node){ .hash = h, .parent = parent, .page = m[k], .depth = k, .used = true,
-                                    .lru_prev = -1, .lru_next = -1 };
-        memcpy(pool->node_tok + (size_t)e * (size_t)pt, toks, sizeof(int32_t) * (size_t)pt);
-        dsv4_kv_snapshot_save(st, pool->snap_mem + (size_t)e * pool->plan.snap_bytes);
-        pool->page_ref[m[k]]++; /* the cache's reference (the slot holds one too) */
-        pool->page_node[m[k]] = e;
-        size_t b = h & (uint64_t)(pool->n_bucket - 1);
-        n->hnext       = pool->bucket[b];
-        pool->bucket[b] = e;
-        if (parent >= 0) {
-            pool->node[parent].n_children++;
-            lru_update(pool, parent, false);
+        uint8_t *snap = pool->snap_mem + (size_t)e * pool->plan.snap_bytes;
+        dsv4_kv_snapshot_save(st, snap);
+        if (pool->tier) {
+            struct dsv4_kv_disk_meta meta = { parent >= 0 ? pool->node[parent].hash : 0,
+                                              (uint64_t)(k + 1) * (uint64_t)pt };
+            dsv4_kv_tier_write(pool->tier, (struct dsv4_kv_disk_key){ h, (uint32_t)k }, &meta, toks,
+                               pool->page_mem + (size_t)m[k] * pool->plan.page_bytes, snap);
         }
-        pool->cnt.prefix_entries++;
-        pool->cnt.prefix_inserts++;
     }
     pool->slot_node[slot]  = e;
     pool->slot_depth[slot] = k + 1;

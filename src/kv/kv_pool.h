@@ -26,6 +26,7 @@
 #define DSV4_KV_POOL_H
 
 #include "kv/kv.h"
+#include "kv/kv_tier.h"
 
 struct dsv4_kv_pool_params {
     int max_ctx;     /* positions per sequence */
@@ -51,6 +52,8 @@ struct dsv4_kv_counters {
     int64_t  fragmentation;      /* mapped positions that hold no token yet (all slots) */
     int      prefix_entries;
     uint64_t prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_inserts, prefix_evictions;
+    uint64_t prefix_disk_loads;      /* entries read back from the disk tier */
+    uint64_t prefix_disk_hit_tokens; /* hit tokens of those entries (part of prefix_hit_tokens) */
 };
 
 /* One prefix-cache entry. */
@@ -96,6 +99,7 @@ struct dsv4_kv_pool {
     int32_t                    node_free;
     int32_t                    lru_head, lru_tail; /* evictable entries, oldest first */
     struct dsv4_kv_counters    cnt;       /* cumulative prefix counters; the rest on demand */
+    struct dsv4_kv_tier       *tier;      /* the disk tier under the cache (not owned), or NULL */
 };
 
 /* The plan (sizes) for these parameters; DSV4_EINVAL names a bad parameter. */
@@ -126,8 +130,10 @@ int dsv4_kv_reserve(struct dsv4_kv_pool *pool, int slot, int pos_end);
 
 /* Prefix cache. Attach: for a fresh slot, maps the longest cached prefix of tokens[0, n)
  * that leaves at least one token to evaluate, restores its snapshot and returns the
- * positions resumed (0 on a miss or with the cache off). Publish: once the slot's position
- * is a page boundary, enters the page just completed (tokens: the slot's tokens so far). */
+ * positions resumed (0 on a miss or with the cache off); where the RAM chain ends, the
+ * disk tier (pool->tier) is asked for the next pages, which enter the cache as if
+ * published. Publish: once the slot's position is a page boundary, enters the page just
+ * completed (tokens: the slot's tokens so far) and queues a new entry for the disk tier. */
 int  dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens, int n);
 void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens);
 /* Evicts every evictable cache entry (tests; memory pressure relief). */

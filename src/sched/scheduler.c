@@ -99,6 +99,7 @@ struct dsv4_sched {
     struct dsv4_sched_plan    plan;
     int                       tier_limit[DSV4_TIER_COUNT];
     struct dsv4_kv_pool       kv;
+    struct dsv4_kv_tier      *disk;    /* the prefix cache's disk tier (kv_disk_dir), or NULL */
     struct dsv4_step          step;
     float                    *logits;  /* [max_seqs * (spec_draft + 1), vocab] the rows sampled from */
     struct dsv4_fwd_seq      *fs;      /* [max_seqs] */
@@ -196,6 +197,10 @@ static int resolve(const struct dsv4_model *m, const struct dsv4_sched_params *i
     if (p->kv_pages < 1) return dsv4_err_set(err, DSV4_EINVAL, "kv_pages %d must be positive", p->kv_pages);
     if (p->prefix_entries < 0) p->prefix_entries = 4 * p->max_seqs;
     if (p->max_queue < 1) return dsv4_err_set(err, DSV4_EINVAL, "max_queue %d must be positive", p->max_queue);
+    if (p->kv_disk_budget == 0) p->kv_disk_budget = (uint64_t)10 << 30;
+    if (p->kv_disk_dir && !*p->kv_disk_dir) p->kv_disk_dir = NULL;
+    if (p->kv_disk_dir && p->prefix_entries == 0)
+        return dsv4_err_set(err, DSV4_EINVAL, "the prefix cache's disk tier needs the prefix cache (prefix entries 0)");
     if (p->tier_tokens[0] < 1 || p->tier_tokens[1] < p->tier_tokens[0])
         return dsv4_err_set(err, DSV4_EINVAL, "tier limits %d and %d must be positive and increasing", p->tier_tokens[0],
                             p->tier_tokens[1]);
@@ -305,6 +310,22 @@ int dsv4_sched_plan(const dsv4_engine *engine, const struct dsv4_sched_params *p
 
 /* ------------------------------------------------------------------ create and free */
 
+/* The prefix cache's disk tier when kv_disk_dir is set (the pool then reads and writes it). */
+static int open_disk_tier(dsv4_sched *s, struct dsv4_err *err)
+{
+    if (!s->p.kv_disk_dir) return DSV4_OK;
+    uint8_t id[DSV4_KV_DISK_ID_BYTES];
+    if (dsv4_model_kv_identity(s->m, s->kv.p.mtp, s->p.page_tokens, s->kv.plan.page_bytes, s->kv.plan.snap_bytes, id))
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    struct dsv4_kv_tier_params tp = { .dir = s->p.kv_disk_dir, .budget = s->p.kv_disk_budget,
+                                      .page_tokens = s->p.page_tokens, .page_bytes = s->kv.plan.page_bytes,
+                                      .snap_bytes = s->kv.plan.snap_bytes };
+    struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(s->m);
+    int rc = dsv4_kv_tier_open(&s->disk, &tp, id, &kvmem, dsv4_engine_logger(s->engine), err);
+    s->kv.tier = s->disk;
+    return rc;
+}
+
 int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *params, dsv4_sched **out,
                       struct dsv4_err *err)
 {
@@ -336,6 +357,12 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     }
     rc = dsv4_step_init(&s->step, s->m, p->max_batch_tokens, p->max_ctx, err);
     if (rc) {
+        dsv4_kv_pool_free(&s->kv);
+        free(s);
+        return rc;
+    }
+    if ((rc = open_disk_tier(s, err))) {
+        dsv4_step_free(&s->step);
         dsv4_kv_pool_free(&s->kv);
         free(s);
         return rc;
@@ -689,6 +716,7 @@ void dsv4_sched_free(dsv4_sched *s)
     while (s->kept && s->n_kept) kept_evict(s);
     free(s->kept);
     dsv4_step_free(&s->step);
+    dsv4_kv_tier_close(s->disk); /* finishes the queued writes */
     dsv4_kv_pool_free(&s->kv);
     if (s->undo)
         for (int i = 0; i < s->p.max_seqs; i++) dsv4_spec_undo_free(&s->undo[i]);
@@ -882,6 +910,23 @@ static int plan_batch(dsv4_sched *s)
     return n;
 }
 
+static void disk_metrics(struct dsv4_kv_tier *t, const struct dsv4_kv_counters *kc, struct dsv4_sched_metrics *a)
+{
+    struct dsv4_kv_tier_counters c;
+    dsv4_kv_tier_counters(t, &c);
+    a->kv_disk_on             = true;
+    a->kv_disk_hits           = kc->prefix_disk_loads;
+    a->kv_disk_hit_tokens     = kc->prefix_disk_hit_tokens;
+    a->kv_disk_misses         = c.disk.misses + c.token_mismatch;
+    a->kv_disk_bytes_read     = c.disk.bytes_read;
+    a->kv_disk_bytes_written  = c.disk.bytes_written;
+    a->kv_disk_evictions      = c.disk.evictions;
+    a->kv_disk_corrupt        = c.disk.corrupt_removed;
+    a->kv_disk_write_errors   = c.disk.write_errors;
+    a->kv_disk_writes_dropped = c.writes_dropped;
+    a->kv_disk_queue_depth    = c.queue_depth;
+}
+
 static void publish_metrics(dsv4_sched *s)
 {
     struct dsv4_kv_counters kc;
@@ -904,6 +949,7 @@ static void publish_metrics(dsv4_sched *s)
     a->prefix_hit_tokens = kc.prefix_hit_tokens;
     a->prefix_inserts    = kc.prefix_inserts;
     a->prefix_evictions  = kc.prefix_evictions;
+    if (s->disk) disk_metrics(s->disk, &kc, a);
     pthread_mutex_lock(&s->mu);
     s->pub = *a;
     pthread_mutex_unlock(&s->mu);

@@ -11,6 +11,7 @@
  *   threads       submit / cancel / metrics from other threads while one thread steps (the
  *                 group to run under -fsanitize=thread: make test-tsan).
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -833,11 +834,138 @@ static void test_threads(struct test_ctx *t)
     dsv4_engine_close(e);
 }
 
+
+/* ------------------------------------------------------------------ disk tier */
+
+/* The record file of depth k in dir (one prefix only is stored): its path into path. */
+static bool disk_file_of_depth(const char *dir, int k, char *path, size_t cap)
+{
+    char suffix[32];
+    snprintf(suffix, sizeof(suffix), "-%08x.kvc", (unsigned)k);
+    DIR *dp = opendir(dir);
+    bool found = false;
+    for (struct dirent *de; dp && !found && (de = readdir(dp));) {
+        size_t l = strlen(de->d_name);
+        if (l > strlen(suffix) && !strcmp(de->d_name + l - strlen(suffix), suffix)) {
+            snprintf(path, cap, "%s/%s", dir, de->d_name);
+            found = true;
+        }
+    }
+    if (dp) closedir(dp);
+    return found;
+}
+
+/* Flips one byte of the file's payload (past the 128-byte header). */
+static void corrupt_file(struct test_ctx *t, const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECKF(f != NULL, "open %s", path);
+    if (!f) return;
+    unsigned char b = 0;
+    CHECK(fseek(f, 128 + 100, SEEK_SET) == 0 && fread(&b, 1, 1, f) == 1);
+    b ^= 0x40;
+    CHECK(fseek(f, 128 + 100, SEEK_SET) == 0 && fwrite(&b, 1, 1, f) == 1);
+    fclose(f);
+}
+
+/* One request through a fresh scheduler on the disk tier in dir (a process start): its
+ * output and the scheduler's metrics. */
+static void disk_run(struct test_ctx *t, dsv4_engine *e, const struct dsv4_sched_params *p, const int32_t *prompt,
+                     int n, struct out *o, struct dsv4_sched_metrics *mt)
+{
+    dsv4_sched     *s;
+    struct dsv4_err err;
+    if (dsv4_sched_create(e, p, &s, &err)) {
+        CHECKF(0, "create: %s", err.msg);
+        return;
+    }
+    submit(t, s, prompt, n, GEN, o);
+    step_until_idle(t, s, 500);
+    dsv4_sched_metrics(s, mt);
+    dsv4_sched_free(s); /* finishes the queued writes */
+}
+
+/* Page 1's record corrupted: page 0 comes from disk, the rest is recomputed (bit-exact),
+ * the bad file is removed and counted; a second scheduler on the directory while one is
+ * live is refused with the holder's pid. */
+static void disk_corrupt_and_lock(struct test_ctx *t, dsv4_engine *e, const struct dsv4_sched_params *p,
+                                  const int32_t *prompt, int n, const struct out *cold)
+{
+    char path[700];
+    CHECKF(disk_file_of_depth(p->kv_disk_dir, 1, path, sizeof(path)), "no record of depth 1 in %s", p->kv_disk_dir);
+    corrupt_file(t, path);
+    struct out                o;
+    struct dsv4_sched_metrics mt;
+    out_init(&o, cold->vocab, true);
+    disk_run(t, e, p, prompt, n, &o, &mt);
+    CHECKF(same_out(&o, cold), "after a corrupted record: output differs from the cold run");
+    CHECKF(o.usage.cached_tokens == 16 && mt.kv_disk_corrupt == 1, "cached %d corrupt %llu", o.usage.cached_tokens,
+           (unsigned long long)mt.kv_disk_corrupt);
+    free(o.logits);
+    dsv4_sched     *a, *b = NULL;
+    struct dsv4_err err;
+    if (dsv4_sched_create(e, p, &a, &err)) {
+        CHECKF(0, "create: %s", err.msg);
+        return;
+    }
+    int rc = dsv4_sched_create(e, p, &b, &err);
+    CHECKF(rc == DSV4_EIO && !b && strstr(err.msg, "pid"), "second scheduler on the directory: rc %d (%s)", rc,
+           err.msg);
+    dsv4_sched_free(b);
+    dsv4_sched_free(a);
+}
+
+/* The prefix cache's disk tier across restarts: a prompt of 3 pages + a tail is written by
+ * one scheduler and, after it is freed, read back by the next one: cached tokens from
+ * disk and every logit bit-identical to a cold run, for tails of every residue mod 4
+ * (the ratio-16 layer's block is a whole page, so each page ends a compressed block), with
+ * and without the MTP state in the snapshots (speculative decoding). A corrupted record is
+ * removed and recomputed (still bit-exact); a second live scheduler on the directory is
+ * refused. */
+static void test_prefix_disk_restart(struct test_ctx *t)
+{
+    dsv4_engine *e = open_model(t, "tiny-a");
+    if (!e) return;
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    enum { PAGES = 3, PT = 16 };
+    int32_t *prompt = prompt_tokens(PAGES * PT + 4, 777);
+    for (int spec = 0; spec <= 3; spec += 3) {
+        char dir[300];
+        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%d", t->tmpdir, spec);
+        struct dsv4_sched_params p = small_params(1);
+        p.spec_draft               = spec;
+        p.kv_disk_dir              = dir;
+        for (int tail = 1; tail <= 4; tail++) {
+            int        n = PAGES * PT + tail;
+            struct out cold, o;
+            struct dsv4_sched_metrics mt;
+            struct dsv4_sched_params  pc = small_params(1);
+            pc.prefix_entries            = 0;
+            out_init(&cold, info.vocab_size, true);
+            run_set(t, e, &pc, &prompt, &n, 1, GEN, &cold, NULL);
+            out_init(&o, info.vocab_size, true);
+            disk_run(t, e, &p, prompt, n, &o, &mt);
+            int want = tail == 1 ? 0 : PAGES * PT; /* the first run on a directory writes */
+            CHECKF(same_out(&o, &cold), "spec %d tail %d: output differs from the cold run", spec, tail);
+            CHECKF(o.usage.cached_tokens == want && (int)mt.kv_disk_hit_tokens == want,
+                   "spec %d tail %d: cached %d, from disk %llu, expected %d", spec, tail, o.usage.cached_tokens,
+                   (unsigned long long)mt.kv_disk_hit_tokens, want);
+            if (tail == 4 && spec == 0) disk_corrupt_and_lock(t, e, &p, prompt, n, &cold);
+            free(cold.logits);
+            free(o.logits);
+        }
+    }
+    free(prompt);
+    dsv4_engine_close(e);
+}
+
 const struct test_case test_group_sched[] = {
     { "spec_identity", test_spec_identity },
     { "batch_invariance", test_batch_invariance },
     { "prefix_cache_hit", test_prefix_cache_hit },
     { "kept_resume", test_kept_resume },
+    { "prefix_disk_restart", test_prefix_disk_restart },
     { "preemption", test_preemption },
     { "cancel_frees_everything", test_cancel_frees_everything },
     { "queue_full_and_tiers", test_queue_full_and_tiers },
