@@ -29,6 +29,27 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo
     return true;
 }
 
+/* A byte count: an integer with an optional K, M, G or T suffix (powers of 1024). */
+static bool parse_bytes(const char *cmd, const char *opt, const char *s, double lo, double hi, uint64_t *out)
+{
+    char              *end;
+    errno              = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    static const char  units[] = "KMGT";
+    const char        *u       = *end ? strchr(units, *end == 'k' ? 'K' : *end) : NULL;
+    int                shift   = u ? 10 * (int)(u - units + 1) : 0;
+    bool               ok      = !errno && end != s && *s != '-' && (!*end || (u && *u && !end[1]));
+    if (ok && shift && v > (~0ull >> shift)) ok = false;
+    if (ok) v <<= shift;
+    if (!ok || (double)v < lo || (double)v > hi) {
+        fprintf(stderr, "dsv4 %s: %s must be a size in bytes (suffix K, M, G or T) in [%.0f, %.0f], got '%s'\n", cmd,
+                opt, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
 {
     char *end;
@@ -265,6 +286,7 @@ static bool set_opt(const struct cli_opt *o, const char *cmd, const char *v, voi
     case CLI_FLAG: *(bool *)t = true; return true;
     case CLI_STR: *(const char **)t = v; return true;
     case CLI_CALL: return o->call(o, cmd, v, base);
+    case CLI_BYTES: return parse_bytes(cmd, o->name, v, o->lo, o->hi, (uint64_t *)(void *)t);
     case CLI_FLOAT:
     case CLI_DOUBLE:
         if (!cli_parse_float(cmd, o->name, v, o->lo, o->hi, &fv)) return false;

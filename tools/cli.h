@@ -71,6 +71,7 @@ enum cli_type {
     CLI_DOUBLE, /* double in [lo, hi] */
     CLI_MIB,    /* size_t bytes from a count of MiB in [lo, hi] */
     CLI_SIZE,   /* size_t in [lo, hi] */
+    CLI_BYTES,  /* uint64_t bytes in [lo, hi], with an optional K, M, G or T suffix (x 1024^n) */
     CLI_CALL,   /* call(): the option's own syntax (arg NULL: a flag, value NULL) */
 };
 

@@ -82,6 +82,11 @@ static const struct cli_opt SERVE_OPTS[] = {
       SO(p.kv_pages), 1, 1 << 30, NULL },
     { "--prefix-cache", NULL, "N", "prefix-cache entries (default 4 per sequence, 0 = off)", CLI_INT,
       SO(p.prefix_entries), 0, 1 << 24, NULL },
+    { "--kv-disk-dir", NULL, "DIR",
+      "prefix cache on disk in DIR: kept across restarts (docs/SERVING.md\n\"Disk tier\"; one process per directory)",
+      CLI_STR, SO(p.kv_disk_dir), 0, 0, NULL },
+    { "--kv-disk-budget", NULL, "SIZE", "bytes the disk tier may take (suffix K, M, G, T; default 10G)", CLI_BYTES,
+      SO(p.kv_disk_budget), 1 << 20, 1e18, NULL },
     { "--keep-finished", NULL, "N",
       "finished sequences kept as they ended, so that the next turn of a\nconversation resumes at their end (default: "
       "max-seqs, 0 = off)",

@@ -1038,6 +1038,8 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .kv_pages           = p->kv_pages,
         .prefix_entries     = p->prefix_entries,
         .keep_finished      = p->keep_finished,
+        .kv_disk_dir        = p->kv_disk_dir,
+        .kv_disk_budget     = p->kv_disk_budget,
         .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,

@@ -16,6 +16,7 @@
  * nothing: it holds the lock while it formats.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,39 @@ static void render_engine(struct srv_buf *b, const struct srv_worker_stats *ws)
                    es->revision == DSV4_REVISION_INITIAL ? "initial" : "current", es->profiling ? "on" : "off");
 }
 
+/* The prefix cache's disk tier (--kv-disk-dir); nothing when it is off. */
+static void render_kv_disk(struct srv_buf *b, const struct dsv4_sched_metrics *sm)
+{
+    static const struct {
+        const char *name, *help;
+        size_t      off;
+    } C[] = {
+        { "dsv4_kv_disk_hits_total", "Prefix-cache entries read back from disk.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_hits) },
+        { "dsv4_kv_disk_misses_total", "Disk lookups (where the RAM chain ended) that found no valid entry.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_misses) },
+        { "dsv4_kv_disk_bytes_read_total", "Bytes read from the disk tier.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_bytes_read) },
+        { "dsv4_kv_disk_bytes_written_total", "Bytes of records written to the disk tier.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_bytes_written) },
+        { "dsv4_kv_disk_evictions_total", "Disk records removed to stay within the budget.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_evictions) },
+        { "dsv4_kv_disk_corrupt_total", "Invalid disk records found and removed.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_corrupt) },
+        { "dsv4_kv_disk_write_errors_total", "Disk writes that failed (writes stop after the first).",
+          offsetof(struct dsv4_sched_metrics, kv_disk_write_errors) },
+        { "dsv4_kv_disk_writes_dropped_total", "Disk writes dropped because the write queue was full.",
+          offsetof(struct dsv4_sched_metrics, kv_disk_writes_dropped) },
+    };
+    if (!sm->kv_disk_on) return;
+    for (size_t i = 0; i < sizeof(C) / sizeof(C[0]); i++) {
+        head(b, C[i].name, "counter", C[i].help);
+        sample(b, C[i].name, NULL, (double)*(const uint64_t *)(const void *)((const char *)sm + C[i].off));
+    }
+    head(b, "dsv4_kv_disk_queue_depth", "gauge", "Disk writes queued or in progress.");
+    sample(b, "dsv4_kv_disk_queue_depth", NULL, sm->kv_disk_queue_depth);
+}
+
 /* ------------------------------------------------------------------ process */
 
 /* Resident memory in bytes (the second field of /proc/self/statm, in pages); -1 where
@@ -358,6 +392,7 @@ char *srv_metrics_render(struct srv_metrics *m, const struct srv_worker_stats *w
     sample(&b, "dsv4_steps_total", NULL, (double)sm->steps);
     head(&b, "dsv4_step_busy_seconds_total", "counter", "Time spent in scheduler steps.");
     sample(&b, "dsv4_step_busy_seconds_total", NULL, sm->busy_s);
+    render_kv_disk(&b, sm);
     render_process(&b, m);
     pthread_mutex_unlock(&m->mu);
     if (b.oom) {

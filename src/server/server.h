@@ -61,6 +61,8 @@ struct srv_params {
     int         kv_pages;        /* KV pages, 0 = enough for every sequence at full context */
     int         prefix_entries;  /* prefix-cache entries, -2 = default, 0 = off */
     int         keep_finished;   /* finished sequences kept for the next turn (-1 = max_seqs, 0 = off) */
+    const char *kv_disk_dir;     /* the prefix cache's disk tier, NULL = off */
+    uint64_t    kv_disk_budget;  /* its bytes, 0 = the scheduler's default */
     int         spec_draft;      /* speculative decoding: most MTP drafts per step, -1 = default
                                     (DSV4_SPEC_DRAFT_DEFAULT with an MTP block), 0 = off */
     int         tier_tokens[2];  /* prompts up to [0] tokens are short, up to [1] medium */
@@ -218,6 +220,8 @@ struct srv_worker_params {
     struct dsv4_engine_params engine; /* srv_params.engine, as given */
     int                 max_batch_tokens, max_prefill_tokens, kv_pages, prefix_entries, tier_tokens[2];
     int                 keep_finished;
+    const char         *kv_disk_dir;
+    uint64_t            kv_disk_budget;
     int                 spec_draft; /* -1: the default for the model */
     float               prefill_share;
     size_t              mem_limit;

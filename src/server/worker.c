@@ -107,6 +107,8 @@ static int load(struct srv_worker *w, struct dsv4_err *err)
     if (w->p.kv_pages) sp.kv_pages = w->p.kv_pages;
     if (w->p.prefix_entries != -2) sp.prefix_entries = w->p.prefix_entries;
     sp.keep_finished = w->p.keep_finished;
+    sp.kv_disk_dir    = w->p.kv_disk_dir;
+    sp.kv_disk_budget = w->p.kv_disk_budget;
     sp.spec_draft = w->p.spec_draft >= 0 ? w->p.spec_draft : w->info.has_mtp ? DSV4_SPEC_DRAFT_DEFAULT : 0;
     if (w->p.mem_limit) sp.mem_limit = w->p.mem_limit;
     if ((rc = dsv4_sched_plan(w->e, &sp, &w->plan, err))) return rc;

@@ -289,6 +289,75 @@ static void test_cached_tokens(struct test_ctx *t)
     json_decref(r[1]);
 }
 
+
+/* A 600-token greedy completion with logprobs: its token ids, logprobs and cached tokens. */
+static int disk_completion(struct tsrv *s, json_t **ids, json_t **lps)
+{
+    json_t *prompt = json_array();
+    for (int i = 0; i < 600; i++) json_array_append_new(prompt, json_integer(200 + (i * 53) % 1800));
+    json_t *req = json_pack("{s:o,s:i,s:i,s:b,s:i}", "prompt", prompt, "max_tokens", 8, "temperature", 0,
+                            "return_token_ids", 1, "logprobs", 1);
+    char   *b = json_dumps(req, JSON_COMPACT);
+    json_t *r = NULL;
+    int     cached = -1;
+    if (tsrv_post(s, "/v1/completions", b, NULL, &r) == 200) {
+        json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+        *ids       = json_incref(json_object_get(ch, "token_ids"));
+        *lps       = json_incref(json_object_get(json_object_get(ch, "logprobs"), "token_logprobs"));
+        json_t *u  = json_object_get(json_object_get(r, "usage"), "prompt_tokens_details");
+        cached     = (int)json_integer_value(json_object_get(u, "cached_tokens"));
+    }
+    free(b);
+    json_decref(req);
+    json_decref(r);
+    return cached;
+}
+
+/* --kv-disk-dir: a second server on the directory is refused at start; after SIGTERM and a
+ * restart, the same prompt resumes from disk (cached_tokens 512) with the same tokens and
+ * logprobs; the disk counters are in /metrics. */
+static void test_kv_disk_restart(struct test_ctx *t)
+{
+    if (!model_dir(t)) return;
+    char dir[600], args[800], cmd[2000];
+    snprintf(dir, sizeof(dir), "%s/srv-kvdisk", t->tmpdir);
+    snprintf(args, sizeof(args), "--max-seqs 1 --ctx 2048 --kv-disk-dir %s --kv-disk-budget 64M", dir);
+    struct tsrv s;
+    json_t     *ids[2] = { NULL, NULL }, *lps[2] = { NULL, NULL };
+    int         cached[2] = { -1, -1 };
+    for (int k = 0; k < 2; k++) {
+        if (!tsrv_start(t, &s, g_dir, args)) break;
+        cached[k] = disk_completion(&s, &ids[k], &lps[k]);
+        if (k == 0) { /* a second process on the directory */
+            snprintf(cmd, sizeof(cmd), "timeout 120 %s serve -m %s --port 0 --threads 1 %s 2>&1", getenv("DSV4_BIN"),
+                     g_dir, args);
+            FILE *f   = popen(cmd, "r");
+            char  out[8192] = "";
+            size_t n  = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+            out[n]    = 0;
+            int st    = f ? pclose(f) : -1;
+            CHECKF(st != 0 && strstr(out, dir) && strstr(out, "pid"), "second server on the directory: %d, %s", st,
+                   out);
+        } else {
+            char *text = NULL;
+            CHECK(tsrv_get(&s, "/metrics", NULL, &text) == 200);
+            CHECKF(text && tsrv_metric(text, "dsv4_kv_disk_hits_total") == 2, "disk hits %g",
+                   text ? tsrv_metric(text, "dsv4_kv_disk_hits_total") : -1.0);
+            CHECK(text && tsrv_metric(text, "dsv4_kv_disk_bytes_read_total") > 0);
+            CHECK(text && tsrv_metric(text, "dsv4_kv_disk_writes_dropped_total") == 0);
+            free(text);
+        }
+        CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
+    }
+    CHECKF(cached[0] == 0 && cached[1] == 512, "cached_tokens %d then %d, want 0 then 512", cached[0], cached[1]);
+    CHECK(ids[0] && json_array_size(ids[0]) == 8 && json_equal(ids[0], ids[1]));
+    CHECK(lps[0] && json_array_size(lps[0]) == 8 && json_equal(lps[0], lps[1]));
+    for (int k = 0; k < 2; k++) {
+        json_decref(ids[k]);
+        json_decref(lps[k]);
+    }
+}
+
 static void test_completions(struct test_ctx *t)
 {
     struct tsrv *s = main_server(t);
@@ -1069,6 +1138,7 @@ const struct test_case test_group_server[] = {
     { "process_metrics", test_process_metrics },
     { "chat_matches_engine", test_chat_matches_engine },
     { "cached_tokens", test_cached_tokens },
+    { "kv_disk_restart", test_kv_disk_restart },
     { "completions", test_completions },
     { "speculative", test_speculative },
     { "penalties_and_bias", test_penalties },
