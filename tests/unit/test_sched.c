@@ -899,8 +899,8 @@ static void disk_corrupt_and_lock(struct test_ctx *t, dsv4_engine *e, const stru
     out_init(&o, cold->vocab, true);
     disk_run(t, e, p, prompt, n, &o, &mt);
     CHECKF(same_out(&o, cold), "after a corrupted record: output differs from the cold run");
-    CHECKF(o.usage.cached_tokens == 16 && mt.kv_disk_corrupt == 1, "cached %d corrupt %llu", o.usage.cached_tokens,
-           (unsigned long long)mt.kv_disk_corrupt);
+    CHECKF(o.usage.cached_tokens == p->page_tokens && mt.kv_disk_corrupt == 1, "cached %d corrupt %llu",
+           o.usage.cached_tokens, (unsigned long long)mt.kv_disk_corrupt);
     free(o.logits);
     dsv4_sched     *a, *b = NULL;
     struct dsv4_err err;
@@ -917,47 +917,55 @@ static void disk_corrupt_and_lock(struct test_ctx *t, dsv4_engine *e, const stru
 
 /* The prefix cache's disk tier across restarts: a prompt of 3 pages + a tail is written by
  * one scheduler and, after it is freed, read back by the next one: cached tokens from
- * disk and every logit bit-identical to a cold run, for tails of every residue mod 4
- * (the ratio-16 layer's block is a whole page, so each page ends a compressed block), with
- * and without the MTP state in the snapshots (speculative decoding). A corrupted record is
- * removed and recomputed (still bit-exact); a second live scheduler on the directory is
- * refused. */
-static void test_prefix_disk_restart(struct test_ctx *t)
+ * disk and every logit bit-identical to a cold run, for tails of every residue mod 4 (each
+ * page ends a compressed block of every ratio), with and without the MTP state in the
+ * snapshots (speculative decoding). A corrupted record is removed and recomputed (still
+ * bit-exact); a second live scheduler on the directory is refused. */
+/* pages of pt, PAGES of them then tails 1, 1 + tail_step, ... up to 4; spec up to max_spec */
+static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int PAGES, int tail_step, int max_spec)
 {
-    dsv4_engine *e = open_model(t, "tiny-a");
+    dsv4_engine *e = open_model(t, preset);
     if (!e) return;
     struct dsv4_model_info info;
     dsv4_engine_info(e, &info);
-    enum { PAGES = 3, PT = 16 };
-    int32_t *prompt = prompt_tokens(PAGES * PT + 4, 777);
-    for (int spec = 0; spec <= 3; spec += 3) {
+    int32_t *prompt = prompt_tokens(PAGES * pt + 4, 777);
+    for (int spec = 0; spec <= max_spec; spec += 3) {
         char dir[300];
-        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%d", t->tmpdir, spec);
-        struct dsv4_sched_params p = small_params(1);
-        p.spec_draft               = spec;
-        p.kv_disk_dir              = dir;
-        for (int tail = 1; tail <= 4; tail++) {
-            int        n = PAGES * PT + tail;
+        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%s-%d", t->tmpdir, preset, spec);
+        struct dsv4_sched_params p = small_params(1), pc = small_params(1);
+        p.spec_draft  = spec;
+        p.kv_disk_dir = dir;
+        p.max_ctx = pc.max_ctx = (PAGES + 1) * pt + 4 + GEN;
+        p.page_tokens = pc.page_tokens = pt;
+        pc.prefix_entries = 0;
+        for (int tail = 1; tail <= 4; tail += tail_step) {
+            int        n = PAGES * pt + tail;
             struct out cold, o;
             struct dsv4_sched_metrics mt;
-            struct dsv4_sched_params  pc = small_params(1);
-            pc.prefix_entries            = 0;
             out_init(&cold, info.vocab_size, true);
             run_set(t, e, &pc, &prompt, &n, 1, GEN, &cold, NULL);
             out_init(&o, info.vocab_size, true);
             disk_run(t, e, &p, prompt, n, &o, &mt);
-            int want = tail == 1 ? 0 : PAGES * PT; /* the first run on a directory writes */
-            CHECKF(same_out(&o, &cold), "spec %d tail %d: output differs from the cold run", spec, tail);
+            int want = tail == 1 ? 0 : PAGES * pt; /* the first run on a directory writes */
+            CHECKF(same_out(&o, &cold), "%s spec %d tail %d: output differs from the cold run", preset, spec, tail);
             CHECKF(o.usage.cached_tokens == want && (int)mt.kv_disk_hit_tokens == want,
-                   "spec %d tail %d: cached %d, from disk %llu, expected %d", spec, tail, o.usage.cached_tokens,
-                   (unsigned long long)mt.kv_disk_hit_tokens, want);
-            if (tail == 4 && spec == 0) disk_corrupt_and_lock(t, e, &p, prompt, n, &cold);
+                   "%s spec %d tail %d: cached %d, from disk %llu, expected %d", preset, spec, tail,
+                   o.usage.cached_tokens, (unsigned long long)mt.kv_disk_hit_tokens, want);
+            if (tail + tail_step > 4 && spec == 0) disk_corrupt_and_lock(t, e, &p, prompt, n, &cold);
             free(cold.logits);
             free(o.logits);
         }
     }
     free(prompt);
     dsv4_engine_close(e);
+}
+
+/* tiny-a, pages of 16: the ratio-16 layer's block is a whole page; tiny-b, pages of 128: a
+ * ratio-128 block is a whole page. */
+static void test_prefix_disk_restart(struct test_ctx *t)
+{
+    disk_restart_on(t, "tiny-a", 16, 3, 1, 3);
+    disk_restart_on(t, "tiny-b", 128, 3, 1, 3);
 }
 
 const struct test_case test_group_sched[] = {
