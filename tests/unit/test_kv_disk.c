@@ -3,8 +3,9 @@
  * their published vectors, round trips with the header checked byte for byte against
  * docs/FORMAT.md, a restart, every kind of bad file (each removed, counted and logged, never
  * returned), a simulated full disk and I/O error (writes off, reads on), LRU eviction against
- * the budget, the directory lock between two stores, an unusable directory, and four threads
- * putting and getting at once (every hit compared with what was put).
+ * the budget, the directory lock between two stores, an unusable directory, four threads
+ * putting and getting at once (every hit compared with what was put); and the prefix
+ * cache's tier on it (kv_tier.h: write-behind, dropped writes, checked loads).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "kv/kv_disk.h"
+#include "kv/kv_tier.h"
 #include "test_cases.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -681,6 +683,57 @@ static void test_threads(struct test_ctx *t)
     dsv4_kv_disk_close(d);
 }
 
+
+/* ------------------------------------------------------------------ the prefix cache's tier */
+
+/* kv_tier.h on host memory: a write read back into another page and snapshot is byte-equal;
+ * a load with other token ids (a chain-hash collision) is a miss, counted; with one write
+ * buffer, a burst of writes drops what finds the buffer taken, never blocks, and every
+ * write is either on disk or counted as dropped. */
+static void test_tier(struct test_ctx *t)
+{
+    enum { PT = 16, PAGE = 1000, SNAP = 300, N = 1000 };
+    char dir[512];
+    dir_of(t, "tier", dir, sizeof(dir));
+    uint8_t                    id[32], page[PAGE], snap[SNAP], page2[PAGE], snap2[SNAP];
+    int32_t                    tok[PT], other[PT];
+    struct dsv4_kv_tier_params tp = { .dir = dir, .budget = 1 << 30, .page_tokens = PT, .page_bytes = PAGE,
+                                      .snap_bytes = SNAP, .n_buf = 1 };
+    struct dsv4_kv_tier       *tr = NULL;
+    struct dsv4_err            err;
+    ident("tier", id);
+    int rc = dsv4_kv_tier_open(&tr, &tp, id, NULL, NULL, &err);
+    CHECKF(rc == DSV4_OK, "open: %s", err.msg);
+    if (rc) return;
+    fill(page, PAGE, 1);
+    fill(snap, SNAP, 2);
+    for (int i = 0; i < PT; i++) tok[i] = 1000 + i, other[i] = tok[i] + (i == 7);
+    struct dsv4_kv_disk_meta meta = { 0, PT };
+    dsv4_kv_tier_write(tr, key_of(0), &meta, tok, page, snap);
+    dsv4_kv_tier_close(tr); /* finishes the write */
+    CHECK(dsv4_kv_tier_open(&tr, &tp, id, NULL, NULL, &err) == DSV4_OK);
+    if (!tr) return;
+    CHECK(!dsv4_kv_tier_load(tr, key_of(0), other));
+    CHECK(dsv4_kv_tier_load(tr, key_of(0), tok));
+    dsv4_kv_tier_install(tr, page2, snap2);
+    CHECK(!memcmp(page, page2, PAGE) && !memcmp(snap, snap2, SNAP));
+    CHECK(!dsv4_kv_tier_load(tr, key_of(1), tok));
+    struct dsv4_kv_tier_counters c;
+    dsv4_kv_tier_counters(tr, &c);
+    CHECKF(c.token_mismatch == 1 && c.disk.hits == 2 && c.disk.misses == 1, "mismatch %llu hits %llu misses %llu",
+           (unsigned long long)c.token_mismatch, (unsigned long long)c.disk.hits, (unsigned long long)c.disk.misses);
+    for (uint64_t i = 1; i <= N; i++) dsv4_kv_tier_write(tr, key_of(i), &meta, tok, page, snap);
+    dsv4_kv_tier_counters(tr, &c); /* drops are final once the burst returns */
+    uint64_t dropped = c.writes_dropped;
+    dsv4_kv_tier_close(tr);
+    CHECK(dsv4_kv_tier_open(&tr, &tp, id, NULL, NULL, &err) == DSV4_OK);
+    if (!tr) return;
+    dsv4_kv_tier_counters(tr, &c);
+    CHECKF(dropped > 0 && c.disk.files == 1 + N - dropped, "one buffer, %d writes: %llu dropped, %llu files", N,
+           (unsigned long long)dropped, (unsigned long long)c.disk.files);
+    dsv4_kv_tier_close(tr);
+}
+
 const struct test_case test_group_kvdisk[] = {
     { "checksums", test_checksums },
     { "round_trip", test_round_trip },
@@ -693,5 +746,6 @@ const struct test_case test_group_kvdisk[] = {
     { "unusable_dir", test_unusable_dir },
     { "crash_restart", test_crash_restart },
     { "threads", test_threads },
+    { "tier", test_tier },
     { NULL, NULL },
 };
