@@ -31,7 +31,7 @@ static size_t table_bytes(const struct dsv4_kv_dims *dims, const struct dsv4_kv_
                           int n_bucket)
 {
     size_t per_slot = sizeof(struct dsv4_seq_state) + sizeof(struct dsv4_layer_state) * (size_t)(dims->n_layer + 1) +
-                      (sizeof(uint8_t *) + sizeof(int32_t)) * (size_t)pages_per_seq + 16;
+                      (sizeof(uint8_t *) + sizeof(int32_t)) * (size_t)pages_per_seq + 24;
     size_t per_page = 3 * sizeof(int32_t);
     size_t per_node = sizeof(struct dsv4_pc_node) + sizeof(int32_t) * (size_t)p->page_tokens;
     return per_slot * (size_t)p->max_seqs + per_page * (size_t)p->n_pages + per_node * (size_t)p->n_snapshots +
@@ -103,6 +103,7 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_kv_dims *dims
     pool->slot_busy   = zalloc(sizeof(bool) * ns);
     pool->slot_node   = zalloc(sizeof(int32_t) * ns);
     pool->slot_depth  = zalloc(sizeof(int32_t) * ns);
+    pool->slot_hash   = zalloc(sizeof(uint64_t) * ns);
     pool->slot_pc_off = zalloc(sizeof(bool) * ns);
     pool->page_ref    = zalloc(sizeof(int32_t) * np);
     pool->page_next   = zalloc(sizeof(int32_t) * np);
@@ -111,7 +112,7 @@ int dsv4_kv_pool_init(struct dsv4_kv_pool *pool, const struct dsv4_kv_dims *dims
     pool->node_tok    = zalloc(sizeof(int32_t) * nn * (size_t)p->page_tokens);
     pool->bucket      = zalloc(sizeof(int32_t) * (size_t)pool->n_bucket);
     if (!pool->slot_mem || !pool->page_mem || !pool->snap_mem || !pool->seq || !pool->map || !pool->slot_free ||
-        !pool->slot_busy || !pool->slot_node || !pool->slot_depth || !pool->slot_pc_off || !pool->page_ref ||
+        !pool->slot_busy || !pool->slot_node || !pool->slot_depth || !pool->slot_hash || !pool->slot_pc_off || !pool->page_ref ||
         !pool->page_next || !pool->page_node || !pool->node || !pool->node_tok || !pool->bucket) {
         dsv4_kv_pool_free(pool);
         return dsv4_err_set(err, DSV4_ENOMEM, "cannot allocate the KV pool (%.1f MiB)",
@@ -156,6 +157,7 @@ void dsv4_kv_pool_free(struct dsv4_kv_pool *pool)
     free(pool->slot_busy);
     free(pool->slot_node);
     free(pool->slot_depth);
+    free(pool->slot_hash);
     free(pool->slot_pc_off);
     free(pool->page_ref);
     free(pool->page_next);
@@ -348,10 +350,12 @@ static int32_t find_node(const struct dsv4_kv_pool *pool, uint64_t h, int32_t pa
     return -1;
 }
 
-static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int32_t parent, const int32_t *toks)
+/* The chain hash of a page: the previous page's (prev_hash, or the seed for the first
+ * page) and this page's token ids; it and the depth key the disk tier, so pages outside the
+ * RAM cache have one too. */
+static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int k, uint64_t prev_hash, const int32_t *toks)
 {
-    uint64_t seed = parent >= 0 ? pool->node[parent].hash : CHAIN_SEED;
-    return dsv4_hash_bytes(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, seed);
+    return dsv4_hash_bytes(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, k ? prev_hash : CHAIN_SEED);
 }
 
 /* Enters a new cache entry for page id at depth k below parent, holding the cache's
@@ -382,24 +386,25 @@ static int32_t node_insert(struct dsv4_kv_pool *pool, uint64_t h, int32_t parent
     return e;
 }
 
-/* The disk tier's entry for page k of a prefix whose RAM chain ended at parent: read,
- * checked against toks, entered into the cache on a fresh page (one reference for the
- * caller's sequence, one for the cache); -1 on a miss or when no page or entry is free. */
-static int32_t disk_load(struct dsv4_kv_pool *pool, uint64_t h, int32_t parent, int k, const int32_t *toks)
+/* The disk tier's entry for page k of a prefix whose RAM chain ended at parent (in_ram:
+ * parent is the RAM entry of page k - 1, or k == 0): read, checked against toks and put on
+ * a fresh page, which enters the cache while it can take an entry (one reference for the
+ * caller's sequence, one for the cache); past that the page is the sequence's alone and its
+ * snapshot stays in the tier's last load. *e: the entry, or -1 for a page outside the
+ * cache. The page, or -1 on a miss or when no page is free. */
+static int32_t disk_load(struct dsv4_kv_pool *pool, uint64_t h, bool in_ram, int32_t parent, int k,
+                         const int32_t *toks, int32_t *e)
 {
     struct dsv4_kv_disk_key key = { h, (uint32_t)k };
+    *e                          = -1;
     if (!pool->tier || !dsv4_kv_tier_load(pool->tier, key, toks)) return -1;
     int32_t id = page_take(pool);
     if (id < 0) return -1;
-    int32_t e = node_insert(pool, h, parent, id, k, toks);
-    if (e < 0) {
-        page_unref(pool, id);
-        return -1;
-    }
+    if (in_ram) *e = node_insert(pool, h, parent, id, k, toks);
     dsv4_kv_tier_install(pool->tier, pool->page_mem + (size_t)id * pool->plan.page_bytes,
-                         pool->snap_mem + (size_t)e * pool->plan.snap_bytes);
+                         *e >= 0 ? pool->snap_mem + (size_t)*e * pool->plan.snap_bytes : NULL);
     pool->cnt.prefix_disk_loads++;
-    return e;
+    return id;
 }
 
 int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens, int n)
@@ -409,27 +414,52 @@ int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *to
     if (pool->p.n_snapshots == 0 || n < 2) return 0;
     DSV4_ASSERT(st->pos == 0 && pool->slot_depth[slot] == 0);
     pool->cnt.prefix_lookups++;
-    int     max_k = (n - 1) / pt, k = 0, from_disk = 0;
-    int32_t parent = -1;
+    int      max_k = (n - 1) / pt, k = 0, from_disk = 0;
+    int32_t  parent = -1; /* RAM entry of page k - 1 while in_ram */
+    bool     in_ram = true;
+    uint64_t h      = 0;
     if (max_k > pool->pages_per_seq) max_k = pool->pages_per_seq;
     for (; k < max_k; k++) {
         const int32_t *toks = tokens + (size_t)k * (size_t)pt;
-        uint64_t       h    = chain_hash(pool, parent, toks);
-        int32_t        e    = find_node(pool, h, parent, toks);
-        if (e >= 0) page_ref_inc(pool, pool->node[e].page);
-        else if ((e = disk_load(pool, h, parent, k, toks)) >= 0) from_disk++; /* RAM chain ended: disk */
-        else break;
-        map_page(pool, slot, k, pool->node[e].page);
+        int32_t        e    = -1, id;
+        h                   = chain_hash(pool, k, h, toks);
+        if (in_ram && (e = find_node(pool, h, parent, toks)) >= 0) {
+            id = pool->node[e].page;
+            page_ref_inc(pool, id);
+        } else if ((id = disk_load(pool, h, in_ram, parent, k, toks, &e)) >= 0) {
+            from_disk++; /* RAM chain ended: disk */
+        } else {
+            break;
+        }
+        map_page(pool, slot, k, id);
         parent = e;
+        in_ram = e >= 0;
+        pool->slot_hash[slot] = h;
     }
     if (k == 0) return 0;
-    dsv4_kv_snapshot_restore(st, pool->snap_mem + (size_t)parent * pool->plan.snap_bytes, k * pt);
+    /* the deepest page's snapshot: its entry's, or (outside the cache) the last load's */
+    const uint8_t *snap = pool->snap_mem + (size_t)parent * pool->plan.snap_bytes;
+    if (!in_ram) {
+        snap = dsv4_kv_tier_scratch_snap(pool->tier);
+        dsv4_kv_tier_install(pool->tier, NULL, (void *)snap);
+    }
+    dsv4_kv_snapshot_restore(st, snap, k * pt);
     pool->slot_node[slot]  = parent;
     pool->slot_depth[slot] = k;
     pool->cnt.prefix_hits++;
     pool->cnt.prefix_hit_tokens += (uint64_t)(k * pt);
     pool->cnt.prefix_disk_hit_tokens += (uint64_t)(from_disk * pt);
     return k * pt;
+}
+
+/* Queues page k of the slot (chain hash h) for the disk tier with the snapshot snap. */
+static void disk_write(struct dsv4_kv_pool *pool, int slot, int k, uint64_t h, const int32_t *toks, int32_t page,
+                       const uint8_t *snap)
+{
+    int                      pt   = pool->p.page_tokens;
+    struct dsv4_kv_disk_meta meta = { k ? pool->slot_hash[slot] : 0, (uint64_t)(k + 1) * (uint64_t)pt };
+    dsv4_kv_tier_write(pool->tier, (struct dsv4_kv_disk_key){ h, (uint32_t)k }, &meta, toks,
+                       pool->page_mem + (size_t)page * pool->plan.page_bytes, snap);
 }
 
 void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens)
@@ -439,14 +469,15 @@ void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *
     if (pool->slot_pc_off[slot] || st->pos == 0 || st->pos % pt != 0) return;
     int k = st->pos / pt - 1;
     if (pool->slot_depth[slot] != k) {
-        pool->slot_pc_off[slot] = true; /* an earlier page of this prefix is not in the cache */
+        pool->slot_pc_off[slot] = true; /* an earlier page of this prefix is in neither tier */
         return;
     }
     int32_t        parent = pool->slot_node[slot];
+    bool           in_ram = k == 0 || parent >= 0;
     const int32_t *toks   = tokens + (size_t)k * (size_t)pt;
-    uint64_t       h      = chain_hash(pool, parent, toks);
+    uint64_t       h      = chain_hash(pool, k, pool->slot_hash[slot], toks);
     int32_t       *m      = pool->map + (size_t)slot * (size_t)pool->pages_per_seq;
-    int32_t        e      = find_node(pool, h, parent, toks);
+    int32_t        e      = in_ram ? find_node(pool, h, parent, toks) : -1;
     if (e >= 0) {
         /* another sequence entered this prefix first: share its page (the contents are
          * identical, the forward being batch-invariant) and free ours */
@@ -456,22 +487,21 @@ void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *
             map_page(pool, slot, k, pool->node[e].page);
             page_unref(pool, own);
         }
-    } else {
-        if ((e = node_insert(pool, h, parent, m[k], k, toks)) < 0) {
-            pool->slot_pc_off[slot] = true;
-            return;
-        }
+    } else if (in_ram && (e = node_insert(pool, h, parent, m[k], k, toks)) >= 0) {
         uint8_t *snap = pool->snap_mem + (size_t)e * pool->plan.snap_bytes;
         dsv4_kv_snapshot_save(st, snap);
-        if (pool->tier) {
-            struct dsv4_kv_disk_meta meta = { parent >= 0 ? pool->node[parent].hash : 0,
-                                              (uint64_t)(k + 1) * (uint64_t)pt };
-            dsv4_kv_tier_write(pool->tier, (struct dsv4_kv_disk_key){ h, (uint32_t)k }, &meta, toks,
-                               pool->page_mem + (size_t)m[k] * pool->plan.page_bytes, snap);
-        }
+        if (pool->tier) disk_write(pool, slot, k, h, toks, m[k], snap);
+    } else if (pool->tier) { /* no RAM entry for it: the disk tier alone keeps the prefix going */
+        uint8_t *snap = dsv4_kv_tier_scratch_snap(pool->tier);
+        dsv4_kv_snapshot_save(st, snap);
+        disk_write(pool, slot, k, h, toks, m[k], snap);
+    } else {
+        pool->slot_pc_off[slot] = true;
+        return;
     }
     pool->slot_node[slot]  = e;
     pool->slot_depth[slot] = k + 1;
+    pool->slot_hash[slot]  = h;
 }
 
 void dsv4_kv_prefix_clear(struct dsv4_kv_pool *pool)

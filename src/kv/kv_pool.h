@@ -83,8 +83,10 @@ struct dsv4_kv_pool {
     int32_t                   *slot_free; /* [max_seqs] stack of free slots */
     int                        n_slot_free;
     bool                      *slot_busy; /* [max_seqs] */
-    int32_t                   *slot_node; /* [max_seqs] deepest cache entry of the slot's prefix, -1 */
-    int32_t                   *slot_depth;/* [max_seqs] pages of the slot's prefix in the cache */
+    int32_t                   *slot_node; /* [max_seqs] deepest cache entry of the slot's prefix; -1
+                                           * with slot_depth > 0: the prefix goes on on disk only */
+    int32_t                   *slot_depth;/* [max_seqs] pages of the slot's prefix in the cache or on disk */
+    uint64_t                  *slot_hash; /* [max_seqs] chain hash of page slot_depth - 1 */
     bool                      *slot_pc_off; /* [max_seqs] stop publishing this slot's pages */
     int32_t                   *page_ref;  /* [n_pages] */
     int32_t                   *page_next; /* [n_pages] free-list link */
@@ -132,8 +134,11 @@ int dsv4_kv_reserve(struct dsv4_kv_pool *pool, int slot, int pos_end);
  * that leaves at least one token to evaluate, restores its snapshot and returns the
  * positions resumed (0 on a miss or with the cache off); where the RAM chain ends, the
  * disk tier (pool->tier) is asked for the next pages, which enter the cache as if
- * published. Publish: once the slot's position is a page boundary, enters the page just
- * completed (tokens: the slot's tokens so far) and queues a new entry for the disk tier. */
+ * published while it has entries, and past that are read into the slot's own pages (only
+ * the deepest one's snapshot is restored). Publish: once the slot's position is a page
+ * boundary, enters the page just completed (tokens: the slot's tokens so far) and queues
+ * it for the disk tier; when the cache has no entry for it (or for an earlier page of the
+ * prefix), the disk tier still gets it, its snapshot taken into the tier's scratch. */
 int  dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens, int n);
 void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens);
 /* Evicts every evictable cache entry (tests; memory pressure relief). */

@@ -25,7 +25,9 @@ struct dsv4_kv_tier {
     struct dsv4_kv_mem   mem;
     int                  page_tokens;
     size_t               tok_bytes, page_bytes, snap_bytes, payload;
-    uint8_t             *rbuf;       /* [payload] the last load (stepping thread) */
+    uint8_t             *rbuf[2];    /* [payload] reads alternate, so the last good one stays */
+    int                  last;       /* rbuf of the last successful load */
+    uint8_t             *scratch;    /* [snap_bytes] in KV memory: a snapshot outside the cache */
     uint64_t             token_mismatch;
     pthread_t            writer;
     bool                 started;
@@ -73,7 +75,9 @@ static void tier_free(struct dsv4_kv_tier *t)
     free(t->job);
     free(t->free_stack);
     free(t->queue);
-    free(t->rbuf);
+    free(t->rbuf[0]);
+    free(t->rbuf[1]);
+    if (t->scratch) dsv4_kv_mem_free(&t->mem, t->scratch, t->snap_bytes);
     dsv4_kv_disk_close(t->disk);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
@@ -85,8 +89,10 @@ static bool alloc_buffers(struct dsv4_kv_tier *t)
     t->job        = calloc((size_t)t->n_buf, sizeof(*t->job));
     t->free_stack = calloc((size_t)t->n_buf, sizeof(int));
     t->queue      = calloc((size_t)t->n_buf, sizeof(int));
-    t->rbuf       = malloc(t->payload);
-    if (!t->job || !t->free_stack || !t->queue || !t->rbuf) return false;
+    t->rbuf[0]    = malloc(t->payload);
+    t->rbuf[1]    = malloc(t->payload);
+    t->scratch    = dsv4_kv_mem_alloc(&t->mem, t->snap_bytes);
+    if (!t->job || !t->free_stack || !t->queue || !t->rbuf[0] || !t->rbuf[1] || !t->scratch) return false;
     for (int i = 0; i < t->n_buf; i++) {
         if (!(t->job[i].buf = malloc(t->payload))) return false;
         t->free_stack[t->n_free++] = i;
@@ -181,22 +187,30 @@ bool dsv4_kv_tier_load(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, cons
     struct dsv4_kv_disk_meta meta;
     struct dsv4_err          err;
     size_t                   len = 0;
-    int                      rc  = dsv4_kv_disk_get(t->disk, key, &meta, t->rbuf, t->payload, &len, &err);
+    uint8_t                 *buf = t->rbuf[t->last ^ 1];
+    int                      rc  = dsv4_kv_disk_get(t->disk, key, &meta, buf, t->payload, &len, &err);
     if (rc != DSV4_OK || len != t->payload) return false; /* a longer payload reads as ERANGE */
-    if (memcmp(t->rbuf, tokens, t->tok_bytes) != 0) {
+    if (memcmp(buf, tokens, t->tok_bytes) != 0) {
         pthread_mutex_lock(&t->mu);
         t->token_mismatch++;
         pthread_mutex_unlock(&t->mu);
         return false;
     }
+    t->last ^= 1;
     return true;
 }
 
 void dsv4_kv_tier_install(struct dsv4_kv_tier *t, void *page, void *snap)
 {
-    to_kv(&t->mem, page, t->rbuf + t->tok_bytes, t->page_bytes);
-    to_kv(&t->mem, snap, t->rbuf + t->tok_bytes + t->page_bytes, t->snap_bytes);
+    const uint8_t *buf = t->rbuf[t->last];
+    if (page) to_kv(&t->mem, page, buf + t->tok_bytes, t->page_bytes);
+    if (snap) to_kv(&t->mem, snap, buf + t->tok_bytes + t->page_bytes, t->snap_bytes);
     if (t->mem.kind && t->mem.kind->sync) t->mem.kind->sync(t->mem.impl); /* rbuf is reused */
+}
+
+void *dsv4_kv_tier_scratch_snap(struct dsv4_kv_tier *t)
+{
+    return t->scratch;
 }
 
 void dsv4_kv_tier_counters(struct dsv4_kv_tier *t, struct dsv4_kv_tier_counters *c)

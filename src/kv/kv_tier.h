@@ -19,7 +19,7 @@
  * queues it; a writer thread puts it to the store. No free buffer: the write is dropped and
  * counted, decode never waits for the disk. Reads are synchronous on the stepping thread
  * (the asynchronous load is still to do): the record is read into a host buffer, checked,
- * then uploaded into the page and snapshot the pool allocated for it.
+ * then uploaded into the page (and, where needed, the snapshot) the pool allocated for it.
  *
  * Threads: write, load and install belong to the stepping thread; counters may be read
  * from any thread.
@@ -59,11 +59,17 @@ void dsv4_kv_tier_close(struct dsv4_kv_tier *t);
  * or drops it when every buffer is taken. */
 void dsv4_kv_tier_write(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, const struct dsv4_kv_disk_meta *meta,
                         const int32_t *tokens, const void *page, const void *snap);
-/* Reads the record of key into the tier's read buffer: true when it exists, is whole and
- * holds exactly these token ids. */
+/* Reads the record of key into a read buffer: true when it exists, is whole and holds
+ * exactly these token ids; it is then the last successful load (a failed load leaves the
+ * previous one in place, so a chain's deepest snapshot can be installed after its end is
+ * found). */
 bool dsv4_kv_tier_load(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, const int32_t *tokens);
-/* Uploads the page and snapshot of the last successful load into KV memory. */
+/* Uploads the page and the snapshot of the last successful load into KV memory; either
+ * may be NULL (a page in the middle of a chain needs no snapshot). */
 void dsv4_kv_tier_install(struct dsv4_kv_tier *t, void *page, void *snap);
+/* One snapshot's room in KV memory (snap_bytes) for the stepping thread: the snapshot of a
+ * page written to disk without a RAM cache entry, or restored from one loaded so. */
+void *dsv4_kv_tier_scratch_snap(struct dsv4_kv_tier *t);
 
 void dsv4_kv_tier_counters(struct dsv4_kv_tier *t, struct dsv4_kv_tier_counters *c);
 

@@ -921,8 +921,10 @@ static void disk_corrupt_and_lock(struct test_ctx *t, dsv4_engine *e, const stru
  * page ends a compressed block of every ratio), with and without the MTP state in the
  * snapshots (speculative decoding). A corrupted record is removed and recomputed (still
  * bit-exact); a second live scheduler on the directory is refused. */
-/* pages of pt, PAGES of them then tails 1, 1 + tail_step, ... up to 4; spec up to max_spec */
-static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int PAGES, int tail_step, int max_spec)
+/* pages of pt, PAGES of them then tails 1, 1 + tail_step, ... up to 4; spec up to max_spec;
+ * entries: the RAM cache's entry count (-1: the default, more than PAGES) */
+static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int PAGES, int tail_step, int max_spec,
+                            int entries)
 {
     dsv4_engine *e = open_model(t, preset);
     if (!e) return;
@@ -931,9 +933,10 @@ static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int 
     int32_t *prompt = prompt_tokens(PAGES * pt + 4, 777);
     for (int spec = 0; spec <= max_spec; spec += 3) {
         char dir[300];
-        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%s-%d", t->tmpdir, preset, spec);
+        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%s-%d-%d", t->tmpdir, preset, spec, entries);
         struct dsv4_sched_params p = small_params(1), pc = small_params(1);
-        p.spec_draft  = spec;
+        p.spec_draft     = spec;
+        p.prefix_entries = entries;
         p.kv_disk_dir = dir;
         p.max_ctx = pc.max_ctx = (PAGES + 1) * pt + 4 + GEN;
         p.page_tokens = pc.page_tokens = pt;
@@ -961,11 +964,15 @@ static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int 
 }
 
 /* tiny-a, pages of 16: the ratio-16 layer's block is a whole page; tiny-b, pages of 128: a
- * ratio-128 block is a whole page. */
+ * ratio-128 block is a whole page. Then a prompt of 6 pages through a RAM cache of 2
+ * entries: the disk tier still gets every page (4 of them without a RAM entry), and after
+ * the restart all 6 come back, the first 2 into the cache and the rest into the sequence's
+ * own pages, the 6th's snapshot restored. */
 static void test_prefix_disk_restart(struct test_ctx *t)
 {
-    disk_restart_on(t, "tiny-a", 16, 3, 1, 3);
-    disk_restart_on(t, "tiny-b", 128, 3, 1, 3);
+    disk_restart_on(t, "tiny-a", 16, 3, 1, 3, -1);
+    disk_restart_on(t, "tiny-b", 128, 3, 1, 3, -1);
+    disk_restart_on(t, "tiny-a", 16, 6, 3, 3, 2);
 }
 
 const struct test_case test_group_sched[] = {
