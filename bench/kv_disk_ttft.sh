@@ -91,4 +91,4 @@ row disk-device "$dev"
 bytes=$(du -sb "$tmp/kv" | cut -f1)
 files=$(find "$tmp/kv" -name '*.kvc' | wc -l)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $("$bin" ops 2>/dev/null | sed -n 's/^backend: //p')"
-echo "disk: $bytes bytes in $files records for $n tokens: $(awk -v b="$bytes" -v n="$n" 'BEGIN { printf "%.1f", b / n * 1024 / 1048576 }') MiB per 1k tokens"
+echo "disk: $bytes bytes in $files records for $n tokens: $(awk -v b="$bytes" -v n="$n" 'BEGIN { printf "%.2f", b / n * 1024 / 1048576 }') MiB per 1k tokens"
