@@ -124,21 +124,23 @@ async function streamsAnswer(page, bodies) {
 }
 
 // A long generation (ignore_eos added on the way, so that the model cannot end it first),
-// stopped once text has arrived.
+// stopped once text has arrived. The body is changed by wrapping the page's fetch, not by
+// request interception: Chromium does not always stream an intercepted response to the page
+// (seen here: the whole answer arrived at once, after the generation had ended).
 async function stopWorks(page, w) {
   await setField(page, "max-tokens", "3000");
-  await page.setRequestInterception(true);
-  const handler = (r) => {
-    if (r.isInterceptResolutionHandled()) return;
-    if (r.url().endsWith(CHAT) && r.method() === "POST") {
-      const body = JSON.parse(r.postData());
-      body.ignore_eos = true;
-      r.continue({ postData: JSON.stringify(body) });
-    } else {
-      r.continue();
-    }
-  };
-  page.on("request", handler);
+  await page.evaluate((chat) => {
+    const plain = window.fetch;
+    window.__plainFetch = plain;
+    window.fetch = (url, opts) => {
+      if (new URL(String(url), location.href).pathname === chat && opts && typeof opts.body === "string") {
+        const body = JSON.parse(opts.body);
+        body.ignore_eos = true;
+        opts = Object.assign({}, opts, { body: JSON.stringify(body) });
+      }
+      return plain(url, opts);
+    };
+  }, CHAT);
   w.allow = (s) => /ERR_ABORTED/.test(s) && s.includes(CHAT);
   await page.type("#prompt", "In the beginning");
   await page.click("#send");
@@ -157,8 +159,7 @@ async function stopWorks(page, w) {
   check(n1 === n2 && n1 < 3000 * 2, `the answer stopped growing after Stop (${n1} then ${n2} chars)`);
   check((await lastNote(page)) === "stopped", "the stopped turn says so: " + (await lastNote(page)));
   check(await page.$eval("#send", (b) => !b.disabled), "Send is enabled again after Stop");
-  page.off("request", handler);
-  await page.setRequestInterception(false);
+  await page.evaluate(() => { window.fetch = window.__plainFetch; });
   w.allow = () => false;
   await setField(page, "max-tokens", "24");
   await ask(page, "And he said");
