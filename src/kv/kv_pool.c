@@ -351,11 +351,24 @@ static int32_t find_node(const struct dsv4_kv_pool *pool, uint64_t h, int32_t pa
 }
 
 /* The chain hash of a page: the previous page's (prev_hash, or the seed for the first
- * page) and this page's token ids; it and the depth key the disk tier, so pages outside the
- * RAM cache have one too. */
+ * page), the depth and this page's token ids; it and the depth key the disk tier, so pages
+ * outside the RAM cache have one too. The RAM cache compares the parent entry and the ids
+ * exactly, but a disk record is found by this key alone (and its own page's ids), so the key
+ * is cryptographic: the first 64 bits of SHA-256 over (prev_hash, k, SHA-256 of the ids).
+ * Making another prefix's record answer for a victim's prefix takes a second preimage of
+ * those 64 bits, not the trivial collision of a non-cryptographic hash. About 3 us a page. */
 static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int k, uint64_t prev_hash, const int32_t *toks)
 {
-    return dsv4_hash_bytes(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, k ? prev_hash : CHAIN_SEED);
+    uint8_t  in[8 + 4 + 32], out[32];
+    uint64_t prev = k ? prev_hash : CHAIN_SEED;
+    uint32_t kk   = (uint32_t)k;
+    memcpy(in, &prev, 8);
+    memcpy(in + 8, &kk, 4);
+    dsv4_sha256(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, in + 12);
+    dsv4_sha256(in, sizeof(in), out);
+    uint64_t h;
+    memcpy(&h, out, 8);
+    return h;
 }
 
 /* Enters a new cache entry for page id at depth k below parent, holding the cache's
@@ -397,9 +410,16 @@ static int32_t disk_load(struct dsv4_kv_pool *pool, uint64_t h, bool in_ram, int
 {
     struct dsv4_kv_disk_key key = { h, (uint32_t)k };
     *e                          = -1;
-    if (!pool->tier || !dsv4_kv_tier_load(pool->tier, key, toks)) return -1;
+    if (!pool->tier) return -1;
+    /* the page first: a load makes the record the tier's "last load", whose snapshot attach
+     * restores when the chain ends outside the cache; a page not to be had after the load
+     * would end the chain at k - 1 with page k's snapshot in its place */
     int32_t id = page_take(pool);
     if (id < 0) return -1;
+    if (!dsv4_kv_tier_load(pool->tier, key, toks)) {
+        page_unref(pool, id);
+        return -1;
+    }
     if (in_ram) *e = node_insert(pool, h, parent, id, k, toks);
     dsv4_kv_tier_install(pool->tier, pool->page_mem + (size_t)id * pool->plan.page_bytes,
                          *e >= 0 ? pool->snap_mem + (size_t)*e * pool->plan.snap_bytes : NULL);

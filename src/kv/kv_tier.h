@@ -4,8 +4,8 @@
  * RAM chain ends, so that a prefix outlives eviction and restarts.
  *
  * The payload of one entry (docs/FORMAT.md, "Prefix cache payload"), in this order:
- *   tokens   [page_tokens] int32 little-endian: the page's token ids (a hit compares them,
- *            so a chain-hash collision never gives a false hit)
+ *   tokens   [page_tokens] int32 little-endian: the page's token ids (a hit compares them;
+ *            the key itself is a SHA-256 chain, kv_pool.c chain_hash)
  *   page     [page_bytes]  the pool page as it lies in KV memory (kv.h: every layer's
  *            compressed rows and indexer keys)
  *   snapshot [snap_bytes]  the snapshot at the page's end, as the RAM cache keeps it (kv.h:

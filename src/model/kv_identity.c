@@ -6,9 +6,13 @@
  *
  * Hashed, as text: the payload version, the revision, the row format, whether the
  * checkpoint has MTP and whether the snapshots carry its state, DSV4_SPEC_MAX_DRAFT (ring
- * rows), the page size, page and snapshot bytes, the KV dims, the bytes of config.json, and
- * every tensor's name, dtype and shape (the headers, not the data: hashing the weights would
- * cost a full read of the checkpoint at every start-up).
+ * rows), the page size, page and snapshot bytes, the KV dims, the bytes of config.json,
+ * every tensor's name, dtype and shape, and a sample of its data: its first and last 64 bytes
+ * (a fine-tune or a re-conversion with the same shapes changes them; hashing every weight
+ * would cost a full read of the checkpoint at every start-up). And `compute`: the backend,
+ * its level and the options that choose kernels (the caller's text), since the levels agree
+ * to a tolerance, not to the bit (docs/BACKENDS.md): KV written at one level and resumed at
+ * another would not be the bits a cold run there computes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +21,8 @@
 #include "kv/kv_disk.h"
 #include "model/runtime.h"
 
-enum { KV_PAYLOAD_VERSION = 1 }; /* bump when kv.h's page or snapshot layout changes */
+/* bump when kv.h's page or snapshot layout, or the meaning of a key, changes (2: SHA-256 chain keys) */
+enum { KV_PAYLOAD_VERSION = 2 };
 
 struct text {
     char  *p;
@@ -61,12 +66,23 @@ static void put_config(struct text *t, const struct dsv4_model *m)
     free(path);
 }
 
-int dsv4_model_kv_identity(const struct dsv4_model *m, bool mtp_state, int page_tokens, size_t page_bytes,
-                           size_t snap_bytes, uint8_t out[DSV4_KV_DISK_ID_BYTES])
+/* A tensor's first and last 64 bytes (fewer when it is smaller). */
+static void put_sample(struct text *t, const struct dsv4_tensor *tn)
+{
+    if (!tn->data || !tn->nbytes) return;
+    size_t n = tn->nbytes < 64 ? tn->nbytes : 64;
+    put(t, tn->data, n);
+    put(t, (const uint8_t *)tn->data + tn->nbytes - n, n);
+}
+
+int dsv4_model_kv_identity(const struct dsv4_model *m, const char *compute, bool mtp_state, int page_tokens,
+                           size_t page_bytes, size_t snap_bytes, uint8_t out[DSV4_KV_DISK_ID_BYTES])
 {
     struct text               t = { 0 };
     const struct dsv4_kv_dims *k = &m->cfg.kv;
     putv(&t, "dsv4 kv payload", KV_PAYLOAD_VERSION);
+    put(&t, compute, strlen(compute));
+    put(&t, "\n", 1);
     putv(&t, "revision", m->revision);
     putv(&t, "row_fmt", m->row_fmt);
     putv(&t, "has_mtp", m->w.has_mtp);
@@ -89,6 +105,7 @@ int dsv4_model_kv_identity(const struct dsv4_model *m, bool mtp_state, int page_
         dsv4_shape_str(tn->ndim, tn->shape, shape, sizeof(shape));
         put(&t, shape, strlen(shape));
         put(&t, "\n", 1);
+        put_sample(&t, tn);
     }
     if (t.oom) {
         free(t.p);

@@ -207,10 +207,11 @@ const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 const struct dsv4_logger *dsv4_engine_logger(const dsv4_engine *e);
 
 /* The identity of this model's prefix-cache payloads on disk (kv_identity.c): SHA-256 over
- * what shapes a page and a snapshot. mtp_state: the snapshots carry the MTP block's state.
+ * what shapes a page and a snapshot and what computes it (compute: the backend, its level
+ * and its kernel options, as text). mtp_state: the snapshots carry the MTP block's state.
  * DSV4_ENOMEM only. */
-int dsv4_model_kv_identity(const struct dsv4_model *m, bool mtp_state, int page_tokens, size_t page_bytes,
-                           size_t snap_bytes, uint8_t out[32]);
+int dsv4_model_kv_identity(const struct dsv4_model *m, const char *compute, bool mtp_state, int page_tokens,
+                           size_t page_bytes, size_t snap_bytes, uint8_t out[32]);
 int                      dsv4_session_set_dump(dsv4_session *s, struct dsv4_dump_sink sink, struct dsv4_err *err);
 
 /* KV memory from the model's backend. */

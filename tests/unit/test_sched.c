@@ -963,6 +963,60 @@ static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int 
     dsv4_engine_close(e);
 }
 
+/* The free pages run out part-way through a disk chain: a kept sequence (Q) holds most of
+ * the pool and both RAM cache entries, so P's pages come from disk into its own pages until
+ * none is free. What resumes must still be P's state at the page where the chain stopped
+ * (once the tier's last read was a page too far, and its snapshot was restored there), and
+ * the output must be a cold run's. */
+static void disk_page_shortage(struct test_ctx *t)
+{
+    dsv4_engine *e = open_model(t, "tiny-a");
+    if (!e) return;
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    enum { PT = 16, PAGES = 6 };
+    int      np = PAGES * PT + 2, nq = 3 * PT + 2;
+    int32_t *p_tok = prompt_tokens(np, 777), *q_tok = prompt_tokens(nq, 4242);
+    char     dir[300];
+    snprintf(dir, sizeof(dir), "%s/sched-kvdisk-shortage", t->tmpdir);
+    struct dsv4_sched_params w = small_params(2), pc = small_params(1);
+    w.page_tokens = pc.page_tokens = PT;
+    w.max_ctx = pc.max_ctx = (PAGES + 1) * PT + 4 + GEN;
+    w.kv_disk_dir          = dir;
+    pc.prefix_entries      = 0;
+    struct out                cold, o, oq;
+    struct dsv4_sched_metrics mt;
+    out_init(&cold, info.vocab_size, true);
+    run_set(t, e, &pc, &p_tok, &np, 1, GEN, &cold, NULL);
+    out_init(&o, info.vocab_size, true);
+    disk_run(t, e, &w, p_tok, np, &o, &mt); /* writes P's pages */
+    free(o.logits);
+    struct dsv4_sched_params r = w;
+    r.prefix_entries = 2;
+    r.keep_finished  = 1;
+    r.kv_pages       = (np + GEN + PT - 1) / PT; /* P fits only once Q is gone */
+    dsv4_sched     *s;
+    struct dsv4_err err;
+    if (dsv4_sched_create(e, &r, &s, &err)) {
+        CHECKF(0, "create: %s", err.msg);
+    } else {
+        out_init(&oq, info.vocab_size, false);
+        submit(t, s, q_tok, nq, GEN, &oq);
+        step_until_idle(t, s, 500);
+        out_init(&o, info.vocab_size, true);
+        submit(t, s, p_tok, np, GEN, &o);
+        step_until_idle(t, s, 500);
+        CHECKF(same_out(&o, &cold), "a disk chain cut short by the free pages: output differs from the cold run");
+        dsv4_sched_free(s);
+        free(o.logits);
+        free(oq.logits);
+    }
+    free(cold.logits);
+    free(p_tok);
+    free(q_tok);
+    dsv4_engine_close(e);
+}
+
 /* tiny-a, pages of 16: the ratio-16 layer's block is a whole page; tiny-b, pages of 128: a
  * ratio-128 block is a whole page. Then a prompt of 6 pages through a RAM cache of 2
  * entries: the disk tier still gets every page (4 of them without a RAM entry), and after
@@ -973,6 +1027,7 @@ static void test_prefix_disk_restart(struct test_ctx *t)
     disk_restart_on(t, "tiny-a", 16, 3, 1, 3, -1);
     disk_restart_on(t, "tiny-b", 128, 3, 1, 3, -1);
     disk_restart_on(t, "tiny-a", 16, 6, 3, 3, 2);
+    disk_page_shortage(t);
 }
 
 const struct test_case test_group_sched[] = {
