@@ -9,6 +9,8 @@
  * bad_files: a truncated file, a flipped payload byte, a flipped header byte, another
  * version, another model's file (tiny-b's into tiny-a), a missing file: each a clear
  * DSV4_E* error and the session left reset.
+ * chat_resume: `dsv4 chat --save` after one turn, then `--load` in a new process: it says it
+ * resumed and its greedy reply to the second turn is the one a single process gives.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,8 +201,53 @@ done:
     dsv4_engine_close(eb);
 }
 
+/* ------------------------------------------------------------------ dsv4 chat */
+
+static char *chat_run(struct test_ctx *t, const char *lines, const char *opts)
+{
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "printf '%s' | %s chat -m models/kjv-v4-tiny -n 12 --temp 0%s %s 2>&1",
+             lines, getenv("DSV4_BIN"), test_backend_arg(), opts);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc == 0 && out, "%s: exit %d\n%s", cmd, rc, out ? out : "");
+    return out;
+}
+
+/* The last line of out (the reply to the last turn), cut in place. */
+static const char *last_line(char *out)
+{
+    size_t n = strlen(out);
+    while (n && out[n - 1] == '\n') out[--n] = 0;
+    char *nl = strrchr(out, '\n');
+    return nl ? nl + 1 : out;
+}
+
+static void test_chat_resume(struct test_ctx *t)
+{
+    if (!getenv("DSV4_BIN")) {
+        CHECKF(0, "DSV4_BIN not set (run through make test)");
+        return;
+    }
+    char save[600], opts[1300];
+    snprintf(save, sizeof(save), "%s/chat-session", t->tmpdir);
+    char *both = chat_run(t, "In the beginning\\nAnd God said\\n", "");
+    snprintf(opts, sizeof(opts), "--save %s", save);
+    char *first = chat_run(t, "In the beginning\\n", opts);
+    snprintf(opts, sizeof(opts), "--load %s", save);
+    char *resumed = chat_run(t, "And God said\\n", opts);
+    if (both && first && resumed) {
+        CHECKF(strstr(resumed, "resumed") && strstr(resumed, ": 1 turns,"), "no resume line:\n%s", resumed);
+        const char *want = last_line(both), *got = last_line(resumed);
+        CHECKF(!strcmp(want, got), "second reply after a resume \"%s\", in one process \"%s\"", got, want);
+    }
+    free(both);
+    free(first);
+    free(resumed);
+}
+
 const struct test_case test_group_session[] = {
     { "resume_bit_exact", test_resume_bit_exact },
     { "bad_files", test_bad_files },
+    { "chat_resume", test_chat_resume },
     { NULL, NULL },
 };
