@@ -217,6 +217,21 @@ int dsv4_session_pos(const dsv4_session *s);
 /* Forgets every token (keeps the memory). */
 void dsv4_session_reset(dsv4_session *s);
 
+/* Saves the session at its position to path (src/engine/session_file.c; docs/FORMAT.md
+ * "Saved sessions"): tokens [n_tokens] (the ids it holds, n_tokens == its position), the KV
+ * pages in use, the per-sequence state and the last logits, written crash-safely (a temp
+ * file renamed over path). DSV4_EINVAL: n_tokens is not the position; DSV4_EIO: the write. */
+int dsv4_session_save(const dsv4_session *s, const char *path, const int32_t *tokens, int n_tokens,
+                      struct dsv4_err *err);
+/* Resets the session and loads a file dsv4_session_save wrote for the same model and session
+ * parameters (context, MTP): its tokens into tokens[0, cap), their count into *n_tokens; the
+ * next eval continues bit-exactly where the saved session stood, and dsv4_session_logits()
+ * is the saved row. Every byte is verified: DSV4_EIO (cannot read), DSV4_EFORMAT (truncated,
+ * corrupted, another model's or another version's, or not fitting this session or cap); on
+ * any error the session stays reset. */
+int dsv4_session_load(dsv4_session *s, const char *path, int32_t *tokens, int cap, int *n_tokens,
+                      struct dsv4_err *err);
+
 /* ==================================================================================== */
 /* Sampling (src/sched/sampler.c)                                                       */
 /* ==================================================================================== */

@@ -14,8 +14,16 @@
  * Ctrl-C clears the line, Ctrl-D on an empty line (or end of input) leaves. Otherwise lines
  * are read plainly, so a conversation can be scripted through a pipe. Lines starting with
  * '/' are commands: /reset, /quit, /help.
+ *
+ * --save FILE writes the conversation after each reply and at exit: the session
+ * (dsv4_session_save: its tokens, KV and last logits) to FILE and the turns' text to
+ * FILE.turns (JSON), both crash-safely. --load FILE resumes from them at start, so the next
+ * user turn evaluates only its own tokens; a file that fails a check is reported and the
+ * conversation starts empty.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -221,6 +229,8 @@ struct chat {
     int                        n_held, ctx;
     long long                  max_reply;
     int                        spec; /* --spec-draft */
+    const char                *save; /* --save FILE */
+    char                      *loaded_system; /* --load's system text (owned) */
 };
 
 static volatile sig_atomic_t interrupted;
@@ -314,6 +324,88 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 }
 
 /* One exchange: the user's line in, the streamed reply out. */
+/* ------------------------------------------------------------------ --save / --load */
+
+static json_t *turns_json(const struct chat *c)
+{
+    json_t *turns = json_array();
+    for (int i = 0; i < c->n_turns; i++) {
+        const struct turn *t = &c->turns[i];
+        json_array_append_new(turns, json_pack("{s:s, s:s?, s:s?}", "user", t->user, "reply", t->reply,
+                                               "reasoning", t->reasoning));
+    }
+    return json_pack("{s:i, s:s?, s:b, s:o}", "version", 1, "system", c->system, "think",
+                     c->cp.mode == DSV4_CHAT_MODE_THINKING, "turns", turns);
+}
+
+/* FILE.turns written crash-safely (temp, fsync, rename); false with errno. */
+static bool save_turns(const struct chat *c, const char *path)
+{
+    char tmp[4200], dst[4200];
+    snprintf(dst, sizeof(dst), "%s.turns", path);
+    snprintf(tmp, sizeof(tmp), "%s.turns.tmp.%ld", path, (long)getpid());
+    json_t *j  = turns_json(c);
+    FILE   *f  = j ? fopen(tmp, "w") : NULL;
+    bool    ok = f && json_dumpf(j, f, JSON_INDENT(1)) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    json_decref(j);
+    if (ok && rename(tmp, dst) == 0) return true;
+    unlink(tmp);
+    return false;
+}
+
+static void save_chat(struct chat *c, const char *path)
+{
+    struct dsv4_err err;
+    if (dsv4_session_pos(c->s) != c->n_held) return; /* cannot happen: held mirrors the session */
+    if (!save_turns(c, path)) fprintf(stderr, "dsv4 chat: cannot save %s.turns: %s\n", path, strerror(errno));
+    else if (dsv4_session_save(c->s, path, c->held, c->n_held, &err))
+        fprintf(stderr, "dsv4 chat: %s\n", err.msg);
+}
+
+/* The turns of FILE.turns into c; false with a message in why. */
+static bool load_turns(struct chat *c, const char *path, char *why, size_t cap)
+{
+    char         name[4200];
+    json_error_t je;
+    snprintf(name, sizeof(name), "%s.turns", path);
+    json_t *j = json_load_file(name, 0, &je), *turns = json_object_get(j, "turns");
+    if (!j || !json_is_array(turns) || json_integer_value(json_object_get(j, "version")) != 1) {
+        snprintf(why, cap, "%s: %s", name, j ? "not a version 1 turns file" : je.text);
+        json_decref(j);
+        return false;
+    }
+    size_t n = json_array_size(turns);
+    c->turns = calloc(n ? n : 1, sizeof(*c->turns));
+    c->cap_turns = (int)(n ? n : 1);
+    for (size_t i = 0; c->turns && i < n; i++) {
+        const char *u = NULL, *r = NULL, *rs = NULL;
+        json_unpack(json_array_get(turns, i), "{s?s, s?s, s?s}", "user", &u, "reply", &r, "reasoning", &rs);
+        c->turns[c->n_turns++] = (struct turn){ strdup(u ? u : ""), r ? strdup(r) : NULL, rs ? strdup(rs) : NULL };
+    }
+    const char *sys = json_string_value(json_object_get(j, "system"));
+    if (sys && !c->system) c->system = c->loaded_system = strdup(sys);
+    if (json_is_true(json_object_get(j, "think"))) c->cp.mode = DSV4_CHAT_MODE_THINKING;
+    json_decref(j);
+    return c->turns != NULL;
+}
+
+static void load_chat(struct chat *c, const char *path)
+{
+    struct dsv4_err err;
+    char            why[4800];
+    int             n = 0;
+    if (dsv4_session_load(c->s, path, c->held, c->ctx, &n, &err)) {
+        fprintf(stderr, "dsv4 chat: not resumed: %s\n", err.msg);
+    } else if (!load_turns(c, path, why, sizeof(why))) {
+        fprintf(stderr, "dsv4 chat: not resumed: %s\n", why);
+        dsv4_session_reset(c->s);
+    } else {
+        c->n_held = n;
+        fprintf(stderr, "dsv4 chat: resumed %s: %d turns, %d tokens held\n", path, c->n_turns, n);
+    }
+}
+
 static int exchange(struct chat *c, const char *line)
 {
     struct dsv4_err err;
@@ -403,13 +495,14 @@ static int exchange(struct chat *c, const char *line)
     } else {
         t->reply = reply;
     }
+    if (c->save) save_chat(c, c->save);
     return DSV4_OK;
 }
 
 /* ------------------------------------------------------------------ the command */
 
 struct chat_opts {
-    const char *dir, *system;
+    const char *dir, *system, *save, *load;
     int         max_reply, ctx, spec;
     bool        think;
 };
@@ -426,6 +519,10 @@ static const struct cli_opt CHAT_OPTS[] = {
     { "--spec-draft", NULL, "K",
       "speculative decoding: tokens the MTP block drafts per step (default 0 =\noff; docs/SPECULATIVE.md)", CLI_INT,
       CO(spec), 0, DSV4_SPEC_MAX_DRAFT, NULL },
+    { "--save", NULL, "FILE", "save the conversation after each reply and at exit (and FILE.turns)", CLI_STR, CO(save),
+      0, 0, NULL },
+    { "--load", NULL, "FILE", "resume the conversation --save wrote, without evaluating it again", CLI_STR, CO(load),
+      0, 0, NULL },
 };
 #undef CO
 
@@ -489,12 +586,14 @@ int cmd_chat(int argc, char **argv)
     c.system    = o.system;
     c.max_reply = o.max_reply;
     c.spec      = o.spec;
+    c.save      = o.save;
 
     struct editor ed   = { .tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) };
     char         *line = malloc(LINE_MAX_BYTES);
     rc                 = 1;
     if (!line) return 1;
     if (!open_chat(&c, &o, &ep, &cs.sp)) goto done;
+    if (o.load) load_chat(&c, o.load);
     struct sigaction sa = { 0 }, old_sa;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
@@ -521,12 +620,14 @@ int cmd_chat(int argc, char **argv)
         }
     }
     rc = 0;
+    if (c.save) save_chat(&c, c.save);
 done_sig:
     sigaction(SIGINT, &old_sa, NULL);
 done:
     for (int i = 0; i < ed.n_history; i++) free(ed.history[i]);
     if (c.s) forget(&c);
     free(c.turns);
+    free(c.loaded_system);
     free(c.held);
     free(line);
     dsv4_sampler_free(c.smp);

@@ -209,3 +209,39 @@ ssize_t kvd_read_full(int fd, void *p, size_t n)
     }
     return (ssize_t)done;
 }
+
+/* One file outside a store (a saved session): the same crash-safe protocol as a store's
+ * records, with the temp file beside path. */
+int kvd_write_file(const char *path, const uint8_t hdr[DSV4_KV_DISK_HEADER], const void *payload, size_t len,
+                   char *why, size_t cap)
+{
+    char dir[4096], tmp[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof(dir), ".");
+    else if (slash == path) snprintf(dir, sizeof(dir), "/");
+    else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return snprintf(why, cap, "cannot create %s: %s", tmp, strerror(errno)), -1;
+    const char *step = NULL;
+    if (kvd_write_all(fd, hdr, DSV4_KV_DISK_HEADER, -1, 0) != 0 || kvd_write_all(fd, payload, len, -1, 0) != 0)
+        step = "write";
+    else if (fsync(fd) != 0)
+        step = "fsync";
+    int e = errno;
+    if (close(fd) != 0 && !step) step = "close", e = errno;
+    if (!step && rename(tmp, path) != 0) step = "rename", e = errno;
+    if (step) {
+        snprintf(why, cap, "%s %s: %s", step, tmp, strerror(e));
+        unlink(tmp);
+        return -1;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        snprintf(why, cap, "fsync of directory %s: %s", dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}

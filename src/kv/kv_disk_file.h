@@ -1,7 +1,7 @@
 /*
  * kv_disk_file.h - the file side of the kv-disk store (kv_disk_file.c): the record header
  * byte for byte, file names, the directory lock and whole-buffer reads and writes. Used by
- * kv_disk.c only.
+ * kv_disk.c and by saved sessions (engine/session_file.c).
  */
 #ifndef DSV4_KV_DISK_FILE_H
 #define DSV4_KV_DISK_FILE_H
@@ -38,5 +38,10 @@ int kvd_lock(int dir_fd, const char *dir, int *fd, struct dsv4_err *err);
 int kvd_write_all(int fd, const void *p, size_t n, int64_t limit, int fail_errno);
 /* Reads up to n bytes (fewer only at end of file); the count, or -1 with errno. */
 ssize_t kvd_read_full(int fd, void *p, size_t n);
+
+/* Writes header and payload to path crash-safely (path.tmp.PID, fsync, rename, fsync of the
+ * directory): afterwards path holds the old file or the whole new one. 0, or -1 with why. */
+int kvd_write_file(const char *path, const uint8_t hdr[DSV4_KV_DISK_HEADER], const void *payload, size_t len,
+                   char *why, size_t cap);
 
 #endif
