@@ -78,6 +78,14 @@ const struct dsv4_logger *dsv4_engine_logger(const dsv4_engine *e)
     return &e->lg;
 }
 
+void dsv4_engine_compute_text(const dsv4_engine *e, char *out, size_t cap)
+{
+    struct dsv4_engine_settings es;
+    dsv4_engine_settings(e, &es);
+    snprintf(out, cap, "backend %s level %s tiles %d gemm_min %d %d %d", es.backend, es.level, (int)es.tiles,
+             es.gemm_min[0], es.gemm_min[1], es.gemm_min[2]);
+}
+
 void dsv4_session_params_default(struct dsv4_session_params *p)
 {
     memset(p, 0, sizeof(*p));

@@ -54,7 +54,9 @@ static int identity_of(const dsv4_session *s, uint8_t id[DSV4_KV_DISK_ID_BYTES])
 {
     const struct dsv4_model *m = &s->engine->model;
     size_t snap = dsv4_kv_snap_bytes(&m->cfg.kv, s->st.fmt, s->st.has_mtp);
-    return dsv4_model_kv_identity(m, s->st.has_mtp, s->st.page_tokens, s->st.page_bytes, snap, id);
+    char   compute[256];
+    dsv4_engine_compute_text(s->engine, compute, sizeof(compute));
+    return dsv4_model_kv_identity(m, compute, s->st.has_mtp, s->st.page_tokens, s->st.page_bytes, snap, id);
 }
 
 static void put32(uint8_t *p, uint32_t v)

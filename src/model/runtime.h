@@ -205,6 +205,9 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
 /* engine.c internals for tools that look inside (dsv4 align, tests). */
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 const struct dsv4_logger *dsv4_engine_logger(const dsv4_engine *e);
+/* What computes this engine's KV, as text for dsv4_model_kv_identity: the backend, its level
+ * and the options that choose its kernels. */
+void dsv4_engine_compute_text(const dsv4_engine *e, char *out, size_t cap);
 
 /* The identity of this model's prefix-cache payloads on disk (kv_identity.c): SHA-256 over
  * what shapes a page and a snapshot and what computes it (compute: the backend, its level

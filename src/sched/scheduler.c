@@ -314,12 +314,9 @@ int dsv4_sched_plan(const dsv4_engine *engine, const struct dsv4_sched_params *p
 static int open_disk_tier(dsv4_sched *s, struct dsv4_err *err)
 {
     if (!s->p.kv_disk_dir) return DSV4_OK;
-    uint8_t                     id[DSV4_KV_DISK_ID_BYTES];
-    struct dsv4_engine_settings es;
-    char                        compute[256];
-    dsv4_engine_settings(s->engine, &es);
-    snprintf(compute, sizeof(compute), "backend %s level %s tiles %d gemm_min %d %d %d", es.backend, es.level,
-             (int)es.tiles, es.gemm_min[0], es.gemm_min[1], es.gemm_min[2]);
+    uint8_t id[DSV4_KV_DISK_ID_BYTES];
+    char    compute[256];
+    dsv4_engine_compute_text(s->engine, compute, sizeof(compute));
     if (dsv4_model_kv_identity(s->m, compute, s->kv.p.mtp, s->p.page_tokens, s->kv.plan.page_bytes,
                                s->kv.plan.snap_bytes, id))
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
