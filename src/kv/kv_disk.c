@@ -514,6 +514,9 @@ int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct
     uint64_t          nread = 0;
     int               rc    = DSV4_OK;
     int               fd    = openat(d->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* a file that cannot be opened for want of descriptors or memory is not a bad file: it
+     * stays (a miss this time); gone (ENOENT) or not a plain file (ELOOP) it is dropped */
+    bool transient = fd < 0 && errno != ENOENT && errno != ELOOP;
     bool ok = fd >= 0 ? read_record(d, fd, key, &h, buf, cap, &nread, &rc, why, sizeof(why))
                       : (snprintf(why, sizeof(why), "cannot open: %s", strerror(errno)), false);
     if (rc != DSV4_OK) {
@@ -523,7 +526,7 @@ int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct
     }
     if (ok) futimens(fd, NULL); /* the LRU order of the next run (order_by_mtime) */
     pthread_mutex_lock(&d->mu);
-    bool removed = !ok && remove_bad(d, key, name, fd);
+    bool removed = !ok && !transient && remove_bad(d, key, name, fd);
     d->cnt.bytes_read += nread;
     if (ok) d->cnt.hits++;
     else d->cnt.misses++;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -397,6 +398,18 @@ static void test_bad_files_at_get(struct test_ctx *t)
     /* A file removed behind the store's back is a miss, not an error. */
     CHECK(unlink(p0) == 0);
     CHECK(get_i(d, 0, 2000) == DSV4_KV_DISK_MISS && counters(d).files == 1);
+    /* Out of descriptors (EMFILE, as on a busy server): a miss, and the record stays. */
+    struct rlimit rl;
+    int           lowest = dup(0);
+    if (lowest >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        close(lowest);
+        struct rlimit tight = { (rlim_t)lowest, rl.rlim_max };
+        CHECK(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+        int rc = get_i(d, 2, 2000);
+        CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+        CHECKF(rc == DSV4_KV_DISK_MISS, "get without a free descriptor: %d", rc);
+        CHECK(key_exists(dir, 2) && counters(d).corrupt_removed == 2 && get_i(d, 2, 2000) == DSV4_OK);
+    }
     dsv4_kv_disk_close(d);
 }
 
