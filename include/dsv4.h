@@ -478,9 +478,10 @@ struct dsv4_sched_metrics {
     /* the prefix cache's disk tier (kv_disk_dir; all 0 when off): records read back and the
      * prompt positions they resumed (part of prefix_hit_tokens), lookups that found none,
      * bytes, records evicted for the budget, bad files removed, failed writes, writes
-     * dropped because the queue was full, writes queued now */
+     * dropped because the queue was full, writes refused for the budget (a record larger
+     * than all of it, or no room), writes queued now */
     uint64_t kv_disk_hits, kv_disk_hit_tokens, kv_disk_misses, kv_disk_bytes_read, kv_disk_bytes_written;
-    uint64_t kv_disk_evictions, kv_disk_corrupt, kv_disk_write_errors, kv_disk_writes_dropped;
+    uint64_t kv_disk_evictions, kv_disk_corrupt, kv_disk_write_errors, kv_disk_writes_dropped, kv_disk_refused;
     int      kv_disk_queue_depth;
     bool     kv_disk_on;
 };

@@ -4,6 +4,8 @@
  *
  * The index is a table of entries (key, file bytes, LRU links) with chained hash buckets,
  * grown by doubling; it lives under d->mu, and no pointer into it is kept across an unlock.
+ * Each entry keeps its header's parent key and a count of the entries naming it as parent
+ * (kept at insert and drop, recounted at open), so eviction takes leaves first (victim).
  * An entry is either ready (its file is complete and in place; on the LRU list, oldest at
  * the head) or being written (not on the list: never evicted, and a get of it misses). The
  * writing state is what lets file contents, fsync and rename run outside the lock: while a
@@ -22,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,8 @@ struct ent {
     struct dsv4_kv_disk_key key;
     uint64_t                bytes;      /* file size (reserved while writing) */
     int64_t                 mtime_ns;   /* at open only: the order of the LRU list */
+    uint64_t                parent_chain; /* the header's: (parent_chain, depth - 1) is the parent */
+    int32_t                 n_child;    /* entries in the index naming this one as parent */
     int32_t                 hnext;      /* next in the bucket; next free entry when unused */
     int32_t                 prev, next; /* LRU list of ready entries, oldest first */
     bool                    used, writing;
@@ -133,16 +138,36 @@ static void touch(struct dsv4_kv_disk *d, int32_t i) /* now the most recently us
     lru_push(d, i);
 }
 
+/* The entry of i's parent record, -1 when i is a root or its parent is not stored. */
+static int32_t parent_of(const struct dsv4_kv_disk *d, int32_t i)
+{
+    const struct ent *e = &d->ent[i];
+    return e->key.depth ? find(d, (struct dsv4_kv_disk_key){ e->parent_chain, e->key.depth - 1 }) : -1;
+}
+
+/* Recounts every entry's children from the parent keys (open: files arrive in any order). */
+static void count_children(struct dsv4_kv_disk *d)
+{
+    for (int32_t i = 0; i < d->n_ent; i++) d->ent[i].n_child = 0;
+    for (int32_t i = 0; i < d->n_ent; i++) {
+        int32_t p = d->ent[i].used ? parent_of(d, i) : -1;
+        if (p >= 0) d->ent[p].n_child++;
+    }
+}
+
 /* A new entry for key (not in the index); -1 on out of memory. */
-static int32_t insert(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, uint64_t bytes, bool writing)
+static int32_t insert(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, uint64_t parent_chain, uint64_t bytes,
+                      bool writing)
 {
     if (d->ent_free < 0 && !grow(d)) return -1;
     int32_t  i  = d->ent_free;
     uint32_t bi = bucket_of(d, key);
     d->ent_free = d->ent[i].hnext;
-    d->ent[i]   = (struct ent){ .key = key, .bytes = bytes, .hnext = d->bucket[bi], .prev = -1, .next = -1,
-                                .used = true, .writing = writing };
+    d->ent[i]   = (struct ent){ .key = key, .parent_chain = parent_chain, .bytes = bytes, .hnext = d->bucket[bi],
+                                .prev = -1, .next = -1, .used = true, .writing = writing };
     d->bucket[bi] = i;
+    int32_t p     = parent_of(d, i);
+    if (p >= 0) d->ent[p].n_child++;
     if (!writing) lru_push(d, i);
     d->cnt.files++;
     d->cnt.bytes_used += bytes;
@@ -155,17 +180,31 @@ static void drop(struct dsv4_kv_disk *d, int32_t i)
     while (*link != i) link = &d->ent[*link].hnext;
     *link = d->ent[i].hnext;
     if (!d->ent[i].writing) lru_unlink(d, i);
+    int32_t p = parent_of(d, i);
+    if (p >= 0 && d->ent[p].n_child > 0) d->ent[p].n_child--;
     d->cnt.files--;
     d->cnt.bytes_used -= d->ent[i].bytes;
     d->ent[i]   = (struct ent){ .hnext = d->ent_free };
     d->ent_free = i;
 }
 
-/* Evicts least recently used records until need more bytes fit; false when they cannot. */
+/* The next record to evict: the least recently used one that no stored record names as its
+ * parent (a chain loses its deepest page, and stays servable up to there), else the least
+ * recently used of all (every ready record has a child being written); -1 when none is
+ * ready. The walk passes over the older parents only: a chain is touched root first, so
+ * they are few ahead of the first leaf. */
+static int32_t victim(const struct dsv4_kv_disk *d)
+{
+    for (int32_t i = d->lru_head; i >= 0; i = d->ent[i].next)
+        if (d->ent[i].n_child == 0) return i;
+    return d->lru_head;
+}
+
+/* Evicts records (victim) until need more bytes fit; false when they cannot. */
 static bool evict_for(struct dsv4_kv_disk *d, uint64_t need)
 {
     while (d->cnt.bytes_used + need > d->budget) {
-        int32_t i = d->lru_head;
+        int32_t i = victim(d);
         if (i < 0) return false;
         char name[40];
         dsv4_kv_disk_name(d->ent[i].key, name, sizeof(name));
@@ -181,7 +220,7 @@ static bool evict_for(struct dsv4_kv_disk *d, uint64_t need)
 
 /* Checks one record file's header at open; false (with the reason) when it is invalid. */
 static bool check_file(struct dsv4_kv_disk *d, const char *name, struct dsv4_kv_disk_key key, struct stat *st,
-                       char *why, size_t cap)
+                       uint64_t *parent_chain, char *why, size_t cap)
 {
     int fd = openat(d->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return snprintf(why, cap, "cannot open: %s", strerror(errno)), false;
@@ -192,6 +231,7 @@ static bool check_file(struct dsv4_kv_disk *d, const char *name, struct dsv4_kv_
     ssize_t got = ok ? kvd_read_full(fd, raw, sizeof(raw)) : -1;
     if (ok && got < 0) ok = false, snprintf(why, cap, "cannot read: %s", strerror(errno));
     if (ok) ok = kvd_header_is_valid(raw, (size_t)got, (uint64_t)st->st_size, d->identity, key, &h, why, cap);
+    if (ok) *parent_chain = h.meta.parent_chain;
     close(fd);
     return ok;
 }
@@ -213,18 +253,19 @@ static int scan_one(struct dsv4_kv_disk *d, const char *name)
     struct dsv4_kv_disk_key key;
     struct stat             st;
     char                    why[256];
+    uint64_t                parent_chain = 0;
     if (!strncmp(name, "tmp.", 4)) {
         dsv4_log(&d->log, DSV4_LOG_INFO, "kv-disk %s: removed %s (a write that did not finish)", d->dir, name);
         if (unlinkat(d->dir_fd, name, 0) == 0) d->cnt.tmp_removed++;
         return DSV4_OK;
     }
     if (!kvd_name_parse(name, &key)) return DSV4_OK;
-    if (!check_file(d, name, key, &st, why, sizeof(why))) {
+    if (!check_file(d, name, key, &st, &parent_chain, why, sizeof(why))) {
         remove_invalid(d, name, why);
         return DSV4_OK;
     }
     if (find(d, key) >= 0) return DSV4_OK; /* cannot happen: one name per key */
-    int32_t i = insert(d, key, (uint64_t)st.st_size, false);
+    int32_t i = insert(d, key, parent_chain, (uint64_t)st.st_size, false);
     if (i < 0) return DSV4_ENOMEM;
     d->ent[i].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     return DSV4_OK;
@@ -268,6 +309,7 @@ static int scan(struct dsv4_kv_disk *d, struct dsv4_err *err)
         rc = scan_one(d, de->d_name);
     closedir(dir);
     if (rc == DSV4_OK) rc = order_by_mtime(d);
+    count_children(d);
     if (rc != DSV4_OK) return dsv4_err_set(err, rc, "kv-disk directory %s: out of memory for its index", d->dir);
     return DSV4_OK;
 }
@@ -336,10 +378,24 @@ struct put_job {
     int      fault_errno;
 };
 
+/* A record larger than the whole budget: every put of this size will be refused, which is a
+ * configuration to fix (a budget below one page), so it is logged once per process. */
+static int too_big(struct dsv4_kv_disk *d, uint64_t bytes, struct dsv4_err *err)
+{
+    static atomic_bool logged;
+    if (!atomic_exchange(&logged, true))
+        dsv4_log(&d->log, DSV4_LOG_WARN,
+                 "kv-disk %s: a record of %llu bytes is larger than the whole budget of %llu bytes: nothing of this "
+                 "size is stored (logged once)",
+                 d->dir, (unsigned long long)bytes, (unsigned long long)d->budget);
+    return dsv4_err_set(err, DSV4_ERANGE, "kv-disk %s: a record of %llu bytes exceeds the whole budget of %llu bytes",
+                        d->dir, (unsigned long long)bytes, (unsigned long long)d->budget);
+}
+
 /* Under mu: a stored key becomes most recent (nothing to write); otherwise room is made and
  * the key reserved as being written. */
-static int reserve(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, uint64_t bytes, struct put_job *job,
-                   struct dsv4_err *err)
+static int reserve(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, uint64_t parent_chain, uint64_t bytes,
+                   struct put_job *job, struct dsv4_err *err)
 {
     int32_t i = find(d, key);
     if (i >= 0) {
@@ -349,13 +405,16 @@ static int reserve(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, uint64_t
     if (d->cnt.writes_disabled)
         return dsv4_err_set(err, DSV4_EIO, "kv-disk %s: writes are off for this process since: %s", d->dir,
                             d->cnt.disabled_why);
-    if (bytes > d->budget)
-        return dsv4_err_set(err, DSV4_ERANGE, "kv-disk %s: a record of %llu bytes exceeds the whole budget of %llu bytes",
-                            d->dir, (unsigned long long)bytes, (unsigned long long)d->budget);
-    if (!evict_for(d, bytes))
+    if (bytes > d->budget) {
+        d->cnt.refused++;
+        return too_big(d, bytes, err);
+    }
+    if (!evict_for(d, bytes)) {
+        d->cnt.refused++;
         return dsv4_err_set(err, DSV4_EFULL, "kv-disk %s: no room for %llu bytes: the budget is taken by writes in flight",
                             d->dir, (unsigned long long)bytes);
-    if (insert(d, key, bytes, true) < 0) return dsv4_err_set(err, DSV4_ENOMEM, "kv-disk %s: out of memory", d->dir);
+    }
+    if (insert(d, key, parent_chain, bytes, true) < 0) return dsv4_err_set(err, DSV4_ENOMEM, "kv-disk %s: out of memory", d->dir);
     *job = (struct put_job){ .fresh = true, .seq = d->tmp_seq++, .fault_after = d->fault_after,
                              .fault_errno = d->fault_errno };
     return DSV4_OK;
@@ -433,7 +492,7 @@ int dsv4_kv_disk_put(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, const 
     uint64_t       bytes = DSV4_KV_DISK_HEADER + (uint64_t)len;
     struct put_job job   = { 0 };
     pthread_mutex_lock(&d->mu);
-    int rc = reserve(d, key, bytes, &job, err);
+    int rc = reserve(d, key, meta->parent_chain, bytes, &job, err);
     pthread_mutex_unlock(&d->mu);
     if (rc != DSV4_OK || !job.fresh) return rc;
 
@@ -458,7 +517,7 @@ int dsv4_kv_disk_put(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, const 
 /* Reads and verifies the record file at fd into buf; false with the reason. *nread: bytes
  * read. DSV4_ERANGE in *rc when the payload does not fit cap. */
 static bool read_record(struct dsv4_kv_disk *d, int fd, struct dsv4_kv_disk_key key, struct kvd_header *h, void *buf,
-                        size_t cap, uint64_t *nread, int *rc, char *why, size_t wcap)
+                        size_t cap, bool exact, uint64_t *nread, int *rc, char *why, size_t wcap)
 {
     struct stat st;
     uint8_t     raw[DSV4_KV_DISK_HEADER];
@@ -467,6 +526,9 @@ static bool read_record(struct dsv4_kv_disk *d, int fd, struct dsv4_kv_disk_key 
     if (got < 0) return snprintf(why, wcap, "cannot read: %s", strerror(errno)), false;
     *nread = (uint64_t)got;
     if (!kvd_header_is_valid(raw, (size_t)got, (uint64_t)st.st_size, d->identity, key, h, why, wcap)) return false;
+    if (exact && h->payload_len != cap)
+        return snprintf(why, wcap, "a payload of %llu bytes where %zu are expected", (unsigned long long)h->payload_len,
+                        cap), false;
     if (h->payload_len > cap) return *rc = DSV4_ERANGE, false;
     got = kvd_read_full(fd, buf, h->payload_len);
     if (got < 0) return snprintf(why, wcap, "cannot read: %s", strerror(errno)), false;
@@ -496,8 +558,8 @@ static bool remove_bad(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, cons
     return true;
 }
 
-int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta,
-                     void *buf, size_t cap, size_t *len, struct dsv4_err *err)
+static int get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta, void *buf,
+               size_t cap, bool exact, size_t *len, struct dsv4_err *err)
 {
     char name[40], why[256] = "";
     *len = 0;
@@ -517,7 +579,7 @@ int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct
     /* a file that cannot be opened for want of descriptors or memory is not a bad file: it
      * stays (a miss this time); gone (ENOENT) or not a plain file (ELOOP) it is dropped */
     bool transient = fd < 0 && errno != ENOENT && errno != ELOOP;
-    bool ok = fd >= 0 ? read_record(d, fd, key, &h, buf, cap, &nread, &rc, why, sizeof(why))
+    bool ok = fd >= 0 ? read_record(d, fd, key, &h, buf, cap, exact, &nread, &rc, why, sizeof(why))
                       : (snprintf(why, sizeof(why), "cannot open: %s", strerror(errno)), false);
     if (rc != DSV4_OK) {
         close(fd);
@@ -537,6 +599,18 @@ int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct
     *meta = h.meta;
     *len  = (size_t)h.payload_len;
     return DSV4_OK;
+}
+
+int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta,
+                     void *buf, size_t cap, size_t *len, struct dsv4_err *err)
+{
+    return get(d, key, meta, buf, cap, false, len, err);
+}
+
+int dsv4_kv_disk_get_exact(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta,
+                           void *buf, size_t len, size_t *got, struct dsv4_err *err)
+{
+    return get(d, key, meta, buf, len, true, got, err);
 }
 
 void dsv4_kv_disk_counters(struct dsv4_kv_disk *d, struct dsv4_kv_disk_counters *c)

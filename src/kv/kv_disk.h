@@ -18,9 +18,12 @@
  * collide: the caller must keep the token ids in the payload and compare them, as the RAM
  * cache does, before trusting a hit.
  *
- * The budget counts whole files (header included). Puts evict least recently used records
- * (a get or a put of a stored key makes it most recent) until the new one fits; a record
- * larger than the budget is refused. The order survives restarts through the files' mtime
+ * The budget counts whole files (header included). Puts evict records until the new one
+ * fits: the least recently used (a get or a put of a stored key makes it most recent) among
+ * those no stored record names as parent, so a chain loses its deepest pages first and stays
+ * servable from its root (a lookup walks from depth 0); only when every record has a child
+ * being written is the least recently used of all taken. A record larger than the budget is
+ * refused (counted in refused, logged once per process). The order survives restarts through the files' mtime
  * (set on every hit). After any write error (a full disk, EIO) the store stops writing for
  * the rest of the process (writes_disabled, with the reason) and keeps reading.
  *
@@ -69,6 +72,7 @@ struct dsv4_kv_disk_counters {
     uint64_t corrupt_removed;    /* invalid files removed (at open and by gets) */
     uint64_t tmp_removed;        /* temp files of an interrupted write removed at open */
     uint64_t write_errors;       /* puts that failed on an I/O error */
+    uint64_t refused;            /* puts refused for the budget (ERANGE: larger than all of it; EFULL) */
     uint64_t files, bytes_used;  /* records stored now and their bytes (with writes in flight) */
     bool     writes_disabled;    /* a write failed: no more puts in this process */
     char     disabled_why[512];  /* the error that disabled them */
@@ -104,6 +108,12 @@ int dsv4_kv_disk_put(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, const 
  * longer than cap (the record stays). buf's contents are undefined after a miss. */
 int dsv4_kv_disk_get(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta,
                      void *buf, size_t cap, size_t *len, struct dsv4_err *err);
+
+/* dsv4_kv_disk_get for a caller whose records all hold exactly len payload bytes: a record
+ * of another length (written by another build, say) is a bad file: removed, counted in
+ * corrupt_removed, and a miss. */
+int dsv4_kv_disk_get_exact(struct dsv4_kv_disk *d, struct dsv4_kv_disk_key key, struct dsv4_kv_disk_meta *meta,
+                           void *buf, size_t len, size_t *got, struct dsv4_err *err);
 
 void dsv4_kv_disk_counters(struct dsv4_kv_disk *d, struct dsv4_kv_disk_counters *c);
 

@@ -188,8 +188,8 @@ bool dsv4_kv_tier_load(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, cons
     struct dsv4_err          err;
     size_t                   len = 0;
     uint8_t                 *buf = t->rbuf[t->last ^ 1];
-    int                      rc  = dsv4_kv_disk_get(t->disk, key, &meta, buf, t->payload, &len, &err);
-    if (rc != DSV4_OK || len != t->payload) return false; /* a longer payload reads as ERANGE */
+    int                      rc  = dsv4_kv_disk_get_exact(t->disk, key, &meta, buf, t->payload, &len, &err);
+    if (rc != DSV4_OK || len != t->payload) return false; /* another length: removed as a bad file */
     if (memcmp(buf, tokens, t->tok_bytes) != 0) {
         pthread_mutex_lock(&t->mu);
         t->token_mismatch++;

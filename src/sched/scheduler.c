@@ -925,6 +925,7 @@ static void disk_metrics(struct dsv4_kv_tier *t, const struct dsv4_kv_counters *
     a->kv_disk_bytes_written  = c.disk.bytes_written;
     a->kv_disk_evictions      = c.disk.evictions;
     a->kv_disk_corrupt        = c.disk.corrupt_removed;
+    a->kv_disk_refused        = c.disk.refused;
     a->kv_disk_write_errors   = c.disk.write_errors;
     a->kv_disk_writes_dropped = c.writes_dropped;
     a->kv_disk_queue_depth    = c.queue_depth;

@@ -244,6 +244,8 @@ static void render_kv_disk(struct srv_buf *b, const struct dsv4_sched_metrics *s
           offsetof(struct dsv4_sched_metrics, kv_disk_write_errors) },
         { "dsv4_kv_disk_writes_dropped_total", "Disk writes dropped because the write queue was full.",
           offsetof(struct dsv4_sched_metrics, kv_disk_writes_dropped) },
+        { "dsv4_kv_disk_refused_total", "Disk writes refused for the budget (a record larger than all of it, or no room).",
+          offsetof(struct dsv4_sched_metrics, kv_disk_refused) },
     };
     if (!sm->kv_disk_on) return;
     for (size_t i = 0; i < sizeof(C) / sizeof(C[0]); i++) {

@@ -3,7 +3,8 @@
  * their published vectors, round trips with the header checked byte for byte against
  * docs/FORMAT.md, a restart, every kind of bad file (each removed, counted and logged, never
  * returned), a simulated full disk and I/O error (writes off, reads on), LRU eviction against
- * the budget, the directory lock between two stores, an unusable directory, four threads
+ * the budget (deepest page of a chain first, also after a restart; refused puts counted),
+ * records of another payload length removed (get_exact), the directory lock between two stores, an unusable directory, four threads
  * putting and getting at once (every hit compared with what was put); and the prefix
  * cache's tier on it (kv_tier.h: write-behind, dropped writes, checked loads).
  */
@@ -485,7 +486,7 @@ static void test_budget_lru(struct test_ctx *t)
     /* Larger than the whole budget: refused, nothing evicted for it. */
     CHECK(put_i(d, 6, 3 * 1000 + 2 * HDR + 11) == DSV4_ERANGE);
     c = counters(d);
-    CHECK(c.evictions == 2 && c.files == 3 && !key_exists(dir, 6) && !c.writes_disabled);
+    CHECK(c.evictions == 2 && c.files == 3 && !key_exists(dir, 6) && !c.writes_disabled && c.refused == 1);
     /* Exactly the budget fits: everything else goes. */
     CHECK(put_i(d, 7, 3 * 1000 + 2 * HDR + 10) == DSV4_OK);
     c = counters(d);
@@ -747,6 +748,108 @@ static void test_tier(struct test_ctx *t)
     dsv4_kv_tier_close(tr);
 }
 
+/* ------------------------------------------------------------------ chains */
+
+/* Page k of a chain as the tier writes it: the parent key is (page k - 1's chain, k - 1). */
+static struct dsv4_kv_disk_key page_key(uint64_t chain_id, uint32_t k)
+{
+    return (struct dsv4_kv_disk_key){ .chain = 0xc4a1000000000000ull ^ (chain_id << 32) ^ (k * 0x9e37ull + 1), .depth = k };
+}
+
+static int put_page(struct dsv4_kv_disk *d, uint64_t chain_id, uint32_t k, size_t len)
+{
+    uint8_t                  p[256] = { (uint8_t)k };
+    struct dsv4_kv_disk_meta meta   = { .parent_chain = k ? page_key(chain_id, k - 1).chain : 0, .n_tok = 64 * (k + 1) };
+    struct dsv4_err          err;
+    return dsv4_kv_disk_put(d, page_key(chain_id, k), &meta, p, len, &err);
+}
+
+/* Pages served from the root on, as a lookup walks them (and stops at the first miss). */
+static uint32_t served(struct dsv4_kv_disk *d, uint64_t chain_id, uint32_t n)
+{
+    uint8_t                  buf[256];
+    struct dsv4_kv_disk_meta meta;
+    size_t                   len;
+    struct dsv4_err          err;
+    uint32_t                 k = 0;
+    while (k < n && dsv4_kv_disk_get(d, page_key(chain_id, k), &meta, buf, sizeof(buf), &len, &err) == DSV4_OK) k++;
+    return k;
+}
+
+static void set_page_mtime(struct test_ctx *t, const char *dir, struct dsv4_kv_disk_key key, time_t sec)
+{
+    char            name[40], path[600];
+    struct timespec ts[2] = { { sec, 0 }, { sec, 0 } };
+    dsv4_kv_disk_name(key, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+/* A chain is written and touched root first, so its root is the least recently used; the
+ * budget takes its deepest page instead, which keeps the rest servable; after a restart the
+ * parent links are rebuilt from the headers. */
+static void test_chain_eviction(struct test_ctx *t)
+{
+    enum { N = 6, LEN = 100 };
+    const uint64_t rec = HDR + LEN;
+    char           dir[512];
+    dir_of(t, "chain", dir, sizeof(dir));
+    struct dsv4_kv_disk *d = open_store(t, dir, N * rec + 10, "model-a", NULL);
+    if (!d) return;
+    for (uint32_t k = 0; k < N; k++) CHECK(put_page(d, 1, k, LEN) == DSV4_OK);
+    CHECK(served(d, 1, N) == N);
+    CHECK(put_page(d, 2, 0, LEN) == DSV4_OK); /* unrelated: one page must go */
+    struct dsv4_kv_disk_counters c = counters(d);
+    CHECKF(c.evictions == 1 && served(d, 1, N) == N - 1, "evictions %llu, served %u", (unsigned long long)c.evictions,
+           served(d, 1, N));
+    dsv4_kv_disk_close(d);
+
+    /* Restart with the root oldest and the unrelated record newest. */
+    for (uint32_t k = 0; k < N - 1; k++) set_page_mtime(t, dir, page_key(1, k), 1000 + k);
+    set_page_mtime(t, dir, page_key(2, 0), 2000);
+    d = open_store(t, dir, N * rec + 10, "model-a", NULL);
+    if (!d) return;
+    CHECK(counters(d).files == N && counters(d).evictions == 0);
+    CHECK(put_page(d, 3, 0, LEN) == DSV4_OK);
+    uint8_t                  buf[256];
+    struct dsv4_kv_disk_meta meta;
+    size_t                   len;
+    struct dsv4_err          err;
+    CHECKF(served(d, 1, N) == N - 2, "after restart: served %u", served(d, 1, N));
+    CHECK(dsv4_kv_disk_get(d, page_key(2, 0), &meta, buf, sizeof(buf), &len, &err) == DSV4_OK);
+    dsv4_kv_disk_close(d);
+}
+
+/* A record of the right key but another payload length than the caller's (another build's
+ * page size, say) is removed as a bad file by get_exact, shorter or longer. */
+static void test_get_exact(struct test_ctx *t)
+{
+    char dir[512];
+    dir_of(t, "exact", dir, sizeof(dir));
+    struct logcap        lc;
+    struct dsv4_logger   lg;
+    logcap_init(&lc, &lg);
+    struct dsv4_kv_disk *d = open_store(t, dir, 1 << 20, "model-a", &lg);
+    if (!d) return;
+    CHECK(put_page(d, 1, 0, 200) == DSV4_OK && put_page(d, 1, 1, 50) == DSV4_OK && put_page(d, 1, 2, 100) == DSV4_OK);
+    uint8_t                  buf[256];
+    struct dsv4_kv_disk_meta meta;
+    size_t                   len = 7;
+    struct dsv4_err          err;
+    for (uint32_t k = 0; k < 2; k++) {
+        CHECKF(dsv4_kv_disk_get_exact(d, page_key(1, k), &meta, buf, 100, &len, &err) == DSV4_KV_DISK_MISS, "page %u", k);
+        CHECK(dsv4_kv_disk_get(d, page_key(1, k), &meta, buf, sizeof(buf), &len, &err) == DSV4_KV_DISK_MISS);
+    }
+    CHECK(dsv4_kv_disk_get_exact(d, page_key(1, 2), &meta, buf, 100, &len, &err) == DSV4_OK && len == 100);
+    struct dsv4_kv_disk_counters c = counters(d);
+    CHECKF(c.corrupt_removed == 2 && c.files == 1 && c.hits == 1, "removed %llu, files %llu",
+           (unsigned long long)c.corrupt_removed, (unsigned long long)c.files);
+    CHECKF(strstr(lc.all, "a payload of 200 bytes where 100 are expected") &&
+               strstr(lc.all, "a payload of 50 bytes where 100 are expected"),
+           "log: %s", lc.all);
+    dsv4_kv_disk_close(d);
+}
+
 const struct test_case test_group_kvdisk[] = {
     { "checksums", test_checksums },
     { "round_trip", test_round_trip },
@@ -755,6 +858,8 @@ const struct test_case test_group_kvdisk[] = {
     { "bad_files_at_get", test_bad_files_at_get },
     { "disk_full", test_disk_full },
     { "budget_lru", test_budget_lru },
+    { "chain_eviction", test_chain_eviction },
+    { "get_exact", test_get_exact },
     { "lock", test_lock },
     { "unusable_dir", test_unusable_dir },
     { "crash_restart", test_crash_restart },

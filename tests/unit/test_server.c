@@ -345,6 +345,7 @@ static void test_kv_disk_restart(struct test_ctx *t)
                    text ? tsrv_metric(text, "dsv4_kv_disk_hits_total") : -1.0);
             CHECK(text && tsrv_metric(text, "dsv4_kv_disk_bytes_read_total") > 0);
             CHECK(text && tsrv_metric(text, "dsv4_kv_disk_writes_dropped_total") == 0);
+            CHECK(text && tsrv_metric(text, "dsv4_kv_disk_refused_total") == 0);
             free(text);
         }
         CHECK(tsrv_stop(&s, SIGTERM, 30) == 0);
