@@ -2,7 +2,7 @@
 """kv_disk_itl.py - the inter-token latency of a running stream while another request's
 long prefix is loaded from the disk tier (docs/SERVING.md "Disk tier").
 
-    bench/kv_disk_itl.py BIN MODEL N_TOKENS [ROUNDS]
+    bench/kv_disk_itl.py BIN MODEL N_TOKENS [ROUNDS [B_TOKENS]]
 
 A server (--max-seqs 2) writes an N-token token-id prompt to a fresh --kv-disk-dir; it is
 restarted (RAM empty) and, each round, a streamed request B decodes while the long prompt
@@ -13,6 +13,7 @@ import json, re, statistics, subprocess, sys, tempfile, threading, time, urllib.
 
 binp, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+b_tokens = int(sys.argv[5]) if len(sys.argv) > 5 else 400
 tmp = tempfile.mkdtemp()
 
 
@@ -56,14 +57,14 @@ for r in range(rounds):
     times, sent = [], {}
 
     def stream():
-        resp = post(port, {"prompt": [5, 6, 7], "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True})
+        resp = post(port, {"prompt": [5, 6, 7], "max_tokens": b_tokens, "temperature": 0, "ignore_eos": True, "stream": True})
         for line in resp:
             if line.startswith(b"data: {"):
                 times.append(time.perf_counter())
 
     th = threading.Thread(target=stream)
     th.start()
-    while len(times) < 50:
+    while len(times) < b_tokens // 8:
         time.sleep(0.001)
     sent["t0"] = time.perf_counter()
     ans = json.loads(post(port, long_body).read())
