@@ -472,6 +472,28 @@ int dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *to
     return k * pt;
 }
 
+int dsv4_kv_prefix_disk_keys(const struct dsv4_kv_pool *pool, const int32_t *tokens, int n,
+                             struct dsv4_kv_disk_key *keys, int max, int *first)
+{
+    int      pt = pool->p.page_tokens, max_k = (n - 1) / pt, k = 0, m = 0;
+    int32_t  parent = -1;
+    uint64_t h      = 0;
+    *first          = 0;
+    if (!pool->tier || pool->p.n_snapshots == 0 || n < 2) return 0;
+    if (max_k > pool->pages_per_seq) max_k = pool->pages_per_seq;
+    for (; k < max_k; k++) { /* the RAM chain, as attach walks it */
+        const int32_t *toks = tokens + (size_t)k * (size_t)pt;
+        h                   = chain_hash(pool, k, h, toks);
+        if ((parent = find_node(pool, h, parent, toks)) < 0) break;
+    }
+    *first = k;
+    for (; k < max_k && m < max; k++, m++) {
+        if (m) h = chain_hash(pool, k, h, tokens + (size_t)k * (size_t)pt);
+        keys[m] = (struct dsv4_kv_disk_key){ h, (uint32_t)k };
+    }
+    return m;
+}
+
 /* Queues page k of the slot (chain hash h) for the disk tier with the snapshot snap. */
 static void disk_write(struct dsv4_kv_pool *pool, int slot, int k, uint64_t h, const int32_t *toks, int32_t page,
                        const uint8_t *snap)

@@ -140,6 +140,11 @@ int dsv4_kv_reserve(struct dsv4_kv_pool *pool, int slot, int pos_end);
  * it for the disk tier; when the cache has no entry for it (or for an earlier page of the
  * prefix), the disk tier still gets it, its snapshot taken into the tier's scratch. */
 int  dsv4_kv_prefix_attach(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens, int n);
+/* The disk tier's keys of the pages attach would look for on disk: those of tokens[0, n)
+ * past the RAM chain (up to max of them). Returns how many; *first: the depth of the
+ * first (its ids start at tokens + *first * page_tokens). 0 with the cache or the tier off. */
+int  dsv4_kv_prefix_disk_keys(const struct dsv4_kv_pool *pool, const int32_t *tokens, int n,
+                              struct dsv4_kv_disk_key *keys, int max, int *first);
 void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *tokens);
 /* Evicts every evictable cache entry (tests; memory pressure relief). */
 void dsv4_kv_prefix_clear(struct dsv4_kv_pool *pool);

@@ -17,12 +17,17 @@
  * memory (the backend's download: this is the one copy on the step thread, page_bytes +
  * snap_bytes per published page) into one of n_buf host buffers allocated at open, and
  * queues it; a writer thread puts it to the store. No free buffer: the write is dropped and
- * counted, decode never waits for the disk. Reads are synchronous on the stepping thread
- * (the asynchronous load is still to do): the record is read into a host buffer, checked,
- * then uploaded into the page (and, where needed, the snapshot) the pool allocated for it.
+ * counted, decode never waits for the disk.
  *
- * Threads: write, load and install belong to the stepping thread; counters may be read
- * from any thread.
+ * Reads are prefetched: the scheduler hands a waiting request's chain (the keys past its RAM
+ * chain) to a reader thread, which reads and checks the records in order into n_prefetch
+ * host buffers allocated at open (the longest chain: one sequence's pages), while other
+ * sequences step. A load then finds its record among the prefetched ones and only the
+ * upload (install) runs on the stepping thread; a record not prefetched (another chain,
+ * or dropped) is read synchronously there as before. One chain is prefetched at a time.
+ *
+ * Threads: write, load, install and the prefetch calls belong to the stepping thread; the
+ * counters may be read from any thread.
  */
 #ifndef DSV4_KV_TIER_H
 #define DSV4_KV_TIER_H
@@ -36,6 +41,7 @@ struct dsv4_kv_tier_params {
     int         page_tokens;
     size_t      page_bytes, snap_bytes;
     int         n_buf;       /* write buffers (the queue's bound); 0 = 8 */
+    int         n_prefetch;  /* read buffers: the longest chain prefetched; 0 = 1 */
 };
 
 struct dsv4_kv_tier_counters {
@@ -43,6 +49,7 @@ struct dsv4_kv_tier_counters {
     uint64_t writes_dropped;  /* queue full */
     uint64_t token_mismatch;  /* records whose token ids were not the lookup's (hash collision) */
     int      queue_depth;     /* writes queued or being written now */
+    uint64_t prefetched;      /* records read by the reader thread */
 };
 
 struct dsv4_kv_tier;
@@ -64,6 +71,19 @@ void dsv4_kv_tier_write(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, con
  * previous one in place, so a chain's deepest snapshot can be installed after its end is
  * found). */
 bool dsv4_kv_tier_load(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, const int32_t *tokens);
+/* Queues keys[0..n) (tokens: their pages of ids, back to back) for the reader; false when
+ * a prefetch is already queued, running or done and not dropped. Past n_prefetch records
+ * the chain is left to synchronous loads. */
+bool dsv4_kv_tier_prefetch(struct dsv4_kv_tier *t, const struct dsv4_kv_disk_key *keys, const int32_t *tokens, int n);
+/* True while the queued prefetch is being read. */
+bool dsv4_kv_tier_prefetch_busy(struct dsv4_kv_tier *t);
+/* Waits up to timeout_s for the prefetch being read to complete. */
+void dsv4_kv_tier_prefetch_wait(struct dsv4_kv_tier *t, double timeout_s);
+/* Lets go of the prefetched records (a prefetch being read is discarded when it ends). */
+void dsv4_kv_tier_prefetch_drop(struct dsv4_kv_tier *t);
+/* Test hook, for every tier of the process: while held, readers do not report a prefetch
+ * complete. */
+void dsv4_kv_tier_test_hold(bool hold);
 /* Uploads the page and the snapshot of the last successful load into KV memory; either
  * may be NULL (a page in the middle of a chain needs no snapshot). */
 void dsv4_kv_tier_install(struct dsv4_kv_tier *t, void *page, void *snap);

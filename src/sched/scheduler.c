@@ -49,6 +49,9 @@
 #include "kv/kv_pool.h"
 #include "model/runtime.h"
 
+/* Host memory for the disk tier's read buffers (kv_tier.h: prefetch). */
+#define PREFETCH_BYTES ((size_t)64 << 20)
+
 enum rq_state { RQ_QUEUED, RQ_WAITING, RQ_RUNNING };
 
 struct rq {
@@ -70,6 +73,7 @@ struct rq {
     int                 cached;      /* positions resumed from the prefix cache, first admission */
     int                 n_preempt;
     bool                admitted;    /* admitted at least once */
+    bool                pf_asked;    /* its disk chain's prefetch was asked for (or not needed) */
     /* speculative decoding (docs/SPECULATIVE.md) */
     int                 spec_k;      /* most drafts a step (0: never) */
     float               spec_rate;   /* moving average of the share of drafts kept */
@@ -100,6 +104,8 @@ struct dsv4_sched {
     int                       tier_limit[DSV4_TIER_COUNT];
     struct dsv4_kv_pool       kv;
     struct dsv4_kv_tier      *disk;    /* the prefix cache's disk tier (kv_disk_dir), or NULL */
+    struct dsv4_kv_disk_key  *pf_keys; /* [pages_per_seq] a waiting request's disk chain */
+    struct rq                *pf_owner; /* the request whose chain is prefetched, or NULL */
     struct dsv4_step          step;
     float                    *logits;  /* [max_seqs * (spec_draft + 1), vocab] the rows sampled from */
     struct dsv4_fwd_seq      *fs;      /* [max_seqs] */
@@ -323,6 +329,12 @@ static int open_disk_tier(dsv4_sched *s, struct dsv4_err *err)
     struct dsv4_kv_tier_params tp = { .dir = s->p.kv_disk_dir, .budget = s->p.kv_disk_budget,
                                       .page_tokens = s->p.page_tokens, .page_bytes = s->kv.plan.page_bytes,
                                       .snap_bytes = s->kv.plan.snap_bytes };
+    /* read buffers for a whole chain, within PREFETCH_BYTES; the rest of a longer one is
+     * read on the stepping thread */
+    size_t payload = sizeof(int32_t) * (size_t)s->p.page_tokens + tp.page_bytes + tp.snap_bytes;
+    tp.n_prefetch  = min_i(s->kv.pages_per_seq, (int)(PREFETCH_BYTES / payload));
+    if (!(s->pf_keys = calloc((size_t)s->kv.pages_per_seq, sizeof(*s->pf_keys))))
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     struct dsv4_kv_mem kvmem = dsv4_model_kv_mem(s->m);
     int rc = dsv4_kv_tier_open(&s->disk, &tp, id, &kvmem, dsv4_engine_logger(s->engine), err);
     s->kv.tier = s->disk;
@@ -584,6 +596,10 @@ static void running_remove(dsv4_sched *s, struct rq *r)
 /* Drops a request from the shared bookkeeping (after this, cancel cannot find it). */
 static void forget(dsv4_sched *s, struct rq *r, bool queued)
 {
+    if (s->pf_owner == r) {
+        dsv4_kv_tier_prefetch_drop(s->disk);
+        s->pf_owner = NULL;
+    }
     pthread_mutex_lock(&s->mu);
     if (queued) s->n_queued--;
     s->n_active--;
@@ -720,6 +736,7 @@ void dsv4_sched_free(dsv4_sched *s)
     free(s->kept);
     dsv4_step_free(&s->step);
     dsv4_kv_tier_close(s->disk); /* finishes the queued writes */
+    free(s->pf_keys);
     dsv4_kv_pool_free(&s->kv);
     if (s->undo)
         for (int i = 0; i < s->p.max_seqs; i++) dsv4_spec_undo_free(&s->undo[i]);
@@ -772,6 +789,22 @@ static void expire(dsv4_sched *s, double t, bool check_deadline)
 }
 
 
+/* False while r's disk chain is being read (it waits, and so do those behind it). The
+ * first time r comes up, the pages past the RAM chain are handed to the tier's reader;
+ * once read, attach takes them from its buffers, which stay r's until r is admitted or ends,
+ * so a request that then waits for free pages does not read them again. */
+static bool prefetched(dsv4_sched *s, struct rq *r)
+{
+    if (!s->disk || r->pf_asked) return s->pf_owner != r || !dsv4_kv_tier_prefetch_busy(s->disk);
+    r->pf_asked = true;
+    int first, n = dsv4_kv_prefix_disk_keys(&s->kv, r->tok, r->n_tok, s->pf_keys, s->kv.pages_per_seq, &first);
+    if (n == 0 || s->pf_owner) return true; /* nothing on disk to read, or the reader is taken */
+    if (!dsv4_kv_tier_prefetch(s->disk, s->pf_keys, r->tok + (size_t)first * (size_t)s->p.page_tokens, n))
+        return true;
+    s->pf_owner = r;
+    return false;
+}
+
 static void admit(dsv4_sched *s, double t)
 {
     int admitted = 0;
@@ -785,6 +818,7 @@ static void admit(dsv4_sched *s, double t)
             slot = k.slot;
             hit  = k.n;
         } else {
+            if (!prefetched(s, r)) break;
             while ((slot = dsv4_kv_slot_acquire(&s->kv)) < 0 && kept_evict(s)) {
             }
             DSV4_ASSERT(slot >= 0);
@@ -802,6 +836,10 @@ static void admit(dsv4_sched *s, double t)
             free(k.tok);
             s->acc.kept_resumes++;
             s->acc.kept_resume_tokens += (uint64_t)hit;
+        }
+        if (s->pf_owner == r) { /* attached: its records are in its pages now */
+            dsv4_kv_tier_prefetch_drop(s->disk);
+            s->pf_owner = NULL;
         }
         waiting_unlink(s, r);
         admitted++;
@@ -1066,6 +1104,9 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
     admit(s, t0);
     int n = plan_batch(s);
     if (n == 0) {
+        /* nothing to run while a waiting request's chain is read: wait for the reader here
+         * rather than spin (the caller steps again at once, is_idle being false) */
+        if (s->pf_owner) dsv4_kv_tier_prefetch_wait(s->disk, 0.01);
         publish_metrics(s);
         return DSV4_OK;
     }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "kv/kv_tier.h"
 #include "model/runtime.h"
 #include "support/gen.h"
 #include "test_cases.h"
@@ -963,6 +964,30 @@ static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int 
     dsv4_engine_close(e);
 }
 
+/* The parameters of a disk-tier run on dir (t->tmpdir/sched-kvdisk-name) with pages of pt,
+ * 2 sequences and max_ctx (*w), P's cold output (*cold), and P's pages written to dir by a
+ * first scheduler. */
+static void disk_prepare(struct test_ctx *t, dsv4_engine *e, const char *name, char dir[300], int pt, int max_ctx,
+                         int32_t *p_tok, int np, struct dsv4_sched_params *w, struct out *cold)
+{
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    snprintf(dir, 300, "%s/sched-kvdisk-%s", t->tmpdir, name);
+    struct dsv4_sched_params pc = small_params(1);
+    *w                          = small_params(2);
+    w->page_tokens = pc.page_tokens = pt;
+    w->max_ctx = pc.max_ctx = max_ctx;
+    w->kv_disk_dir          = dir;
+    pc.prefix_entries       = 0;
+    struct out                o;
+    struct dsv4_sched_metrics mt;
+    out_init(cold, info.vocab_size, true);
+    run_set(t, e, &pc, &p_tok, &np, 1, GEN, cold, NULL);
+    out_init(&o, info.vocab_size, true);
+    disk_run(t, e, w, p_tok, np, &o, &mt); /* writes P's pages */
+    free(o.logits);
+}
+
 /* The free pages run out part-way through a disk chain: a kept sequence (Q) holds most of
  * the pool and both RAM cache entries, so P's pages come from disk into its own pages until
  * none is free. What resumes must still be P's state at the page where the chain stopped
@@ -977,20 +1002,10 @@ static void disk_page_shortage(struct test_ctx *t)
     enum { PT = 16, PAGES = 6 };
     int      np = PAGES * PT + 2, nq = 3 * PT + 2;
     int32_t *p_tok = prompt_tokens(np, 777), *q_tok = prompt_tokens(nq, 4242);
-    char     dir[300];
-    snprintf(dir, sizeof(dir), "%s/sched-kvdisk-shortage", t->tmpdir);
-    struct dsv4_sched_params w = small_params(2), pc = small_params(1);
-    w.page_tokens = pc.page_tokens = PT;
-    w.max_ctx = pc.max_ctx = (PAGES + 1) * PT + 4 + GEN;
-    w.kv_disk_dir          = dir;
-    pc.prefix_entries      = 0;
-    struct out                cold, o, oq;
-    struct dsv4_sched_metrics mt;
-    out_init(&cold, info.vocab_size, true);
-    run_set(t, e, &pc, &p_tok, &np, 1, GEN, &cold, NULL);
-    out_init(&o, info.vocab_size, true);
-    disk_run(t, e, &w, p_tok, np, &o, &mt); /* writes P's pages */
-    free(o.logits);
+    char                     dir[300];
+    struct dsv4_sched_params w;
+    struct out               cold, o, oq;
+    disk_prepare(t, e, "shortage", dir, PT, (PAGES + 1) * PT + 4 + GEN, p_tok, np, &w, &cold);
     struct dsv4_sched_params r = w;
     r.prefix_entries = 2;
     r.keep_finished  = 1;
@@ -1017,6 +1032,56 @@ static void disk_page_shortage(struct test_ctx *t)
     dsv4_engine_close(e);
 }
 
+/* P's 6 pages on disk after a restart while Q decodes: with the tier's reader held, P's
+ * chain cannot complete, so P waits (no token) while Q keeps producing tokens, steps do not
+ * fail; released, P is admitted with all 6 pages from disk and its output is a cold run's. */
+static void disk_prefetch_overlap(struct test_ctx *t)
+{
+    dsv4_engine *e = open_model(t, "tiny-a");
+    if (!e) return;
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    enum { PT = 16, PAGES = 6, QGEN = 40 };
+    int      np = PAGES * PT + 2, nq = PT + 3;
+    int32_t *p_tok = prompt_tokens(np, 778), *q_tok = prompt_tokens(nq, 4243);
+    char                      dir[300];
+    struct dsv4_sched_params  w;
+    struct out                cold, o, oq;
+    struct dsv4_sched_metrics mt;
+    disk_prepare(t, e, "prefetch", dir, PT, (PAGES + 1) * PT + 4 + QGEN, p_tok, np, &w, &cold);
+    dsv4_sched     *s;
+    struct dsv4_err err;
+    if (dsv4_sched_create(e, &w, &s, &err)) {
+        CHECKF(0, "create: %s", err.msg);
+    } else {
+        out_init(&oq, info.vocab_size, false);
+        out_init(&o, info.vocab_size, true);
+        submit(t, s, q_tok, nq, QGEN, &oq);
+        for (int i = 0; i < 3; i++) CHECK(dsv4_sched_step(s, &err) == DSV4_OK);
+        dsv4_kv_tier_test_hold(true);
+        submit(t, s, p_tok, np, GEN, &o);
+        int q0 = oq.n;
+        for (int i = 0; i < 10; i++) CHECK(dsv4_sched_step(s, &err) == DSV4_OK);
+        CHECKF(o.n == 0 && oq.n >= q0 + 10, "while P's chain is read: P %d tokens, Q %d -> %d", o.n, q0, oq.n);
+        CHECK(!dsv4_sched_is_idle(s));
+        dsv4_kv_tier_test_hold(false);
+        step_until_idle(t, s, 500);
+        dsv4_sched_metrics(s, &mt);
+        CHECKF(same_out(&o, &cold), "P after its prefetch: output differs from the cold run");
+        CHECKF(o.usage.cached_tokens == PAGES * PT && (int)mt.kv_disk_hit_tokens == PAGES * PT,
+               "P after its prefetch: cached %d, from disk %llu", o.usage.cached_tokens,
+               (unsigned long long)mt.kv_disk_hit_tokens);
+        dsv4_sched_free(s);
+        free(o.logits);
+        free(oq.logits);
+    }
+    dsv4_kv_tier_test_hold(false);
+    free(cold.logits);
+    free(p_tok);
+    free(q_tok);
+    dsv4_engine_close(e);
+}
+
 /* tiny-a, pages of 16: the ratio-16 layer's block is a whole page; tiny-b, pages of 128: a
  * ratio-128 block is a whole page. Then a prompt of 6 pages through a RAM cache of 2
  * entries: the disk tier still gets every page (4 of them without a RAM entry), and after
@@ -1028,6 +1093,7 @@ static void test_prefix_disk_restart(struct test_ctx *t)
     disk_restart_on(t, "tiny-b", 128, 3, 1, 3, -1);
     disk_restart_on(t, "tiny-a", 16, 6, 3, 3, 2);
     disk_page_shortage(t);
+    disk_prefetch_overlap(t);
 }
 
 const struct test_case test_group_sched[] = {
