@@ -377,6 +377,7 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
         return rc;
     }
     if ((rc = open_disk_tier(s, err))) {
+        free(s->pf_keys); /* the tier itself is freed by its open when that fails */
         dsv4_step_free(&s->step);
         dsv4_kv_pool_free(&s->kv);
         free(s);
