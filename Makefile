@@ -75,6 +75,21 @@ else
 LIB_SRC   := $(filter-out $(VK_SRC),$(LIB_SRC))
 DEFS      += -DDSV4_HAVE_VULKAN=0
 endif
+# MPI (src/dist/, docs/DISTRIBUTED.md): MPI=1 builds expert parallelism over MPI (Open MPI:
+# libopenmpi-dev), MPI=0 leaves it out (`--ep N` then says so). By default it is built when
+# pkg-config knows mpi-c and the target is this machine. Sanitizer builds leave it out: the
+# MPI library's own allocations at load are not ours to report.
+MPI ?= auto
+ifeq ($(MPI),auto)
+override MPI := $(shell [ "$(ARCH)" = "$$(uname -m)" ] && [ -z "$(SANITIZE)" ] && \
+                  pkg-config --exists mpi-c 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(MPI),1)
+DEFS      += -DDSV4_HAVE_MPI=1 $(shell pkg-config --cflags mpi-c)
+LDLIBS    += $(shell pkg-config --libs mpi-c)
+else
+DEFS      += -DDSV4_HAVE_MPI=0
+endif
 TOOL_SRC  := $(filter-out tools/main.c,$(shell find tools -maxdepth 1 -name '*.c' | sort))
 # tools/support/: what both the commands and the tests call (checkpoint generator, HTTP
 # client), an archive of its own, so the test runner links no command object.

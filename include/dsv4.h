@@ -104,7 +104,28 @@ struct dsv4_engine_params {
     /* Write a Chrome/Perfetto trace of every op call here and print each op's share of the
      * time at close; NULL = off (tools: --profile F or DSV4_PROFILE). */
     const char        *profile_path;
+    /* Expert parallelism over MPI (docs/DISTRIBUTED.md; tools: --ep N, --ep-dispatch): the
+     * ranks the routed experts are spread over, 0 or 1 = this process alone. It must equal
+     * the ranks mpirun started, this process being rank 0 (dsv4_mpi_start). */
+    int                ep;
+    enum dsv4_ep_dispatch {
+        DSV4_EP_ROWS   = 0, /* each rank gets the rows routed to its experts (default) */
+        DSV4_EP_TOKENS = 1, /* each rank gets the layer's token rows and the routing */
+    } ep_dispatch;
 };
+
+/*
+ * MPI (docs/DISTRIBUTED.md). A program started by mpirun calls dsv4_mpi_start first: it
+ * initialises MPI (nothing happens, and it returns 0, outside mpirun or in a build without
+ * MPI) and returns this process's rank. Rank 0 runs the program; every other rank calls
+ * dsv4_mpi_serve, which loads and runs the experts rank 0's engines ask for until rank 0
+ * calls dsv4_mpi_finish (which ends MPI; call it once, on the way out, on every rank).
+ * dsv4_mpi_ranks: the ranks mpirun started (1 outside mpirun).
+ */
+int  dsv4_mpi_start(int *argc, char ***argv);
+int  dsv4_mpi_ranks(void);
+int  dsv4_mpi_serve(void);
+void dsv4_mpi_finish(void);
 
 /* Fills params with defaults (no logging, current revision, all CPUs, the default backend
  * with its default options). */
@@ -150,6 +171,19 @@ struct dsv4_engine_settings {
 };
 
 void dsv4_engine_settings(const dsv4_engine *engine, struct dsv4_engine_settings *settings);
+
+/* What expert parallelism moved, counted on rank 0 since the engine opened (all zero in one
+ * process): bytes rank 0 sent to and received from the other ranks for the MoE layers, the
+ * layers that went through MPI, and the wall time rank 0 spent inside MPI calls there
+ * (sending, and waiting for the other ranks' results after computing its own). */
+struct dsv4_ep_stats {
+    int      ranks;
+    uint64_t bytes_sent, bytes_received;
+    uint64_t layers;
+    double   mpi_seconds;
+};
+
+void dsv4_engine_ep_stats(const dsv4_engine *engine, struct dsv4_ep_stats *stats);
 
 /* Reads every page of the weights the backend reads in place from the mapped checkpoint
  * (not those it copied into its own layout), so that they are in memory and mapped before

@@ -381,6 +381,18 @@ static void write_backend_help(void)
     snprintf(backend_help, sizeof(backend_help), "the backend: %s (default: the first)", names);
 }
 
+static bool set_ep_dispatch(const struct cli_opt *o, const char *cmd, const char *v, void *base)
+{
+    enum dsv4_ep_dispatch *how = (enum dsv4_ep_dispatch *)(void *)((char *)base + o->off);
+    if (!strcmp(v, "rows")) *how = DSV4_EP_ROWS;
+    else if (!strcmp(v, "tokens")) *how = DSV4_EP_TOKENS;
+    else {
+        fprintf(stderr, "dsv4 %s: --ep-dispatch must be rows or tokens\n", cmd);
+        return false;
+    }
+    return true;
+}
+
 #define EP(field) offsetof(struct dsv4_engine_params, field)
 /* --revision last: cli_engine_group leaves it out for a command that opens no model. */
 static const struct cli_opt ENGINE_OPTS[] = {
@@ -398,6 +410,12 @@ static const struct cli_opt ENGINE_OPTS[] = {
       CLI_CALL, EP(backend_opts), 0, 0, set_backend_opt },
     { "--profile", NULL, "FILE", "Chrome trace of every op, per-op shares at exit (env DSV4_PROFILE)", CLI_STR,
       EP(profile_path), 0, 0, NULL },
+    { "--ep", NULL, "N",
+      "spread the routed experts over N MPI ranks: mpirun -np N dsv4 ... --ep N\n(docs/DISTRIBUTED.md; default 1)",
+      CLI_INT, EP(ep), 1, 4096, NULL },
+    { "--ep-dispatch", NULL, "HOW",
+      "rows|tokens: send each rank its routed rows, or every rank the layer's tokens\n(default rows)", CLI_CALL,
+      EP(ep_dispatch), 0, 0, set_ep_dispatch },
     /* an unknown name is refused at engine open, with the list */
     { "--backend", NULL, "NAME", backend_help, CLI_STR, EP(backend), 0, 0, NULL },
     { "--revision", NULL, "R", "current|initial: the demo revision to reproduce (default current)", CLI_CALL,

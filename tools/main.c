@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dsv4.h"
 
 static const struct cli_command commands[] = {
     { "inspect", "check a checkpoint and print its architecture and memory figures", cmd_inspect },
@@ -32,7 +33,7 @@ static void usage(FILE *f)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
@@ -47,4 +48,13 @@ int main(int argc, char **argv)
     fprintf(stderr, "dsv4: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    /* under mpirun (docs/DISTRIBUTED.md): rank 0 runs the command, the others serve experts */
+    int rank = dsv4_mpi_start(&argc, &argv);
+    int rc   = rank == 0 ? run_command(argc, argv) : dsv4_mpi_serve();
+    dsv4_mpi_finish();
+    return rc;
 }

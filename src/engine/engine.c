@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "engine/session.h"
 
 int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engine_params *params,
@@ -22,11 +23,22 @@ int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engin
     }
     if (params->revision != DSV4_REVISION_CURRENT && params->revision != DSV4_REVISION_INITIAL)
         return dsv4_err_set(err, DSV4_EINVAL, "unknown revision %d", (int)params->revision);
+    int ranks;
+    int rc = dsv4_ep_ranks_for(params, &ranks, err);
+    if (rc) return rc;
     dsv4_engine *e = calloc(1, sizeof(*e));
     if (!e) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     e->lg.fn = params->log;
     e->lg.ud = params->log_ud;
-    int rc   = dsv4_model_load(&e->model, dir, params, &e->lg, err);
+    /* under expert parallelism the other ranks load their parts while this one does */
+    if (ranks > 1) dsv4_ep_announce(dir, params, ranks);
+    rc = dsv4_model_load_part(&e->model, dir, params, &e->lg, 0, ranks, err);
+    if (ranks > 1) {
+        struct dsv4_err own = *err;
+        int             all = dsv4_ep_attach(&e->model, ranks, params->ep_dispatch, rc, &own, &e->lg, err);
+        if (all && rc == DSV4_OK) dsv4_model_free(&e->model);
+        rc = all;
+    }
     if (rc) {
         free(e);
         return rc;
@@ -38,8 +50,14 @@ int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engin
 void dsv4_engine_close(dsv4_engine *e)
 {
     if (!e) return;
+    dsv4_ep_detach(&e->model, &e->lg);
     dsv4_model_free(&e->model);
     free(e);
+}
+
+void dsv4_engine_ep_stats(const dsv4_engine *e, struct dsv4_ep_stats *st)
+{
+    dsv4_ep_stats_of(e->model.ep, st);
 }
 
 void dsv4_engine_info(const dsv4_engine *e, struct dsv4_model_info *info)

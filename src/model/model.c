@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/ep.h"
 #include "model/runtime.h"
 
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
@@ -70,7 +71,7 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
 static void each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
 {
     struct dsv4_model *m = ctx;
-    dsv4_weights_each_linear(&m->w, &m->cfg, fn, ud);
+    dsv4_weights_each_linear_of(&m->w, &m->cfg, m->exp_lo, m->exp_hi, m->trunk, fn, ud);
 }
 
 /* The checkpoint's other tensors, then the tables the model computed at load (the RoPE
@@ -78,6 +79,7 @@ static void each_linear(void *ctx, void (*fn)(struct dsv4_linear *l, void *ud), 
 static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud)
 {
     struct dsv4_model *m = ctx;
+    if (!m->trunk) return; /* an expert rank runs no op that reads them */
     dsv4_weights_each_tensor(&m->w, &m->cfg, fn, ud);
     size_t half = sizeof(float) * (size_t)(m->cfg.d_rope / 2);
     fn((const void **)&m->rope_swa.freq, half, ud);
@@ -86,6 +88,12 @@ static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void
 
 int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
+{
+    return dsv4_model_load_part(m, dir, params, lg, 0, 1, err);
+}
+
+int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
+                         const struct dsv4_logger *lg, int rank, int ranks, struct dsv4_err *err)
 {
     enum dsv4_revision rev = params->revision;
     memset(m, 0, sizeof(*m));
@@ -102,8 +110,10 @@ int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_eng
     dsv4_bind_report_free(&rep);
     if (rc) goto fail_ck;
     const struct dsv4_config *c = &m->cfg;
-    for (int il = 0; il < c->n_layer && rc == DSV4_OK; il++) rc = round_wo_a(m, &m->w.layers[il], err);
-    if (rc == DSV4_OK && m->w.has_mtp) rc = round_wo_a(m, &m->w.mtp, err);
+    dsv4_ep_expert_range(c->n_exp, rank, ranks, &m->exp_lo, &m->exp_hi);
+    m->trunk = rank == 0;
+    for (int il = 0; m->trunk && il < c->n_layer && rc == DSV4_OK; il++) rc = round_wo_a(m, &m->w.layers[il], err);
+    if (rc == DSV4_OK && m->trunk && m->w.has_mtp) rc = round_wo_a(m, &m->w.mtp, err);
     if (rc) goto fail_ck;
     int half     = c->d_rope / 2;
     m->freq_swa  = dsv4_arena_alloc(&m->arena, sizeof(float) * (size_t)half, 64);

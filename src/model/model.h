@@ -156,6 +156,10 @@ void dsv4_bind_report_free(struct dsv4_bind_report *r);
 /* Calls fn on every projection of w, in a fixed order (unbound ones have n_out 0). */
 void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *c,
                               void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
+/* The same for one rank of expert parallelism: its routed experts [exp_lo, exp_hi), and the
+ * other projections when trunk is set (src/dist/ep.h). */
+void dsv4_weights_each_linear_of(struct dsv4_weights *w, const struct dsv4_config *c, int exp_lo, int exp_hi,
+                                 bool trunk, void (*fn)(struct dsv4_linear *l, void *ud), void *ud);
 /* Every other tensor the ops read, with its size in bytes (prepare_weights may repoint it). */
 void dsv4_weights_each_tensor(struct dsv4_weights *w, const struct dsv4_config *c,
                               void (*fn)(const void **t, size_t bytes, void *ud), void *ud);

@@ -7,6 +7,7 @@
  * expert, as the demo's loop does (the moe_combine op's contract); a row's result does not
  * depend on the other rows.
  */
+#include "dist/ep.h"
 #include "model/runtime.h"
 
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
@@ -31,8 +32,13 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
             }
     /* the group table stays on the backend: `experts` reads the count, the host never does */
     be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
-    be->ops->experts(be, L->experts, c->n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,
-                     S->exp_scratch);
+    if (m->ep) /* expert parallelism (src/dist/ep.h): the other ranks' experts run meanwhile */
+        dsv4_ep_experts_begin(m->ep, be, L, L->is_mtp ? c->n_layer : L->il, R, S->u, S->ids, S->rw, S->grp, S->xe,
+                              S->row_w, S->ye, S->exp_scratch);
+    else
+        be->ops->experts(be, L->experts, c->n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,
+                         S->exp_scratch);
     be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->shared_y, S->exp_scratch);
+    if (m->ep) dsv4_ep_experts_end(m->ep, S->ye);
     be->ops->moe_combine(be, R, k, d, S->pair_of, S->ye, S->shared_y, S->f);
 }

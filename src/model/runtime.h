@@ -28,12 +28,22 @@ struct dsv4_model {
     const struct dsv4_backend_ops *ops;
     void                          *backend_impl;
     struct dsv4_prof              *prof;        /* params.profile_path: ops is then dsv4_prof_ops */
+    /* Expert parallelism (src/dist/ep.h): this process holds the routed experts
+     * [exp_lo, exp_hi) of every MoE layer, and the trunk (every other weight) when trunk is
+     * set; one process holds all. ep: rank 0's link to the other ranks, NULL in one process. */
+    int                            exp_lo, exp_hi;
+    bool                           trunk;
+    struct dsv4_ep                *ep;
 };
 
 /* Loads a checkpoint with the engine's parameters (revision, threads, backend and its
  * options, profile). */
 int  dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                      const struct dsv4_logger *lg, struct dsv4_err *err);
+/* The part of the model rank `rank` of `ranks` holds under expert parallelism (ranks 1 = the
+ * whole model; src/dist/ep.h has the layout): only its weights are prepared and touched. */
+int  dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
+                          const struct dsv4_logger *lg, int rank, int ranks, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);
 
 /* RoPE frequencies for one base (docs/MODEL.md §R3.3). */
@@ -49,6 +59,7 @@ struct dsv4_dump_sink {
 };
 
 struct dsv4_spec_undo;
+struct dsv4_ep;
 
 /* One sequence's part of a forward step. */
 struct dsv4_fwd_seq {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "model/runtime.h"
 
 static size_t a64(size_t v)
@@ -149,7 +150,10 @@ int dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows
     s->be.ops     = m->ops;
     s->be.impl    = m->backend_impl;
     s->be.prof    = m->prof;
-    return DSV4_OK;
+    /* the expert ranks size their buffers for these steps now, not during one */
+    int rc = m->ep ? dsv4_ep_reserve(m->ep, max_rows, err) : DSV4_OK;
+    if (rc) dsv4_step_free(s);
+    return rc;
 }
 
 void dsv4_step_describe(struct dsv4_step *S, int n_rows)

@@ -354,7 +354,15 @@ void dsv4_bind_report_free(struct dsv4_bind_report *r)
 void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *c,
                               void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
 {
-    fn(&w->head, ud);
+    dsv4_weights_each_linear_of(w, c, 0, c->n_exp, true, fn, ud);
+}
+
+/* The projections one rank of expert parallelism holds (src/dist/ep.h): the routed experts
+ * [exp_lo, exp_hi) of every MoE layer, and every other projection when trunk is set. */
+void dsv4_weights_each_linear_of(struct dsv4_weights *w, const struct dsv4_config *c, int exp_lo, int exp_hi,
+                                 bool trunk, void (*fn)(struct dsv4_linear *l, void *ud), void *ud)
+{
+    if (trunk) fn(&w->head, ud);
     for (int il = 0; il <= c->n_layer; il++) {
         if (il == c->n_layer && !w->has_mtp) break;
         struct dsv4_layer_w *L = il < c->n_layer ? &w->layers[il] : &w->mtp;
@@ -363,8 +371,8 @@ void dsv4_weights_each_linear(struct dsv4_weights *w, const struct dsv4_config *
                                       &L->idx.weights_proj, &L->idx.comp.wkv, &L->idx.comp.wgate, &L->gate,
                                       &L->shared.w1,     &L->shared.w3,    &L->shared.w2,    &L->e_proj,
                                       &L->h_proj };
-        for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) fn(ls[i], ud);
-        for (int e = 0; L->experts && e < c->n_exp; e++) {
+        for (size_t i = 0; trunk && i < sizeof(ls) / sizeof(ls[0]); i++) fn(ls[i], ud);
+        for (int e = exp_lo; L->experts && e < exp_hi && e < c->n_exp; e++) {
             fn(&L->experts[e].w1, ud);
             fn(&L->experts[e].w3, ud);
             fn(&L->experts[e].w2, ud);

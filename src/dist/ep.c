@@ -1,0 +1,331 @@
+/*
+ * ep.c - expert parallelism, rank 0's side: MPI start and finish, the OPEN of every rank's
+ * part, and a MoE layer's routed experts sent out and gathered back (ep.h has the design;
+ * ep_serve.c is the other ranks' loop). Built without MPI (DSV4_HAVE_MPI 0), one process is
+ * all there is and --ep above 1 is refused.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dist/ep.h"
+#include "dist/ep_proto.h"
+#include "model/runtime.h"
+
+void dsv4_ep_expert_range(int n_exp, int rank, int ranks, int *lo, int *hi)
+{
+    if (ranks < 1) ranks = 1;
+    *lo = (int)((int64_t)n_exp * rank / ranks);
+    *hi = (int)((int64_t)n_exp * (rank + 1) / ranks);
+}
+
+#if DSV4_HAVE_MPI
+
+static struct {
+    bool on;           /* MPI_Init_thread ran */
+    int  rank, ranks;
+    bool attached;     /* an engine of this process uses the other ranks */
+} g_mpi = { false, 0, 1, false };
+
+struct dsv4_ep {
+    int                  ranks, n_exp, d, k;
+    enum dsv4_ep_dispatch how;
+    double               limit;           /* the routed experts' SwiGLU clamp */
+    int                 *lo, *hi;         /* [ranks] expert ranges */
+    int                 *tables;          /* [ranks, table ints] each rank's group table */
+    int                 *rows, *row0;     /* [ranks] pairs and first pair */
+    int                 *cnt, *displ;     /* [ranks] the same in floats of rows (x d) */
+    struct dsv4_ep_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int dsv4_mpi_start(int *argc, char ***argv)
+{
+    /* only under a launcher: a plain run never touches MPI (valgrind, sanitizers) */
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return 0;
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 0;
+    g_mpi.on = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_mpi.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_mpi.ranks);
+    /* the forward runs on one thread at a time (the scheduler's, or the caller's): SERIALIZED
+     * is enough; a library that gives less cannot be trusted with it */
+    if (provided < MPI_THREAD_SERIALIZED && g_mpi.ranks > 1) {
+        fprintf(stderr, "dsv4: this MPI library gives thread level %d, expert parallelism needs MPI_THREAD_SERIALIZED\n",
+                provided);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return g_mpi.rank;
+}
+
+int dsv4_mpi_ranks(void)
+{
+    return g_mpi.ranks;
+}
+
+void dsv4_mpi_finish(void)
+{
+    if (!g_mpi.on) return;
+    if (g_mpi.rank == 0 && g_mpi.ranks > 1) {
+        struct ep_cmd c = { .op = EP_QUIT };
+        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    }
+    MPI_Finalize();
+    g_mpi.on = false;
+}
+
+int dsv4_ep_ranks_for(const struct dsv4_engine_params *p, int *ranks, struct dsv4_err *err)
+{
+    int want = p->ep > 1 ? p->ep : 1, have = g_mpi.ranks;
+    *ranks   = 1;
+    if (want == 1 && have == 1) return DSV4_OK;
+    if (g_mpi.rank != 0) return dsv4_err_set(err, DSV4_EINVAL, "an engine opens on MPI rank 0 only");
+    if (want != have)
+        return dsv4_err_set(err, DSV4_EINVAL,
+                            have == 1 ? "--ep %d, but this process is not one of %d MPI ranks (start it with mpirun -np %d)"
+                                      : "--ep %d, but mpirun started %d ranks (give --ep with the same count)",
+                            want, want == 1 ? have : (have == 1 ? want : have), want);
+    if (g_mpi.attached) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "one engine at a time uses the MPI ranks");
+    if (p->ep_dispatch != DSV4_EP_ROWS && p->ep_dispatch != DSV4_EP_TOKENS)
+        return dsv4_err_set(err, DSV4_EINVAL, "unknown expert dispatch %d", (int)p->ep_dispatch);
+    *ranks = have;
+    return DSV4_OK;
+}
+
+/* OPEN to every rank: the options, the directory; they load while rank 0 does. */
+void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks)
+{
+    const char *be = p->backend ? p->backend : "", *opts = p->backend_opts ? p->backend_opts : "";
+    size_t      ld = strlen(dir) + 1, lb = strlen(be) + 1, lo = strlen(opts) + 1;
+    struct ep_open_fixed f = { (int32_t)p->revision, p->n_threads, ranks, 0 };
+    size_t      n = sizeof(f) + ld + lb + lo;
+    char       *blob = malloc(n);
+    struct ep_cmd c = { .op = EP_OPEN, .arg = blob ? (int64_t)n : 0 };
+    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (!blob) return; /* the ranks see an empty blob and fail their OPEN */
+    memcpy(blob, &f, sizeof(f));
+    memcpy(blob + sizeof(f), dir, ld);
+    memcpy(blob + sizeof(f) + ld, be, lb);
+    memcpy(blob + sizeof(f) + ld + lb, opts, lo);
+    MPI_Bcast(blob, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    free(blob);
+}
+
+/* Every rank's status for the last OPEN or RESERVE, rank 0's own given; the first failure
+ * becomes err. */
+static int gather_status(int ranks, int own_rc, const struct dsv4_err *own, struct dsv4_err *err)
+{
+    struct ep_status mine = { own_rc, "" }, *all = calloc((size_t)ranks, sizeof(*all));
+    if (own_rc && own) snprintf(mine.msg, sizeof(mine.msg), "%.490s", own->msg);
+    MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, all ? (int)sizeof(mine) : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (!all) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the ranks' answers");
+    int rc = DSV4_OK;
+    for (int r = 0; r < ranks && rc == DSV4_OK; r++)
+        if (all[r].rc) {
+            rc = all[r].rc;
+            if (r == 0 && own) *err = *own;
+            else dsv4_err_set(err, rc, "MPI rank %d: %.480s", r, all[r].msg);
+        }
+    free(all);
+    return rc;
+}
+
+static struct dsv4_ep *ep_new(const struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_ep           *ep = calloc(1, sizeof(*ep));
+    size_t                    n  = (size_t)ranks;
+    if (!ep) return NULL;
+    *ep = (struct dsv4_ep){ .ranks = ranks, .n_exp = c->n_exp, .d = c->d_model, .k = c->n_exp_used,
+                            .limit = c->swiglu_limit, .lo = calloc(n, sizeof(int)), .hi = calloc(n, sizeof(int)),
+                            .tables = calloc(n * (size_t)ep_table_ints(c->n_exp), sizeof(int)),
+                            .rows = calloc(n, sizeof(int)), .row0 = calloc(n, sizeof(int)),
+                            .cnt = calloc(n, sizeof(int)), .displ = calloc(n, sizeof(int)) };
+    ep->st.ranks = ranks;
+    ep->how      = how;
+    if (!ep->lo || !ep->hi || !ep->tables || !ep->rows || !ep->row0 || !ep->cnt || !ep->displ) {
+        free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
+        free(ep);
+        return NULL;
+    }
+    for (int r = 0; r < ranks; r++) dsv4_ep_expert_range(c->n_exp, r, ranks, &ep->lo[r], &ep->hi[r]);
+    return ep;
+}
+
+static void ep_free(struct dsv4_ep *ep)
+{
+    free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
+    free(ep);
+}
+
+int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, int own_rc, const struct dsv4_err *own,
+                   const struct dsv4_logger *lg, struct dsv4_err *err)
+{
+    struct dsv4_err host;
+    if (own_rc == DSV4_OK && !m->backend->host_visible) {
+        own_rc = dsv4_err_set(&host, DSV4_EUNSUPPORTED, "expert parallelism runs on the CPU backends (this is %s)",
+                              m->backend->name);
+        own    = &host;
+    }
+    int rc = gather_status(ranks, own_rc, own, err);
+    if (rc == DSV4_OK && !(m->ep = ep_new(m, ranks, how)))
+        rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the expert-parallel tables");
+    if (rc) {
+        struct ep_cmd c = { .op = EP_CLOSE };
+        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+        return rc;
+    }
+    g_mpi.attached = true;
+    dsv4_log(lg, DSV4_LOG_INFO, "expert parallelism: %d MPI ranks, %s dispatch, rank 0 holds experts [%d, %d) and the trunk",
+             ranks, how == DSV4_EP_ROWS ? "rows" : "tokens", m->exp_lo, m->exp_hi);
+    return DSV4_OK;
+}
+
+void dsv4_ep_detach(struct dsv4_model *m, const struct dsv4_logger *lg)
+{
+    if (!m->ep) return;
+    const struct dsv4_ep_stats *st = &m->ep->st;
+    dsv4_log(lg, DSV4_LOG_INFO, "expert parallelism: %llu MoE layers, %.3f MB sent, %.3f MB received, %.3f s in MPI",
+             (unsigned long long)st->layers, (double)st->bytes_sent / 1e6, (double)st->bytes_received / 1e6,
+             st->mpi_seconds);
+    struct ep_cmd c = { .op = EP_CLOSE };
+    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_free(m->ep);
+    m->ep          = NULL;
+    g_mpi.attached = false;
+}
+
+int dsv4_ep_reserve(struct dsv4_ep *ep, int rows, struct dsv4_err *err)
+{
+    struct ep_cmd c = { .op = EP_RESERVE, .arg = rows };
+    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    return gather_status(ep->ranks, DSV4_OK, NULL, err);
+}
+
+void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const struct dsv4_layer_w *L, int li, int R,
+                           const float *u, const int *ids, const float *rw,
+                           const int *grp, const float *xe, const float *row_w, float *ye, float *scratch)
+{
+    int    TW = ep_table_ints(ep->n_exp), d = ep->d, k = ep->k, N = ep->ranks;
+    enum dsv4_ep_dispatch how = ep->how;
+    double t0 = now_s();
+    struct ep_cmd c = { .op = EP_EXPERTS, .layer = li, .rows = R, .dispatch = (int32_t)how };
+    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    for (int r = 0; r < N; r++) {
+        int a, b;
+        ep_part_of(grp, ep->n_exp, ep->lo[r], ep->hi[r], ep->tables + (size_t)r * (size_t)TW, &a, &b);
+        ep->row0[r] = a, ep->rows[r] = b - a, ep->displ[r] = a * d, ep->cnt[r] = (b - a) * d;
+    }
+    uint64_t sent = (uint64_t)(N - 1) * sizeof(c);
+    if (how == DSV4_EP_ROWS) {
+        MPI_Scatter(ep->tables, TW, MPI_INT, MPI_IN_PLACE, TW, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Scatterv(xe, ep->cnt, ep->displ, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Scatterv(row_w, ep->rows, ep->row0, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        for (int r = 1; r < N; r++) sent += sizeof(int) * (uint64_t)TW + sizeof(float) * (uint64_t)(ep->cnt[r] + ep->rows[r]);
+    } else {
+        MPI_Bcast((void *)u, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Bcast((void *)ids, R * k, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast((void *)rw, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        sent += (uint64_t)(N - 1) * ((uint64_t)R * (uint64_t)d * sizeof(float) + (uint64_t)R * (uint64_t)k * 8);
+    }
+    ep->st.mpi_seconds += now_s() - t0;
+    ep->st.bytes_sent += sent;
+    ep->st.layers++;
+    /* rank 0's own experts: the first range of pairs (it holds the lowest expert ids) */
+    if (ep->tables[0] > 0)
+        be->ops->experts(be, L->experts, ep->n_exp, ep->rows[0], ep->tables, xe, row_w, ep->limit, ye, scratch);
+}
+
+void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
+{
+    double t0 = now_s();
+    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, ye, ep->cnt, ep->displ, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    for (int r = 1; r < ep->ranks; r++) ep->st.bytes_received += sizeof(float) * (uint64_t)ep->cnt[r];
+    ep->st.mpi_seconds += now_s() - t0;
+}
+
+void dsv4_ep_stats_of(const struct dsv4_ep *ep, struct dsv4_ep_stats *st)
+{
+    if (ep) *st = ep->st;
+    else memset(st, 0, sizeof(*st)), st->ranks = 1;
+}
+
+#else /* no MPI in this build */
+
+int dsv4_mpi_start(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    return 0;
+}
+
+int dsv4_mpi_ranks(void)
+{
+    return 1;
+}
+
+void dsv4_mpi_finish(void) {}
+
+int dsv4_mpi_serve(void)
+{
+    return 0;
+}
+
+int dsv4_ep_ranks_for(const struct dsv4_engine_params *p, int *ranks, struct dsv4_err *err)
+{
+    *ranks = 1;
+    if (p->ep > 1)
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "--ep %d: this build has no MPI (make MPI=1, with libopenmpi-dev)",
+                            p->ep);
+    return DSV4_OK;
+}
+
+void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks)
+{
+    (void)dir, (void)p, (void)ranks;
+}
+
+int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, int own_rc, const struct dsv4_err *own,
+                   const struct dsv4_logger *lg, struct dsv4_err *err)
+{
+    (void)m, (void)ranks, (void)how, (void)own, (void)lg, (void)err;
+    return own_rc;
+}
+
+void dsv4_ep_detach(struct dsv4_model *m, const struct dsv4_logger *lg)
+{
+    (void)m, (void)lg;
+}
+
+int dsv4_ep_reserve(struct dsv4_ep *ep, int rows, struct dsv4_err *err)
+{
+    (void)ep, (void)rows, (void)err;
+    return DSV4_OK;
+}
+
+void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const struct dsv4_layer_w *L, int li, int R,
+                           const float *u, const int *ids, const float *rw,
+                           const int *grp, const float *xe, const float *row_w, float *ye, float *scratch)
+{
+    (void)ep, (void)be, (void)L, (void)li, (void)R, (void)u, (void)ids, (void)rw, (void)grp, (void)xe;
+    (void)row_w, (void)ye, (void)scratch;
+}
+
+void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
+{
+    (void)ep, (void)ye;
+}
+
+void dsv4_ep_stats_of(const struct dsv4_ep *ep, struct dsv4_ep_stats *st)
+{
+    (void)ep;
+    memset(st, 0, sizeof(*st));
+    st->ranks = 1;
+}
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * ep_proto.h - the messages of expert parallelism between rank 0 (ep.c) and the expert
+ * ranks (ep_serve.c), and what both compute the same way (ep.h has the design).
+ */
+#ifndef DSV4_EP_PROTO_H
+#define DSV4_EP_PROTO_H
+
+#include <stdint.h>
+
+#if DSV4_HAVE_MPI
+#include <mpi.h>
+#endif
+
+enum ep_op {
+    EP_OPEN    = 1, /* arg: bytes of the options blob that follows (Bcast); then a status Gather */
+    EP_RESERVE = 2, /* arg: the most rows of a step to come; then a status Gather */
+    EP_EXPERTS = 3, /* a MoE layer: layer, rows, dispatch; payload per dispatch (ep.c) */
+    EP_CLOSE   = 4, /* free the loaded part */
+    EP_QUIT    = 5, /* leave dsv4_mpi_serve */
+};
+
+/* The command header every rank receives (Bcast, raw bytes: all ranks run one binary). */
+struct ep_cmd {
+    int32_t op;
+    int32_t layer;    /* EP_EXPERTS: the layer (n_layer = the MTP block) */
+    int32_t rows;     /* EP_EXPERTS: the step's rows R */
+    int32_t dispatch; /* EP_EXPERTS: enum dsv4_ep_dispatch */
+    int64_t arg;
+};
+
+/* A rank's answer to OPEN and RESERVE (Gather, raw bytes). */
+struct ep_status {
+    int32_t rc;
+    char    msg[500];
+};
+
+/* The options blob of OPEN: these fixed fields, then the checkpoint directory, the backend
+ * name and the backend options, each NUL-terminated. */
+struct ep_open_fixed {
+    int32_t revision, n_threads, ranks, pad;
+};
+
+/* The ints of a group table (backend.h: moe_dispatch): count, ids[n_exp], off[n_exp + 1]. */
+static inline int ep_table_ints(int n_exp)
+{
+    return 2 * n_exp + 2;
+}
+
+/* The groups of the dispatch table grp whose experts lie in [lo, hi): written to part as a
+ * table of its own with offsets from the first of their pairs, which are grp's pairs
+ * [*a, *b) (groups ascend by expert id, so a rank's groups are one contiguous range). */
+static inline void ep_part_of(const int *grp, int n_exp, int lo, int hi, int *part, int *a, int *b)
+{
+    int        n = grp[0];
+    const int *ids = grp + 1, *off = grp + 1 + n_exp;
+    int        g0 = 0;
+    while (g0 < n && ids[g0] < lo) g0++;
+    int g1 = g0;
+    while (g1 < n && ids[g1] < hi) g1++;
+    *a = off[g0];
+    *b = off[g1];
+    part[0] = g1 - g0;
+    for (int g = 0; g < n_exp; g++) part[1 + g] = g < g1 - g0 ? ids[g0 + g] : -1;
+    for (int g = 0; g <= n_exp; g++) part[1 + n_exp + g] = (g < g1 - g0 ? off[g0 + g] : off[g1]) - off[g0];
+}
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * ep_serve.c - an expert rank's loop (dsv4_mpi_serve, ranks 1..N-1; ep.h has the design):
+ * load this rank's experts when rank 0 opens an engine, size the buffers when rank 0 plans
+ * a step, and for each MoE layer run this rank's experts on the rows rank 0 sends, sending
+ * the results back, until rank 0 says QUIT.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/ep.h"
+#include "dist/ep_proto.h"
+#include "model/runtime.h"
+
+#if DSV4_HAVE_MPI
+
+struct worker {
+    int               rank, ranks;
+    bool              loaded, planned;
+    struct dsv4_model m;
+    struct dsv4_step  S;    /* xe, ye, row_w, grp, the routing and the experts' scratch */
+    int              *part; /* [table ints] this rank's group table (TOKENS dispatch) */
+    struct dsv4_logger lg;
+};
+
+static void log_rank(void *ud, enum dsv4_log_level level, const char *msg)
+{
+    const struct worker *w = ud;
+    if (level <= DSV4_LOG_WARN) fprintf(stderr, "dsv4 rank %d: %s\n", w->rank, msg);
+}
+
+static void answer(int rc, const struct dsv4_err *err)
+{
+    struct ep_status st = { rc, "" };
+    if (rc) snprintf(st.msg, sizeof(st.msg), "%.490s", err->msg);
+    MPI_Gather(&st, sizeof(st), MPI_BYTE, NULL, 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+static void unload(struct worker *w)
+{
+    if (w->planned) dsv4_step_free(&w->S);
+    if (w->loaded) dsv4_model_free(&w->m);
+    free(w->part);
+    w->part    = NULL;
+    w->loaded  = false;
+    w->planned = false;
+}
+
+static void open_part(struct worker *w, const struct ep_cmd *c)
+{
+    struct dsv4_err err = { 0 };
+    size_t          n   = (size_t)c->arg;
+    char           *blob = malloc(n + 1);
+    unload(w);
+    if (n) MPI_Bcast(blob ? blob : (char[1]){ 0 }, blob ? (int)n : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+    int rc = DSV4_OK;
+    if (!blob || n < sizeof(struct ep_open_fixed) + 3)
+        rc = dsv4_err_set(&err, DSV4_ENOMEM, "out of memory, or no options from rank 0");
+    else {
+        blob[n] = 0;
+        struct ep_open_fixed f;
+        memcpy(&f, blob, sizeof(f));
+        const char *dir = blob + sizeof(f), *be = dir + strlen(dir) + 1, *opts = be + strlen(be) + 1;
+        struct dsv4_engine_params p;
+        dsv4_engine_params_default(&p);
+        p.revision     = (enum dsv4_revision)f.revision;
+        p.n_threads    = f.n_threads;
+        p.backend      = *be ? be : NULL;
+        p.backend_opts = *opts ? opts : NULL;
+        w->lg          = (struct dsv4_logger){ log_rank, w };
+        rc = dsv4_model_load_part(&w->m, dir, &p, &w->lg, w->rank, f.ranks, &err);
+        w->loaded = rc == DSV4_OK;
+        if (rc == DSV4_OK && !(w->part = malloc(sizeof(int) * (size_t)ep_table_ints(w->m.cfg.n_exp))))
+            rc = dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
+    }
+    free(blob);
+    answer(rc, &err);
+}
+
+static void plan(struct worker *w, int rows)
+{
+    struct dsv4_err err = { 0 };
+    int             rc  = DSV4_OK;
+    if (!w->loaded) rc = dsv4_err_set(&err, DSV4_EINTERNAL, "no model loaded");
+    else if (!w->planned || w->S.max_rows < rows) {
+        if (w->planned) dsv4_step_free(&w->S);
+        /* a step of the expert ops only: no context (attention never runs here) */
+        rc         = dsv4_step_init(&w->S, &w->m, rows, 1, &err);
+        w->planned = rc == DSV4_OK;
+    }
+    answer(rc, &err);
+}
+
+/* One MoE layer: receive, run this rank's experts, send their rows back. */
+static int experts(struct worker *w, const struct ep_cmd *c)
+{
+    const struct dsv4_config *cfg = &w->m.cfg;
+    struct dsv4_step         *S   = &w->S;
+    int E = cfg->n_exp, d = cfg->d_model, k = cfg->n_exp_used, R = c->rows, a = 0, b = 0, *table = S->grp;
+    if (!w->planned || R > S->max_rows || c->layer < 0 || c->layer > cfg->n_layer) return -1;
+    if (c->dispatch == DSV4_EP_ROWS) {
+        MPI_Scatter(NULL, 0, MPI_INT, S->grp, ep_table_ints(E), MPI_INT, 0, MPI_COMM_WORLD);
+        b = S->grp[1 + E + S->grp[0]];
+        if (b < 0 || b > R * k) return -1;
+        MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, S->xe, b * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, S->row_w, b, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    } else {
+        MPI_Bcast(S->u, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(S->ids, R * k, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(S->rw, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        S->be.ops->moe_dispatch(&S->be, R, k, E, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
+        ep_part_of(S->grp, E, w->m.exp_lo, w->m.exp_hi, w->part, &a, &b);
+        table = w->part;
+    }
+    const struct dsv4_layer_w *L = c->layer < cfg->n_layer ? &w->m.w.layers[c->layer] : &w->m.w.mtp;
+    if (table[0] > 0)
+        S->be.ops->experts(&S->be, L->experts, E, b - a, table, S->xe + (size_t)a * (size_t)d, S->row_w + a,
+                           cfg->swiglu_limit, S->ye + (size_t)a * (size_t)d, S->exp_scratch);
+    MPI_Gatherv(S->ye + (size_t)a * (size_t)d, (b - a) * d, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+int dsv4_mpi_serve(void)
+{
+    struct worker w;
+    memset(&w, 0, sizeof(w));
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.ranks);
+    for (;;) {
+        struct ep_cmd c;
+        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+        int bad = 0;
+        switch (c.op) {
+        case EP_OPEN: open_part(&w, &c); break;
+        case EP_RESERVE: plan(&w, (int)c.arg); break;
+        case EP_EXPERTS: bad = experts(&w, &c); break;
+        case EP_CLOSE: unload(&w); break;
+        case EP_QUIT: unload(&w); return 0;
+        default: bad = -1;
+        }
+        if (bad) {
+            /* rank 0 is inside a collective this rank cannot answer: only ending the job
+             * frees it (a protocol bug, never bad input: the input stays on rank 0) */
+            fprintf(stderr, "dsv4 rank %d: command %d (layer %d, %d rows) does not fit this rank's state\n", w.rank,
+                    c.op, c.layer, c.rows);
+            unload(&w);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+            return 3;
+        }
+    }
+}
+
+#endif
