@@ -455,6 +455,9 @@ struct dsv4_weight_set {
      * routing tables, and the RoPE frequencies the model computes) with its size; a backend
      * may point *t at its own copy */
     void (*each_tensor)(void *ctx, void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
+    /* whether this process holds checkpoint tensor t (expert parallelism holds a part,
+     * src/dist/ep.h): a tensor it does not hold is never read ahead nor touched */
+    bool (*holds)(void *ctx, const struct dsv4_tensor *t);
     void  *ctx;
 };
 

@@ -4,9 +4,11 @@
  * ep_serve.c is the other ranks' loop). Built without MPI (DSV4_HAVE_MPI 0), one process is
  * all there is and --ep above 1 is refused.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dist/ep.h"
 #include "dist/ep_proto.h"
@@ -17,6 +19,24 @@ void dsv4_ep_expert_range(int n_exp, int rank, int ranks, int *lo, int *hi)
     if (ranks < 1) ranks = 1;
     *lo = (int)((int64_t)n_exp * rank / ranks);
     *hi = (int)((int64_t)n_exp * (rank + 1) / ranks);
+}
+
+int64_t ep_rss_bytes(void)
+{
+    long long pages = 0, rss = 0;
+    FILE     *f     = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    if (fscanf(f, "%lld %lld", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return (int64_t)rss * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+int64_t ep_held_bytes(const struct dsv4_model *m)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < m->ck.n_tensors; i++)
+        if (dsv4_model_holds(m, &m->ck.tensors[i])) n += (int64_t)m->ck.tensors[i].nbytes;
+    return n;
 }
 
 #if DSV4_HAVE_MPI
@@ -117,22 +137,24 @@ void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int r
     free(blob);
 }
 
-/* Every rank's status for the last OPEN or RESERVE, rank 0's own given; the first failure
- * becomes err. */
-static int gather_status(int ranks, int own_rc, const struct dsv4_err *own, struct dsv4_err *err)
+/* Every rank's status for the last OPEN or RESERVE (*all, when asked, keeps them; rank 0's
+ * is mine, own its error); the first failure becomes err. */
+static int gather_status(int ranks, struct ep_status *mine, const struct dsv4_err *own, struct ep_status **keep,
+                         struct dsv4_err *err)
 {
-    struct ep_status mine = { own_rc, "" }, *all = calloc((size_t)ranks, sizeof(*all));
-    if (own_rc && own) snprintf(mine.msg, sizeof(mine.msg), "%.490s", own->msg);
-    MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, all ? (int)sizeof(mine) : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
+    struct ep_status *all = calloc((size_t)ranks, sizeof(*all));
+    if (mine->rc && own) snprintf(mine->msg, sizeof(mine->msg), "%.470s", own->msg);
+    MPI_Gather(mine, sizeof(*mine), MPI_BYTE, all, all ? (int)sizeof(*mine) : 0, MPI_BYTE, 0, MPI_COMM_WORLD);
     if (!all) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the ranks' answers");
     int rc = DSV4_OK;
     for (int r = 0; r < ranks && rc == DSV4_OK; r++)
         if (all[r].rc) {
             rc = all[r].rc;
             if (r == 0 && own) *err = *own;
-            else dsv4_err_set(err, rc, "MPI rank %d: %.480s", r, all[r].msg);
+            else dsv4_err_set(err, rc, "MPI rank %d: %.470s", r, all[r].msg);
         }
-    free(all);
+    if (keep && rc == DSV4_OK) *keep = all;
+    else free(all);
     return rc;
 }
 
@@ -173,17 +195,26 @@ int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, i
                               m->backend->name);
         own    = &host;
     }
-    int rc = gather_status(ranks, own_rc, own, err);
+    struct ep_status  mine = { .rc = own_rc }, *all = NULL;
+    if (own_rc == DSV4_OK)
+        mine = (struct ep_status){ .exp_lo = m->exp_lo, .exp_hi = m->exp_hi, .held_bytes = ep_held_bytes(m),
+                                   .rss_bytes = ep_rss_bytes() };
+    int rc = gather_status(ranks, &mine, own, &all, err);
     if (rc == DSV4_OK && !(m->ep = ep_new(m, ranks, how)))
         rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the expert-parallel tables");
+    for (int r = 0; rc == DSV4_OK && r < ranks; r++)
+        dsv4_log(lg, DSV4_LOG_INFO, "MPI rank %d: routed experts [%d, %d)%s, %.3f GB of the checkpoint held, %.3f GB resident",
+                 r, all[r].exp_lo, all[r].exp_hi, r ? "" : " and the trunk", (double)all[r].held_bytes / 1e9,
+                 (double)all[r].rss_bytes / 1e9);
+    free(all);
     if (rc) {
         struct ep_cmd c = { .op = EP_CLOSE };
         MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
         return rc;
     }
     g_mpi.attached = true;
-    dsv4_log(lg, DSV4_LOG_INFO, "expert parallelism: %d MPI ranks, %s dispatch, rank 0 holds experts [%d, %d) and the trunk",
-             ranks, how == DSV4_EP_ROWS ? "rows" : "tokens", m->exp_lo, m->exp_hi);
+    dsv4_log(lg, DSV4_LOG_INFO, "expert parallelism: %d MPI ranks, %s dispatch", ranks,
+             how == DSV4_EP_ROWS ? "rows" : "tokens");
     return DSV4_OK;
 }
 
@@ -205,7 +236,8 @@ int dsv4_ep_reserve(struct dsv4_ep *ep, int rows, struct dsv4_err *err)
 {
     struct ep_cmd c = { .op = EP_RESERVE, .arg = rows };
     MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
-    return gather_status(ep->ranks, DSV4_OK, NULL, err);
+    struct ep_status mine = { .rc = DSV4_OK };
+    return gather_status(ep->ranks, &mine, NULL, NULL, err);
 }
 
 void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const struct dsv4_layer_w *L, int li, int R,

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+struct dsv4_model;
+
 #if DSV4_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -31,8 +33,16 @@ struct ep_cmd {
 /* A rank's answer to OPEN and RESERVE (Gather, raw bytes). */
 struct ep_status {
     int32_t rc;
-    char    msg[500];
+    int32_t exp_lo, exp_hi; /* OPEN: the experts this rank holds */
+    int64_t held_bytes;     /* OPEN: checkpoint bytes of the tensors it holds */
+    int64_t rss_bytes;      /* OPEN: its resident memory once loaded */
+    char    msg[480];
 };
+
+/* This process's resident memory in bytes (0 when /proc cannot tell). */
+int64_t ep_rss_bytes(void);
+/* The checkpoint bytes of the tensors m holds. */
+int64_t ep_held_bytes(const struct dsv4_model *m);
 
 /* The options blob of OPEN: these fixed fields, then the checkpoint directory, the backend
  * name and the backend options, each NUL-terminated. */

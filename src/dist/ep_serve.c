@@ -4,6 +4,7 @@
  * a step, and for each MoE layer run this rank's experts on the rows rank 0 sends, sending
  * the results back, until rank 0 says QUIT.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,13 @@ static void log_rank(void *ud, enum dsv4_log_level level, const char *msg)
     if (level <= DSV4_LOG_WARN) fprintf(stderr, "dsv4 rank %d: %s\n", w->rank, msg);
 }
 
-static void answer(int rc, const struct dsv4_err *err)
+static void answer(int rc, const struct dsv4_err *err, const struct worker *w)
 {
-    struct ep_status st = { rc, "" };
-    if (rc) snprintf(st.msg, sizeof(st.msg), "%.490s", err->msg);
+    struct ep_status st = { .rc = rc };
+    if (rc) snprintf(st.msg, sizeof(st.msg), "%.470s", err->msg);
+    else if (w) /* OPEN: what this rank holds */
+        st = (struct ep_status){ .exp_lo = w->m.exp_lo, .exp_hi = w->m.exp_hi, .held_bytes = ep_held_bytes(&w->m),
+                                 .rss_bytes = ep_rss_bytes() };
     MPI_Gather(&st, sizeof(st), MPI_BYTE, NULL, 0, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
@@ -74,7 +78,7 @@ static void open_part(struct worker *w, const struct ep_cmd *c)
             rc = dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
     }
     free(blob);
-    answer(rc, &err);
+    answer(rc, &err, rc ? NULL : w);
 }
 
 static void plan(struct worker *w, int rows)
@@ -88,7 +92,7 @@ static void plan(struct worker *w, int rows)
         rc         = dsv4_step_init(&w->S, &w->m, rows, 1, &err);
         w->planned = rc == DSV4_OK;
     }
-    answer(rc, &err);
+    answer(rc, &err, NULL);
 }
 
 /* One MoE layer: receive, run this rank's experts, send their rows back. */
@@ -126,6 +130,10 @@ int dsv4_mpi_serve(void)
     memset(&w, 0, sizeof(w));
     MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w.ranks);
+    /* mpirun passes a SIGTERM or SIGINT on to every rank: rank 0 drains and then says QUIT,
+     * which this rank must live to hear (a rank that died would end the job mid-drain) */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     for (;;) {
         struct ep_cmd c;
         MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);

@@ -47,7 +47,7 @@ int64_t dsv4_engine_make_resident(dsv4_engine *e)
     const struct dsv4_checkpoint *ck = &m->ck;
     struct gone_ctx               g  = { ck, calloc(ck->n_tensors + 1, sizeof(bool)) };
     if (!g.gone) return -1;
-    dsv4_weights_each_linear(&m->w, &m->cfg, mark_copied, &g);
+    dsv4_weights_each_linear_of(&m->w, &m->cfg, m->exp_lo, m->exp_hi, m->trunk, mark_copied, &g);
     struct dsv4_engine_settings es;
     dsv4_engine_settings(e, &es);
     size_t  pg    = (size_t)sysconf(_SC_PAGESIZE);
@@ -57,7 +57,7 @@ int64_t dsv4_engine_make_resident(dsv4_engine *e)
         size_t                    nl = strlen(t->name);
         /* stored tiles ("NAME.i16") are read in place only when the backend uses tiles */
         bool stored_tiles = !es.tiles && nl > 4 && !strcmp(t->name + nl - 4, ".i16");
-        if (g.gone[i] || stored_tiles || !t->data) continue;
+        if (g.gone[i] || stored_tiles || !t->data || !dsv4_model_holds(m, t)) continue;
         touch(t->data, t->nbytes, pg);
         bytes += (int64_t)t->nbytes;
     }

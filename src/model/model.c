@@ -86,6 +86,20 @@ static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void
     fn((const void **)&m->rope_comp.freq, half, ud);
 }
 
+bool dsv4_model_holds(const struct dsv4_model *m, const struct dsv4_tensor *t)
+{
+    /* routed experts are named "...ffn.experts.E.w1.weight" (and their scales, stored tiles) */
+    const char *at = strstr(t->name, "ffn.experts.");
+    if (!at) return m->trunk;
+    int e = atoi(at + strlen("ffn.experts."));
+    return e >= m->exp_lo && e < m->exp_hi;
+}
+
+static bool holds(void *ctx, const struct dsv4_tensor *t)
+{
+    return dsv4_model_holds(ctx, t);
+}
+
 int dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                     const struct dsv4_logger *lg, struct dsv4_err *err)
 {
@@ -164,7 +178,8 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     char desc[128];
     m->backend->describe(m->backend_impl, desc, sizeof(desc));
     dsv4_log(lg, DSV4_LOG_INFO, "backend: %s", desc);
-    struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .each_tensor = each_tensor, .ctx = m };
+    struct dsv4_weight_set ws = { .ck = &m->ck, .each_linear = each_linear, .each_tensor = each_tensor, .holds = holds,
+                                   .ctx = m };
     rc                        = m->backend->prepare_weights(m->backend_impl, &ws, &bp, err);
     if (rc) {
         dsv4_model_free(m);

@@ -45,6 +45,8 @@ int  dsv4_model_load(struct dsv4_model *m, const char *dir, const struct dsv4_en
 int  dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv4_engine_params *params,
                           const struct dsv4_logger *lg, int rank, int ranks, struct dsv4_err *err);
 void dsv4_model_free(struct dsv4_model *m);
+/* Whether m's part holds checkpoint tensor t (all of them in one process). */
+bool dsv4_model_holds(const struct dsv4_model *m, const struct dsv4_tensor *t);
 
 /* RoPE frequencies for one base (docs/MODEL.md §R3.3). */
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len,

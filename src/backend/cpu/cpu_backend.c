@@ -126,14 +126,16 @@ static void pack_tiles(struct dsv4_pool *pool, const struct dsv4_linear *l, uint
 /* Asks the kernel to read ahead every tensor that will be read in place (not the ones the
  * tiles replaced, nor stored tiles that are not used), so that the first requests do not
  * fault them in from disk row by row. gone: as in struct tiles_plan, or NULL. */
-static void prefetch_in_place(const struct dsv4_checkpoint *ck, const bool *gone, bool tiles_used,
+static void prefetch_in_place(const struct dsv4_weight_set *ws, const bool *gone, bool tiles_used,
                               const struct dsv4_logger *lg)
 {
-    size_t bytes = 0;
+    const struct dsv4_checkpoint *ck    = ws->ck;
+    size_t                        bytes = 0;
     for (size_t i = 0; i < ck->n_tensors; i++) {
         const struct dsv4_tensor *t = &ck->tensors[i];
         size_t nl = strlen(t->name);
         if ((gone && gone[i]) || (!tiles_used && nl > 4 && !strcmp(t->name + nl - 4, ".i16"))) continue;
+        if (ws->holds && !ws->holds(ws->ctx, t)) continue;
         advise_inside(t->data, t->nbytes, MADV_WILLNEED);
         bytes += t->nbytes;
     }
@@ -174,7 +176,7 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
     struct dsv4_cpu          *cpu = impl;
     const struct dsv4_logger *lg  = p->lg;
     if (cpu->ref || !cpu->kb || !cpu->kb->dotb_i16 || !cpu->repack) {
-        prefetch_in_place(ws->ck, NULL, false, lg);
+        prefetch_in_place(ws, NULL, false, lg);
         return DSV4_OK;
     }
     struct tiles_plan P = { .ck = ws->ck, .gone = calloc(ws->ck->n_tensors + 1, sizeof(bool)) };
@@ -189,7 +191,7 @@ static int cpu_prepare_weights(void *impl, struct dsv4_weight_set *ws, const str
     if (!rc) {
         for (size_t i = 0; i < P.n_elig; i++) P.elig[i]->prep = &cpu->preps[i];
         cpu->replaced = P.replaced;
-        prefetch_in_place(ws->ck, P.gone, true, lg);
+        prefetch_in_place(ws, P.gone, true, lg);
     }
     free(P.elig);
     free(P.gone);
