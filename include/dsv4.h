@@ -517,6 +517,10 @@ struct dsv4_sched_metrics {
     uint64_t kv_disk_hits, kv_disk_hit_tokens, kv_disk_misses, kv_disk_bytes_read, kv_disk_bytes_written;
     uint64_t kv_disk_evictions, kv_disk_corrupt, kv_disk_write_errors, kv_disk_writes_dropped, kv_disk_refused;
     int      kv_disk_queue_depth;
+    /* records read whole from disk (by the prefetching reader thread or on the stepping
+     * thread, used or not) and the wall time of those reads, seconds */
+    uint64_t kv_disk_loads;
+    double   kv_disk_load_s;
     bool     kv_disk_on;
 };
 

@@ -35,6 +35,8 @@ struct dsv4_kv_tier {
     const uint8_t       *last;       /* the payload of the last successful load (rbuf or pbuf) */
     uint8_t             *scratch;    /* [snap_bytes] in KV memory: a snapshot outside the cache */
     uint64_t             token_mismatch;
+    uint64_t             loads;      /* records read whole (under mu, as the next) */
+    double               load_s;     /* their reads' wall time */
     pthread_t            writer;
     bool                 started;
     pthread_mutex_t      mu;
@@ -64,21 +66,32 @@ struct dsv4_kv_tier {
     uint64_t                 prefetched;
 };
 
-/* Reads key into buf: true when it exists, is whole and holds exactly these token ids. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Reads key into buf: true when it exists, is whole and holds exactly these token ids. A
+ * record read whole is timed (load_s), whether or not its ids match; a missing file is not
+ * (its open fails at once). */
 static bool read_record(struct dsv4_kv_tier *t, struct dsv4_kv_disk_key key, const int32_t *tokens, uint8_t *buf)
 {
     struct dsv4_kv_disk_meta meta;
     struct dsv4_err          err;
     size_t                   len = 0;
+    double                   t0  = now_s();
     int                      rc  = dsv4_kv_disk_get_exact(t->disk, key, &meta, buf, t->payload, &len, &err);
     if (rc != DSV4_OK || len != t->payload) return false; /* another length: removed as a bad file */
-    if (memcmp(buf, tokens, t->tok_bytes) != 0) {
-        pthread_mutex_lock(&t->mu);
-        t->token_mismatch++;
-        pthread_mutex_unlock(&t->mu);
-        return false;
-    }
-    return true;
+    double dt       = now_s() - t0;
+    bool   mismatch = memcmp(buf, tokens, t->tok_bytes) != 0;
+    pthread_mutex_lock(&t->mu);
+    t->loads++;
+    t->load_s += dt;
+    if (mismatch) t->token_mismatch++;
+    pthread_mutex_unlock(&t->mu);
+    return !mismatch;
 }
 
 /* The reader: a queued chain's records in order, up to the first that is not to be had
@@ -373,5 +386,7 @@ void dsv4_kv_tier_counters(struct dsv4_kv_tier *t, struct dsv4_kv_tier_counters 
     c->token_mismatch = t->token_mismatch;
     c->queue_depth    = t->q_len + t->busy;
     c->prefetched     = t->prefetched;
+    c->loads          = t->loads;
+    c->load_s         = t->load_s;
     pthread_mutex_unlock(&t->mu);
 }

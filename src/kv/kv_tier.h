@@ -50,6 +50,8 @@ struct dsv4_kv_tier_counters {
     uint64_t token_mismatch;  /* records whose token ids were not the lookup's (hash collision) */
     int      queue_depth;     /* writes queued or being written now */
     uint64_t prefetched;      /* records read by the reader thread */
+    uint64_t loads;           /* records read whole, by the reader or the stepping thread */
+    double   load_s;          /* their reads' wall time, seconds */
 };
 
 struct dsv4_kv_tier;

@@ -415,6 +415,7 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     s->t_row           = -1;
     s->pub.slots_total = p->max_seqs;
     s->pub.pages_total = s->pub.pages_free = p->kv_pages;
+    s->pub.kv_disk_on  = s->disk != NULL; /* its counters read 0 before the first step */
     *out = s;
     return DSV4_OK;
 }
@@ -968,6 +969,8 @@ static void disk_metrics(struct dsv4_kv_tier *t, const struct dsv4_kv_counters *
     a->kv_disk_write_errors   = c.disk.write_errors;
     a->kv_disk_writes_dropped = c.writes_dropped;
     a->kv_disk_queue_depth    = c.queue_depth;
+    a->kv_disk_loads          = c.loads;
+    a->kv_disk_load_s         = c.load_s;
 }
 
 static void publish_metrics(dsv4_sched *s)

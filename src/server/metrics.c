@@ -254,6 +254,11 @@ static void render_kv_disk(struct srv_buf *b, const struct dsv4_sched_metrics *s
     }
     head(b, "dsv4_kv_disk_queue_depth", "gauge", "Disk writes queued or in progress.");
     sample(b, "dsv4_kv_disk_queue_depth", NULL, sm->kv_disk_queue_depth);
+    /* a summary without quantiles: the average read is _sum / _count */
+    head(b, "dsv4_kv_disk_load_seconds", "summary",
+         "Reads of whole records from disk (prefetched or synchronous): their wall time.");
+    sample(b, "dsv4_kv_disk_load_seconds_sum", NULL, sm->kv_disk_load_s);
+    sample(b, "dsv4_kv_disk_load_seconds_count", NULL, (double)sm->kv_disk_loads);
 }
 
 /* ------------------------------------------------------------------ process */

@@ -703,7 +703,8 @@ static void test_threads(struct test_ctx *t)
 /* kv_tier.h on host memory: a write read back into another page and snapshot is byte-equal;
  * a load with other token ids (a chain-hash collision) is a miss, counted; with one write
  * buffer, a burst of writes drops what finds the buffer taken, never blocks, and every
- * write is either on disk or counted as dropped. */
+ * write is either on disk or counted as dropped. Reads of whole records are counted and
+ * timed. */
 static void test_tier(struct test_ctx *t)
 {
     enum { PT = 16, PAGE = 1000, SNAP = 300, N = 1000 };
@@ -736,6 +737,8 @@ static void test_tier(struct test_ctx *t)
     dsv4_kv_tier_counters(tr, &c);
     CHECKF(c.token_mismatch == 1 && c.disk.hits == 2 && c.disk.misses == 1, "mismatch %llu hits %llu misses %llu",
            (unsigned long long)c.token_mismatch, (unsigned long long)c.disk.hits, (unsigned long long)c.disk.misses);
+    /* both reads of the record are timed loads (the mismatched one read it too); the miss is not */
+    CHECKF(c.loads == 2 && c.load_s > 0, "%llu loads in %g s", (unsigned long long)c.loads, c.load_s);
     for (uint64_t i = 1; i <= N; i++) dsv4_kv_tier_write(tr, key_of(i), &meta, tok, page, snap);
     dsv4_kv_tier_counters(tr, &c); /* drops are final once the burst returns */
     uint64_t dropped = c.writes_dropped;

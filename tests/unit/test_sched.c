@@ -53,7 +53,8 @@ static void on_event(void *ud, const struct dsv4_sched_event *ev)
     }
 }
 
-static dsv4_engine *open_model(struct test_ctx *t, const char *preset)
+/* The tiny preset's engine (its checkpoint generated once per run) at revision rev. */
+static dsv4_engine *open_model_rev(struct test_ctx *t, const char *preset, enum dsv4_revision rev)
 {
     char dir[256];
     snprintf(dir, sizeof(dir), "%s/sched-%s", t->tmpdir, preset);
@@ -74,11 +75,17 @@ static dsv4_engine *open_model(struct test_ctx *t, const char *preset)
     }
     struct dsv4_engine_params ep;
     test_engine_params(&ep);
+    ep.revision = rev;
     if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open: %s", err.msg);
         return NULL;
     }
     return e;
+}
+
+static dsv4_engine *open_model(struct test_ctx *t, const char *preset)
+{
+    return open_model_rev(t, preset, DSV4_REVISION_CURRENT);
 }
 
 static int32_t *prompt_tokens(int n, unsigned long long seed)
@@ -916,50 +923,87 @@ static void disk_corrupt_and_lock(struct test_ctx *t, dsv4_engine *e, const stru
     dsv4_sched_free(a);
 }
 
-/* The prefix cache's disk tier across restarts: a prompt of 3 pages + a tail is written by
- * one scheduler and, after it is freed, read back by the next one: cached tokens from
- * disk and every logit bit-identical to a cold run, for tails of every residue mod 4 (each
- * page ends a compressed block of every ratio), with and without the MTP state in the
- * snapshots (speculative decoding). A corrupted record is removed and recomputed (still
- * bit-exact); a second live scheduler on the directory is refused. */
-/* pages of pt, PAGES of them then tails 1, 1 + tail_step, ... up to 4; spec up to max_spec;
- * entries: the RAM cache's entry count (-1: the default, more than PAGES) */
-static void disk_restart_on(struct test_ctx *t, const char *preset, int pt, int PAGES, int tail_step, int max_spec,
-                            int entries)
+/* The prefix cache's disk tier across restarts: a prompt of PAGES pages + a tail is written
+ * by one scheduler and, after it is freed, read back by the next one: cached tokens from
+ * disk and every logit bit-identical to a cold run (no cache, the prompts in one batch),
+ * for tails of every residue mod 4 (each page ends a compressed block of every ratio), with
+ * and without the MTP state in the snapshots (speculative decoding), at either revision and
+ * with prefill chunks that do not divide a page (the writing and the resuming scheduler
+ * both). The load summary counts the records read, 0 while none is. A corrupted record is
+ * removed and recomputed (still bit-exact); a second live scheduler on the directory is
+ * refused. */
+struct disk_case {
+    const char        *preset;
+    int                pt, pages;
+    int                tail_step; /* tails 1, 1 + tail_step, ... up to 4 */
+    int                max_spec;  /* spec_draft 0, 3, ... up to it */
+    int                entries;   /* the RAM cache's entry count (-1: the default, more than pages) */
+    int                chunk;     /* the disk runs' max_batch_tokens: their prefill chunk */
+    enum dsv4_revision rev;
+};
+
+/* The disk run of c with spec drafts on dir (first on it: writes) for tail, checked against
+ * cold, the cold run of the same prompt. */
+static void disk_restart_tail(struct test_ctx *t, dsv4_engine *e, const struct disk_case *c, int spec,
+                              const int32_t *prompt, int tail, const char *dir, const struct out *cold)
 {
-    dsv4_engine *e = open_model(t, preset);
+    struct dsv4_sched_params p = small_params(1);
+    p.spec_draft       = spec;
+    p.prefix_entries   = c->entries;
+    p.kv_disk_dir      = dir;
+    p.max_batch_tokens = c->chunk;
+    p.max_ctx          = (c->pages + 1) * c->pt + 4 + GEN;
+    p.page_tokens      = c->pt;
+    int                       n = c->pages * c->pt + tail;
+    struct out                o;
+    struct dsv4_sched_metrics mt;
+    out_init(&o, cold->vocab, true);
+    disk_run(t, e, &p, prompt, n, &o, &mt);
+    int  want = tail == 1 ? 0 : c->pages * c->pt; /* the first run on a directory writes */
+    char what[96];
+    snprintf(what, sizeof(what), "%s rev %d chunk %d spec %d tail %d", c->preset, (int)c->rev, c->chunk, spec, tail);
+    CHECKF(same_out(&o, cold), "%s: output differs from the cold run", what);
+    CHECKF(o.usage.cached_tokens == want && (int)mt.kv_disk_hit_tokens == want,
+           "%s: cached %d, from disk %llu, expected %d", what, o.usage.cached_tokens,
+           (unsigned long long)mt.kv_disk_hit_tokens, want);
+    CHECKF(want ? mt.kv_disk_loads >= (uint64_t)c->pages && mt.kv_disk_load_s > 0
+                : mt.kv_disk_loads == 0 && mt.kv_disk_load_s == 0,
+           "%s: %llu loads in %g s", what, (unsigned long long)mt.kv_disk_loads, mt.kv_disk_load_s);
+    if (tail + c->tail_step > 4 && spec == 0) disk_corrupt_and_lock(t, e, &p, prompt, n, cold);
+    free(o.logits);
+}
+
+/* Every tail's cold run first, in one batch (speculation does not change a logit, nor does
+ * the batch), then the disk runs. */
+static void disk_restart_on(struct test_ctx *t, const struct disk_case *c)
+{
+    dsv4_engine *e = open_model_rev(t, c->preset, c->rev);
     if (!e) return;
     struct dsv4_model_info info;
     dsv4_engine_info(e, &info);
-    int32_t *prompt = prompt_tokens(PAGES * pt + 4, 777);
-    for (int spec = 0; spec <= max_spec; spec += 3) {
-        char dir[300];
-        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%s-%d-%d", t->tmpdir, preset, spec, entries);
-        struct dsv4_sched_params p = small_params(1), pc = small_params(1);
-        p.spec_draft     = spec;
-        p.prefix_entries = entries;
-        p.kv_disk_dir = dir;
-        p.max_ctx = pc.max_ctx = (PAGES + 1) * pt + 4 + GEN;
-        p.page_tokens = pc.page_tokens = pt;
-        pc.prefix_entries = 0;
-        for (int tail = 1; tail <= 4; tail += tail_step) {
-            int        n = PAGES * pt + tail;
-            struct out cold, o;
-            struct dsv4_sched_metrics mt;
-            out_init(&cold, info.vocab_size, true);
-            run_set(t, e, &pc, &prompt, &n, 1, GEN, &cold, NULL);
-            out_init(&o, info.vocab_size, true);
-            disk_run(t, e, &p, prompt, n, &o, &mt);
-            int want = tail == 1 ? 0 : PAGES * pt; /* the first run on a directory writes */
-            CHECKF(same_out(&o, &cold), "%s spec %d tail %d: output differs from the cold run", preset, spec, tail);
-            CHECKF(o.usage.cached_tokens == want && (int)mt.kv_disk_hit_tokens == want,
-                   "%s spec %d tail %d: cached %d, from disk %llu, expected %d", preset, spec, tail,
-                   o.usage.cached_tokens, (unsigned long long)mt.kv_disk_hit_tokens, want);
-            if (tail + tail_step > 4 && spec == 0) disk_corrupt_and_lock(t, e, &p, prompt, n, &cold);
-            free(cold.logits);
-            free(o.logits);
-        }
+    int32_t                 *prompt = prompt_tokens(c->pages * c->pt + 4, 777);
+    struct out               cold[4];
+    int32_t                 *prompts[4];
+    int                      lens[4], n_cold = 0;
+    struct dsv4_sched_params pc = small_params(4); /* one batch: the rows are batch-invariant */
+    pc.max_ctx                  = (c->pages + 1) * c->pt + 4 + GEN;
+    pc.max_batch_tokens         = 4 * pc.max_ctx;
+    pc.page_tokens              = c->pt;
+    pc.prefix_entries           = 0;
+    for (int tail = 1; tail <= 4; tail += c->tail_step) {
+        prompts[n_cold] = prompt;
+        lens[n_cold]    = c->pages * c->pt + tail;
+        out_init(&cold[n_cold++], info.vocab_size, true);
     }
+    run_set(t, e, &pc, prompts, lens, n_cold, GEN, cold, NULL);
+    for (int spec = 0; spec <= c->max_spec; spec += 3) {
+        char dir[300];
+        snprintf(dir, sizeof(dir), "%s/sched-kvdisk-%s-%d-%d-%d-%d", t->tmpdir, c->preset, spec, c->entries,
+                 c->chunk, (int)c->rev);
+        for (int tail = 1; tail <= 4; tail += c->tail_step)
+            disk_restart_tail(t, e, c, spec, prompt, tail, dir, &cold[(tail - 1) / c->tail_step]);
+    }
+    for (int i = 0; i < n_cold; i++) free(cold[i].logits);
     free(prompt);
     dsv4_engine_close(e);
 }
@@ -1083,15 +1127,24 @@ static void disk_prefetch_overlap(struct test_ctx *t)
 }
 
 /* tiny-a, pages of 16: the ratio-16 layer's block is a whole page; tiny-b, pages of 128: a
- * ratio-128 block is a whole page. Then a prompt of 6 pages through a RAM cache of 2
- * entries: the disk tier still gets every page (4 of them without a RAM entry), and after
- * the restart all 6 come back, the first 2 into the cache and the rest into the sequence's
- * own pages, the 6th's snapshot restored. */
+ * ratio-128 block is a whole page. Each with the prefill in whole pages (64 rows a step) at
+ * the current revision, and at the first revision in chunks of 5 (tiny-a) or 7 (tiny-b),
+ * which do not divide a page (a chunk stops at the page's end, where the cache snapshots);
+ * tiny-a also in chunks of 7 at the current revision. Then a prompt of 6 pages through a
+ * RAM cache of 2 entries: the disk tier still gets every page (4 of them without a RAM
+ * entry), and after the restart all 6 come back, the first 2 into the cache and the rest
+ * into the sequence's own pages, the 6th's snapshot restored. */
 static void test_prefix_disk_restart(struct test_ctx *t)
 {
-    disk_restart_on(t, "tiny-a", 16, 3, 1, 3, -1);
-    disk_restart_on(t, "tiny-b", 128, 3, 1, 3, -1);
-    disk_restart_on(t, "tiny-a", 16, 6, 3, 3, 2);
+    static const struct disk_case cases[] = {
+        { "tiny-a", 16, 3, 1, 3, -1, 64, DSV4_REVISION_CURRENT },
+        { "tiny-b", 128, 3, 1, 3, -1, 64, DSV4_REVISION_CURRENT },
+        { "tiny-a", 16, 3, 1, 3, -1, 5, DSV4_REVISION_INITIAL },
+        { "tiny-b", 128, 2, 1, 0, -1, 7, DSV4_REVISION_INITIAL },
+        { "tiny-a", 16, 3, 1, 3, -1, 7, DSV4_REVISION_CURRENT },
+        { "tiny-a", 16, 6, 3, 3, 2, 64, DSV4_REVISION_CURRENT },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) disk_restart_on(t, &cases[i]);
     disk_page_shortage(t);
     disk_prefetch_overlap(t);
 }

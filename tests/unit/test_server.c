@@ -313,9 +313,20 @@ static int disk_completion(struct tsrv *s, json_t **ids, json_t **lps)
     return cached;
 }
 
+/* The disk tier's load summary in /metrics: its count and sum (NAN when absent). */
+static void disk_loads(struct test_ctx *t, struct tsrv *s, double *count, double *sum)
+{
+    char *text = NULL;
+    CHECK(tsrv_get(s, "/metrics", NULL, &text) == 200);
+    *count = text ? tsrv_metric(text, "dsv4_kv_disk_load_seconds_count") : NAN;
+    *sum   = text ? tsrv_metric(text, "dsv4_kv_disk_load_seconds_sum") : NAN;
+    free(text);
+}
+
 /* --kv-disk-dir: a second server on the directory is refused at start; after SIGTERM and a
  * restart, the same prompt resumes from disk (cached_tokens 512) with the same tokens and
- * logprobs; the disk counters are in /metrics. */
+ * logprobs; the disk counters are in /metrics, the load summary at 0 until the restarted
+ * server reads its 2 records. */
 static void test_kv_disk_restart(struct test_ctx *t)
 {
     if (!model_dir(t)) return;
@@ -327,7 +338,13 @@ static void test_kv_disk_restart(struct test_ctx *t)
     int         cached[2] = { -1, -1 };
     for (int k = 0; k < 2; k++) {
         if (!tsrv_start(t, &s, g_dir, args)) break;
+        double n0, s0, n1, s1;
+        disk_loads(t, &s, &n0, &s0);
         cached[k] = disk_completion(&s, &ids[k], &lps[k]);
+        disk_loads(t, &s, &n1, &s1);
+        CHECKF(n0 == 0 && s0 == 0, "run %d: disk loads before a request: count %g sum %g", k, n0, s0);
+        CHECKF(k ? n1 == 2 && s1 > 0 : n1 == 0 && s1 == 0, "run %d: disk loads after a request: count %g sum %g", k,
+               n1, s1);
         if (k == 0) { /* a second process on the directory */
             snprintf(cmd, sizeof(cmd), "timeout 120 %s serve -m %s --port 0 --threads 1 %s 2>&1", getenv("DSV4_BIN"),
                      g_dir, args);
