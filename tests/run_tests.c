@@ -1,11 +1,13 @@
 /*
  * run_tests.c - the test runner behind `make test`.
  *
- *   run_tests [--strict] [--backend B] [GROUP...]
+ *   run_tests [--strict] [--backend B] [--mpi N] [GROUP...]
  *                                     run every group, or only these (GROUP/TEST: one test);
  *                                     --backend: the engines the tests open run on B
  *                                     (test_backend in test.h; `make test` runs a pass of
- *                                     the model groups on cpu-strict)
+ *                                     the model groups on cpu-strict); --mpi N: the
+ *                                     server tests' `dsv4 serve` runs under mpirun on N
+ *                                     ranks (expert parallelism, docs/DISTRIBUTED.md)
  *   run_tests --list                  list groups and tests, with what each needs here
  *   run_tests --missing               the npm directories whose packages are missing or
  *                                     stale, one per line (tests/install_deps.sh reads it)
@@ -141,11 +143,21 @@ int main(int argc, char **argv)
     int    n_sel  = argc - 1;
     if (argc > 1 && strcmp(argv[1], "--list") == 0) return list_tests();
     if (argc > 1 && strcmp(argv[1], "--missing") == 0) return list_missing();
-    while (n_sel > 0 && (!strcmp(sel[0], "--strict") || !strcmp(sel[0], "--backend"))) {
+    while (n_sel > 0 && (!strcmp(sel[0], "--strict") || !strcmp(sel[0], "--backend") || !strcmp(sel[0], "--mpi"))) {
         if (!strcmp(sel[0], "--strict")) {
             strict = true;
             sel++;
             n_sel--;
+            continue;
+        }
+        if (!strcmp(sel[0], "--mpi")) {
+            if (n_sel < 2 || atoi(sel[1]) < 2 || atoi(sel[1]) > 64) {
+                fprintf(stderr, "run_tests: --mpi takes a rank count from 2 to 64\n");
+                return 2;
+            }
+            test_mpi_ranks = atoi(sel[1]);
+            sel += 2;
+            n_sel -= 2;
             continue;
         }
         if (n_sel < 2 || !dsv4_backend_find(sel[1])) {

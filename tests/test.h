@@ -92,6 +92,9 @@ static inline float test_rand_f32(unsigned long long *s) /* uniform in [-1, 1) *
  * (test_backend_arg) runs on. Tests about one backend (cpu against cpu-staged, the transfer
  * counts) name theirs and ignore it. */
 extern const char *test_backend;
+/* `run_tests --mpi N`: the server tests start `dsv4 serve` under mpirun with N ranks and
+ * --ep N (tests/unit/test_server_util.c); 0 = a plain process. */
+extern int         test_mpi_ranks;
 struct dsv4_engine_params;
 /* dsv4_engine_params_default, then the backend of the run. */
 void        test_engine_params(struct dsv4_engine_params *ep);

@@ -10,6 +10,7 @@ enum test_need {
     TEST_NEEDS_NPM_SERVER,    /* the official openai npm client (tests/server) */
     TEST_NEEDS_NPM_DEPLOY,    /* js-yaml and kubernetes-models (tests/deploy) */
     TEST_NEEDS_WEBUI,         /* Debian's chromium and puppeteer-core (tests/webui) */
+    TEST_NEEDS_MPI,           /* a build with MPI and Open MPI's mpirun (docs/DISTRIBUTED.md) */
 };
 
 /* Tables list a need only where there is one: { "name", fn } leaves it TEST_NEEDS_NOTHING. */

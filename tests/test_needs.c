@@ -130,6 +130,13 @@ const char *test_need_missing(enum test_need need, char *buf, size_t cap)
             return buf;
         }
         return test_need_npm_missing(need, buf, cap);
+    case TEST_NEEDS_MPI:
+        if (!DSV4_HAVE_MPI || !on_path("mpirun")) {
+            snprintf(buf, cap, "needs %s (fix: apt-get install openmpi-bin libopenmpi-dev, or tools/install_deps.sh "
+                               "test; then make)", DSV4_HAVE_MPI ? "mpirun" : "a build with MPI");
+            return buf;
+        }
+        return NULL;
     }
     snprintf(buf, cap, "unknown requirement %d", (int)need);
     return buf;

@@ -11,6 +11,7 @@
 #include "test.h"
 
 const char *test_backend;
+int         test_mpi_ranks;
 
 void test_engine_params(struct dsv4_engine_params *ep)
 {

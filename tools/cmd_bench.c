@@ -347,6 +347,7 @@ struct bench_run {
     size_t                    bw_n;
     double                    bw, peak, peak_f32, trunk;
     struct dsv4_model_stats   st;
+    const dsv4_engine        *e;
     struct utsname            un;
     const char               *backend;
     FILE                     *cf; /* the CSV, or NULL */
@@ -480,6 +481,21 @@ static int decode_steps(struct bench_run *R, int ctx, int B, double *t_total, do
     return DSV4_OK;
 }
 
+/* Under expert parallelism (docs/DISTRIBUTED.md): what went through MPI between two
+ * snapshots, per token and per forward step, and the share of the time it took. */
+static void ep_line(const struct bench_run *R, const char *what, const struct dsv4_ep_stats *a, double tokens,
+                    double steps, double seconds)
+{
+    struct dsv4_ep_stats b;
+    dsv4_engine_ep_stats(R->e, &b);
+    if (b.ranks < 2) return;
+    double bytes = (double)(b.bytes_sent - a->bytes_sent + b.bytes_received - a->bytes_received);
+    double mpi   = b.mpi_seconds - a->mpi_seconds;
+    printf("%8s %-7s MPI, %d ranks: %.1f KB per token (%.1f KB per step), %.3f ms in MPI per step, %.0f%% of the "
+           "time, %.0f us per MoE layer\n", "", what, b.ranks, bytes / tokens / 1e3, bytes / steps / 1e3,
+           mpi / steps * 1e3, 100.0 * mpi / seconds, 1e6 * mpi / (double)(b.layers - a->layers));
+}
+
 /* The decode rows of one context: each batch size from the frontier sequence 0 holds. */
 static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double prefill_gf, struct level_sum *sum,
                        struct dsv4_err *err)
@@ -494,6 +510,8 @@ static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double p
             dsv4_seq_state_copy(&R->sts[b], &R->sts[0]);
         }
         double t_total = 0, bytes_total = 0, bw_before = bandwidth(R, 3);
+        struct dsv4_ep_stats ep0;
+        dsv4_engine_ep_stats(R->e, &ep0);
         int    rc = decode_steps(R, ctx, B, &t_total, &bytes_total, err);
         if (rc) return rc;
         double step = t_total / (double)o->steps, bps = bytes_total / (double)o->steps;
@@ -502,6 +520,7 @@ static int decode_rows(struct bench_run *R, int ci, double prefill_tps, double p
         printf("%8d %6d %12.1f %12.1f %7.0f%% %12.2f %10.2f %14.3e %10.2f %8.1f %7.0f%%\n", ctx, B, prefill_tps,
                prefill_gf, R->peak > 0 ? 100.0 * prefill_gf / R->peak : 0.0, B / step, step * 1e3, bps, bps / step / 1e9,
                bw_row, 100.0 * share);
+        ep_line(R, "decode", &ep0, (double)B * o->steps, o->steps, t_total);
         fflush(stdout);
         if (R->cf)
             fprintf(R->cf, "%s,%s,%d,%s,%s,%.2f,%d,%d,%.2f,%.2f,%.3f,%.3f,%.0f,%.3f,%.3f,%.1f\n", R->un.machine,
@@ -528,10 +547,13 @@ static int bench_contexts(struct bench_run *R, struct level_sum *sum, struct dsv
            "of peak", "decode t/s", "step ms", "bytes/step", "GB/s", "bw GB/s", "of bw");
     for (int ci = 0; ci < o->n_ctx; ci++) {
         int    ctx = o->ctxs[ci];
+        struct dsv4_ep_stats ep0;
+        dsv4_engine_ep_stats(R->e, &ep0);
         double t0  = cli_now();
         int    rc  = prefill(R, ctx, err);
         if (rc) return rc;
         double tp = cli_now() - t0, prefill_tps = ctx / tp;
+        ep_line(R, "prefill", &ep0, ctx, (ctx + o->chunk - 1) / o->chunk, tp);
         /* projection and expert FLOPs of every prompt token; the head runs once per chunk
          * (only the last row's logits are asked for); attention is not counted */
         double head_p     = (double)c->vocab_size * (double)c->d_model;
@@ -553,7 +575,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
         fprintf(stderr, "dsv4 bench: %s\n", err.msg);
         return 1;
     }
-    struct bench_run R = { .o = o, .m = dsv4_engine_model(e) };
+    struct bench_run R = { .o = o, .m = dsv4_engine_model(e), .e = e };
     R.c                = &R.m->cfg;
     R.kind             = R.m->backend;
     R.impl             = R.m->backend_impl;

@@ -132,17 +132,54 @@ static bool read_line_fd(int fd, char *out, size_t cap, double timeout_s)
     return true;
 }
 
+/* The pid of the child of `parent` that is MPI rank 0 (its environment says so), or -1. */
+static pid_t mpi_rank0(pid_t parent)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        char  path[64], cmd[200], *out = NULL;
+        pid_t found = -1;
+        snprintf(cmd, sizeof(cmd), "pgrep -P %d", (int)parent);
+        if (test_run(cmd, &out) == 0 && out)
+            for (char *tok = strtok(out, "\n"); tok && found < 0; tok = strtok(NULL, "\n")) {
+                size_t n   = 0;
+                snprintf(path, sizeof(path), "/proc/%d/environ", atoi(tok));
+                char  *env = test_read_file(path, &n);
+                for (size_t i = 0; env && i < n; i += strlen(env + i) + 1)
+                    if (!strcmp(env + i, "OMPI_COMM_WORLD_RANK=0")) found = (pid_t)atoi(tok);
+                free(env);
+            }
+        free(out);
+        if (found > 0) return found;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
 bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args)
+{
+    return tsrv_start_mpi(t, s, dir, args, test_mpi_ranks);
+}
+
+bool tsrv_start_mpi(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args, int ranks)
 {
     memset(s, 0, sizeof(*s));
     s->pid          = -1;
+    s->sig_pid      = -1;
     s->out_fd       = -1;
     const char *bin = getenv("DSV4_BIN");
     CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
     if (!bin) return false;
-    char  argbuf[1024];
-    char *argv[64];
+    char  argbuf[1024], np[16];
+    char *argv[80];
     int   argc = 0;
+    snprintf(np, sizeof(np), "%d", ranks);
+    if (ranks > 1) {
+        /* a SIGTERM to mpirun ends the job at once: tsrv_stop signals rank 0, which drains
+         * and then lets the other ranks go (docs/DISTRIBUTED.md) */
+        const char *pre[] = { "mpirun", "-np", np, "--oversubscribe", "--mca", "btl", "self,tcp" };
+        for (size_t i = 0; i < sizeof(pre) / sizeof(pre[0]); i++) argv[argc++] = (char *)pre[i];
+    }
     argv[argc++] = (char *)bin;
     argv[argc++] = "serve";
     argv[argc++] = "-m";
@@ -156,7 +193,11 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
         argv[argc++] = (char *)test_backend;
     }
     snprintf(argbuf, sizeof(argbuf), "%s", args ? args : "");
-    for (char *tok = strtok(argbuf, " "); tok && argc < 62; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    for (char *tok = strtok(argbuf, " "); tok && argc < 74; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    if (ranks > 1) {
+        argv[argc++] = "--ep";
+        argv[argc++] = np;
+    }
     argv[argc] = NULL;
     snprintf(s->log, sizeof(s->log), "%s/serve-%d.log", t->tmpdir, g_serial++);
     int p[2];
@@ -170,12 +211,19 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
         close(p[1]);
         int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) dup2(fd, 2);
-        execv(bin, argv);
+        if (ranks > 1) {
+            setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+            setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+            execvp(argv[0], argv);
+        } else {
+            execv(bin, argv);
+        }
         _exit(127);
     }
     close(p[1]);
-    s->pid    = pid;
-    s->out_fd = p[0];
+    s->pid     = pid;
+    s->sig_pid = pid;
+    s->out_fd  = p[0];
     char line[512];
     bool ready = false;
     while (read_line_fd(s->out_fd, line, sizeof(line), 60)) {
@@ -189,8 +237,9 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
             break;
         }
     }
-    CHECKF(ready && s->port > 0, "dsv4 serve did not start (log: %s)", s->log);
-    if (!ready || s->port <= 0) {
+    if (ready && ranks > 1) s->sig_pid = mpi_rank0(pid);
+    CHECKF(ready && s->port > 0 && s->sig_pid > 0, "dsv4 serve did not start (log: %s)", s->log);
+    if (!ready || s->port <= 0 || s->sig_pid <= 0) {
         tsrv_stop(s, SIGKILL, 5);
         return false;
     }
@@ -200,7 +249,7 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
 int tsrv_stop(struct tsrv *s, int sig, double timeout_s)
 {
     if (s->pid <= 0) return -1;
-    if (sig) kill(s->pid, sig);
+    if (sig) kill(s->sig_pid > 0 ? s->sig_pid : s->pid, sig);
     int             status = 0, rc = -1;
     struct timespec ts     = { 0, 10 * 1000 * 1000 };
     for (int i = 0; i < (int)(timeout_s * 100); i++) {

@@ -19,7 +19,8 @@
 int tsrv_write_tokenizer(const char *dir, int n_vocab, struct dsv4_err *err);
 
 struct tsrv {
-    pid_t pid;
+    pid_t pid;      /* the child: dsv4, or mpirun */
+    pid_t sig_pid;  /* where tsrv_stop's signal goes: dsv4, or MPI rank 0 under mpirun */
     int   port;
     int   out_fd; /* the child's stdout */
     char  log[512];
@@ -28,6 +29,10 @@ struct tsrv {
 /* Starts `$DSV4_BIN serve -m dir --port 0 ARGS` and waits until it says "ready" (or
  * "standby" for --standby). */
 bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args);
+/* The same under `mpirun -np ranks ... --ep ranks` (TCP on loopback, oversubscribed): the
+ * signals of tsrv_stop go to rank 0, and the exit status is mpirun's. tsrv_start takes this
+ * path when the runner was given --mpi N (test_mpi_ranks). */
+bool tsrv_start_mpi(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args, int ranks);
 /* Sends sig (0: none) and waits up to timeout_s for the exit; returns the exit status
  * (128 + signal when killed), -1 on timeout (then it is killed). */
 int  tsrv_stop(struct tsrv *s, int sig, double timeout_s);
