@@ -134,8 +134,9 @@ json_t *rank_report_json(const struct rank_report *r)
 {
     json_t *per = json_array();
     for (int i = 0; i < r->p.n_ranks; i++) {
-        json_t *m = mem_json(&r->mem[i], r->repack_known);
-        json_object_set_new(m, "rank", json_integer(i));
+        json_t *m = json_pack("{s:i}", "rank", i), *sizes = mem_json(&r->mem[i], r->repack_known);
+        json_object_update(m, sizes);
+        json_decref(sizes);
         json_array_append_new(per, m);
     }
     return json_pack("{s:i, s:i, s:i, s:i, s:s, s:o, s:o}", "n", r->p.n_ranks, "ctx", r->p.ctx, "seqs", r->p.seqs,

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "model/rank_plan.h"
+#include "model/runtime.h"
 #include "support/gen.h"
 #include "test_cases.h"
 
@@ -111,6 +113,33 @@ static void test_layout_matches_gen(struct test_ctx *t)
     CHECKF(s.bad == 0 && s.n == stored, "layout %zu tensors, checkpoint %zu, %zu differ (first %s)", s.n, stored,
            s.bad, s.first);
     dsv4_checkpoint_close(&ck);
+}
+
+/* The repack per rank sums to what the CPU backend really did at load: the tiles it
+ * allocated less the checkpoint bytes they replaced (both 0 on a level without tiles). */
+static void test_repack_matches_load(struct test_ctx *t)
+{
+    struct dsv4_engine_params ep;
+    dsv4_engine_params_default(&ep);
+    ep.n_threads = 2;
+    dsv4_engine    *e;
+    struct dsv4_err err;
+    if (dsv4_engine_open(&e, tiny_dir(t), &ep, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    struct dsv4_model *m = (struct dsv4_model *)dsv4_engine_model(e);
+    CHECK(!strcmp(m->backend->name, "cpu"));
+    const struct dsv4_cpu  *cpu = m->backend_impl;
+    struct dsv4_rank_params p   = { 3, 64, 1, 16 };
+    struct dsv4_rank_mem    mem[3];
+    dsv4_rank_mem_init(&m->cfg, &p, mem);
+    dsv4_rank_add_repack(&m->cfg, &p, mem, &m->w, &m->ck, m->backend, m->backend_impl);
+    int64_t sum = mem[0].repack + mem[1].repack + mem[2].repack;
+    CHECKF(sum == (int64_t)cpu->tiles_bytes - (int64_t)cpu->replaced, "repack %lld, load: tiles %zu - replaced %zu",
+           (long long)sum, cpu->tiles_bytes, cpu->replaced);
+    if (!cpu->tiles_bytes) test_not_here(t, "tiles (repack checked as 0 only)");
+    dsv4_engine_close(e);
 }
 
 static json_t *run_json(struct test_ctx *t, const char *cmd, int want_rc)
@@ -219,6 +248,7 @@ static void test_bad_input(struct test_ctx *t)
 const struct test_case test_group_ranks[] = {
     { "experts_split_over_ranks", test_split },
     { "layout_from_config_matches_gen", test_layout_matches_gen },
+    { "repack_matches_load", test_repack_matches_load },
     { "inspect_m_and_config_agree", test_cli_same_totals },
     { "official_configs_published_sizes", test_official_configs },
     { "bad_input_refused", test_bad_input },
