@@ -195,8 +195,8 @@ static const struct cli_opt INSPECT_OPTS[] = {
       "(models/configs/v4-flash.json, v4-pro.json)", CLI_STR, IO(config), 0, 0, NULL },
     { "--tensors", NULL, NULL, "list every tensor (name, dtype, shape, shard)", CLI_FLAG, IO(tensors), 0, 0, NULL },
     { "--json", NULL, NULL, "machine-readable output", CLI_FLAG, IO(as_json), 0, 0, NULL },
-    { "--ctx", NULL, "N", "context length for the memory estimate (default 4096)", CLI_LLONG, IO(ctx), 1,
-      (double)(1LL << 30), NULL },
+    { "--ctx", NULL, "N", "context length for the memory estimate (default 4096, or the model's limit if smaller)",
+      CLI_LLONG, IO(ctx), 1, (double)(1LL << 30), NULL },
     { "--seqs", NULL, "M", "concurrent sequences for the memory estimate (default 1)", CLI_LLONG, IO(seqs), 1, 1 << 20,
       NULL },
     { "--ranks", NULL, "N", "memory per rank of expert parallelism over N ranks (docs/DISTRIBUTED.md)", CLI_INT,
@@ -206,9 +206,16 @@ static const struct cli_opt INSPECT_OPTS[] = {
 };
 #undef IO
 
-static struct dsv4_rank_params rank_params(const struct inspect_opts *o)
+/* --ctx unless given: 4096, or the model's limit if smaller (as a session's default). */
+static long long ctx_of(const struct inspect_opts *o, const struct dsv4_config *c)
 {
-    return (struct dsv4_rank_params){ .n_ranks = o->ranks, .ctx = (int)(o->ctx < (1LL << 30) ? o->ctx : 1LL << 30),
+    return o->ctx ? o->ctx : c->max_ctx < 4096 ? c->max_ctx : 4096;
+}
+
+static struct dsv4_rank_params rank_params(const struct inspect_opts *o, const struct dsv4_config *c)
+{
+    long long ctx = ctx_of(o, c);
+    return (struct dsv4_rank_params){ .n_ranks = o->ranks, .ctx = (int)(ctx < (1LL << 30) ? ctx : 1LL << 30),
                                       .seqs = (int)o->seqs, .step_tokens = o->step_tokens };
 }
 
@@ -217,10 +224,14 @@ static int inspect_config(const struct inspect_opts *o)
 {
     struct dsv4_err    err;
     struct dsv4_config cfg;
-    struct rank_report rr = { .p = rank_params(o) };
-    if (!rr.p.n_ranks) rr.p.n_ranks = 1;
+    struct rank_report rr;
+    memset(&rr, 0, sizeof(rr));
     int rc = dsv4_config_load_file(&cfg, o->config, &err);
-    if (rc == DSV4_OK) rc = rank_report_config(&rr, &cfg, &err);
+    if (rc == DSV4_OK) {
+        rr.p = rank_params(o, &cfg);
+        if (!rr.p.n_ranks) rr.p.n_ranks = 1;
+        rc = rank_report_config(&rr, &cfg, &err);
+    }
     if (rc) {
         if (o->as_json) print_error_json(o->config, err.msg);
         else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
@@ -254,7 +265,8 @@ static int inspect_checkpoint(const struct inspect_opts *o, const struct dsv4_co
 {
     struct dsv4_err         err;
     struct dsv4_model_stats st;
-    struct rank_report      rr = { .p = rank_params(o) };
+    struct rank_report      rr = { .p = rank_params(o, cfg) };
+    long long               ctx = ctx_of(o, cfg);
     if (o->ranks && rank_report_checkpoint(&rr, cfg, ck, w, &err)) {
         if (o->as_json) print_error_json(o->dir, err.msg);
         else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
@@ -263,10 +275,10 @@ static int inspect_checkpoint(const struct inspect_opts *o, const struct dsv4_co
     }
     dsv4_model_stats(cfg, ck, &st);
     if (o->as_json) {
-        print_json(o->dir, cfg, ck, &st, rep, w->has_mtp, o->ctx, o->seqs, o->tensors,
+        print_json(o->dir, cfg, ck, &st, rep, w->has_mtp, ctx, o->seqs, o->tensors,
                    o->ranks ? rank_report_json(&rr) : NULL);
     } else {
-        print_text(o->dir, cfg, ck, &st, rep, w->has_mtp, o->ctx, o->seqs, o->tensors);
+        print_text(o->dir, cfg, ck, &st, rep, w->has_mtp, ctx, o->seqs, o->tensors);
         if (o->ranks) rank_report_print(&rr);
     }
     rank_report_free(&rr);
@@ -275,7 +287,7 @@ static int inspect_checkpoint(const struct inspect_opts *o, const struct dsv4_co
 
 int cmd_inspect(int argc, char **argv)
 {
-    struct inspect_opts    o     = { .ctx = 4096, .seqs = 1, .step_tokens = 512 };
+    struct inspect_opts    o     = { .ctx = 0, .seqs = 1, .step_tokens = 512 };
     const struct cli_group group = { NULL, INSPECT_OPTS, sizeof(INSPECT_OPTS) / sizeof(INSPECT_OPTS[0]), &o };
     const struct cli_spec  spec  = { "inspect", "usage: dsv4 inspect -m DIR [options]\n"
                                                 "       dsv4 inspect --config FILE [--ranks N] [options]\n",

@@ -56,7 +56,8 @@ static void test_split(struct test_ctx *t)
         struct dsv4_rank_params p = { n, 64, 1, 16 };
         struct dsv4_rank_mem    mem[64];
         dsv4_rank_mem_init(&c, &p, mem);
-        for (size_t i = 0; i < ck.n_tensors; i++) dsv4_rank_add_tensor(&c, &p, mem, ck.tensors[i].name, ck.tensors[i].nbytes);
+        for (size_t i = 0; i < ck.n_tensors; i++)
+            dsv4_rank_add_tensor(&c, &p, mem, ck.tensors[i].name, ck.tensors[i].nbytes);
         uint64_t w = 0, ex = 0;
         for (int r = 0; r < n; r++) {
             CHECKF(mem[r].e0 == (r ? mem[r - 1].e1 : 0) && mem[r].e1 > mem[r].e0, "N=%d rank %d: [%d, %d)", n, r,
@@ -77,7 +78,8 @@ static void test_split(struct test_ctx *t)
             snprintf(name, sizeof(name), "mtp.0.ffn.experts.%d.w2.scale", e);
             dsv4_rank_add_tensor(&c, &p, one, name, 1);
             for (int r = 0; r < n; r++)
-                CHECKF(one[r].weights == (uint64_t)(e >= one[r].e0 && e < one[r].e1), "N=%d expert %d rank %d", n, e, r);
+                CHECKF(one[r].weights == (uint64_t)(e >= one[r].e0 && e < one[r].e1), "N=%d expert %d rank %d", n, e,
+                       r);
         }
     }
     dsv4_checkpoint_close(&ck);
@@ -109,7 +111,8 @@ static void test_layout_matches_gen(struct test_ctx *t)
     struct seen s = { .ck = &ck };
     CHECKF(dsv4_weights_layout(&c, true, check_one, &s, &err) == DSV4_OK, "%s", err.msg);
     size_t stored = 0;
-    for (size_t i = 0; i < ck.n_tensors; i++) stored += strncmp(ck.tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) != 0;
+    for (size_t i = 0; i < ck.n_tensors; i++)
+        stored += strncmp(ck.tensors[i].name, DSV4_ST_PAD_PREFIX, strlen(DSV4_ST_PAD_PREFIX)) != 0;
     CHECKF(s.bad == 0 && s.n == stored, "layout %zu tensors, checkpoint %zu, %zu differ (first %s)", s.n, stored,
            s.bad, s.first);
     dsv4_checkpoint_close(&ck);
