@@ -3,6 +3,7 @@
 X(numfmt)
 X(safetensors)
 X(checkpoint)
+X(ranks)
 X(tok)
 X(kernels)
 X(ops)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "inspect_ranks.h"
 #include "model/model.h"
 
 static double mib(double b)
@@ -107,7 +108,7 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
 
 static void print_json(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
                        const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
-                       long long ctx, long long seqs, bool list_tensors)
+                       long long ctx, long long seqs, bool list_tensors, json_t *ranks)
 {
     struct dsv4_kv_sizes kv;
     dsv4_kv_sizes(c, has_mtp, &kv);
@@ -163,6 +164,7 @@ static void print_json(const char *dir, const struct dsv4_config *c, const struc
         }
         json_object_set_new(o, "tensor_list", ts);
     }
+    if (ranks) json_object_set_new(o, "ranks", ranks);
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s) puts(s);
     free(s);
@@ -179,61 +181,144 @@ static void print_error_json(const char *dir, const char *msg)
 }
 
 struct inspect_opts {
-    const char *dir;
+    const char *dir, *config;
     bool        tensors, as_json;
     long long   ctx, seqs;
+    int         ranks, step_tokens;
 };
 
 #define IO(field) offsetof(struct inspect_opts, field)
 static const struct cli_opt INSPECT_OPTS[] = {
     { "--model", "-m", "DIR", "checkpoint directory (config.json + safetensors) or a .safetensors file", CLI_STR, IO(dir),
       0, 0, NULL },
+    { "--config", NULL, "FILE", "a config.json alone (no weights): the memory plan from the shapes it implies\n"
+      "(models/configs/v4-flash.json, v4-pro.json)", CLI_STR, IO(config), 0, 0, NULL },
     { "--tensors", NULL, NULL, "list every tensor (name, dtype, shape, shard)", CLI_FLAG, IO(tensors), 0, 0, NULL },
     { "--json", NULL, NULL, "machine-readable output", CLI_FLAG, IO(as_json), 0, 0, NULL },
-    { "--ctx", NULL, "N", "context length for the memory estimate (default 4096)", CLI_LLONG, IO(ctx), 1,
-      (double)(1LL << 30), NULL },
+    { "--ctx", NULL, "N", "context length for the memory estimate (default 4096, or the model's limit if smaller)",
+      CLI_LLONG, IO(ctx), 1, (double)(1LL << 30), NULL },
     { "--seqs", NULL, "M", "concurrent sequences for the memory estimate (default 1)", CLI_LLONG, IO(seqs), 1, 1 << 20,
       NULL },
+    { "--ranks", NULL, "N", "memory per rank of expert parallelism over N ranks (docs/DISTRIBUTED.md)", CLI_INT,
+      IO(ranks), 1, 1 << 20, NULL },
+    { "--step-tokens", NULL, "T", "token rows per step the scratch of --ranks is sized for (default 512)", CLI_INT,
+      IO(step_tokens), 1, 65536, NULL },
 };
 #undef IO
 
+/* --ctx unless given: 4096, or the model's limit if smaller (as a session's default). */
+static long long ctx_of(const struct inspect_opts *o, const struct dsv4_config *c)
+{
+    return o->ctx ? o->ctx : c->max_ctx < 4096 ? c->max_ctx : 4096;
+}
+
+static struct dsv4_rank_params rank_params(const struct inspect_opts *o, const struct dsv4_config *c)
+{
+    long long ctx = ctx_of(o, c);
+    return (struct dsv4_rank_params){ .n_ranks = o->ranks, .ctx = (int)(ctx < (1LL << 30) ? ctx : 1LL << 30),
+                                      .seqs = (int)o->seqs, .step_tokens = o->step_tokens };
+}
+
+/* --config FILE: the plan of a model from its config alone (no weights at hand). */
+static int inspect_config(const struct inspect_opts *o)
+{
+    struct dsv4_err    err;
+    struct dsv4_config cfg;
+    struct rank_report rr;
+    memset(&rr, 0, sizeof(rr));
+    int rc = dsv4_config_load_file(&cfg, o->config, &err);
+    if (rc == DSV4_OK) {
+        rr.p = rank_params(o, &cfg);
+        if (!rr.p.n_ranks) rr.p.n_ranks = 1;
+        rc = rank_report_config(&rr, &cfg, &err);
+    }
+    if (rc) {
+        if (o->as_json) print_error_json(o->config, err.msg);
+        else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+        rank_report_free(&rr);
+        return 1;
+    }
+    if (o->as_json) {
+        json_t *j = json_pack("{s:s, s:b, s:I, s:I, s:o}", "config", o->config, "ok", 1, "tensors",
+                              (json_int_t)rr.n_tensors, "bytes", (json_int_t)rr.single.weights, "ranks",
+                              rank_report_json(&rr));
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (s) puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("config       %s: DeepSeek-V4, %d layers + %d MTP, d_model %d, %d routed experts (%s) of d_ff %d\n",
+               o->config, cfg.n_layer, cfg.n_mtp, cfg.d_model, cfg.n_exp, dsv4_wfmt_name(cfg.expert_wfmt),
+               cfg.d_ff_exp);
+        printf("weights      %zu tensors, %.1f MiB (%.1f GB) as the release stores them (computed from the config)\n",
+               rr.n_tensors, mib((double)rr.single.weights), (double)rr.single.weights / 1e9);
+        rank_report_print(&rr);
+    }
+    rank_report_free(&rr);
+    return 0;
+}
+
+/* The checkpoint's report; with --ranks, its plan first (an impossible plan prints nothing). */
+static int inspect_checkpoint(const struct inspect_opts *o, const struct dsv4_config *cfg,
+                              const struct dsv4_checkpoint *ck, struct dsv4_weights *w,
+                              const struct dsv4_bind_report *rep)
+{
+    struct dsv4_err         err;
+    struct dsv4_model_stats st;
+    struct rank_report      rr = { .p = rank_params(o, cfg) };
+    long long               ctx = ctx_of(o, cfg);
+    if (o->ranks && rank_report_checkpoint(&rr, cfg, ck, w, &err)) {
+        if (o->as_json) print_error_json(o->dir, err.msg);
+        else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+        rank_report_free(&rr);
+        return 1;
+    }
+    dsv4_model_stats(cfg, ck, &st);
+    if (o->as_json) {
+        print_json(o->dir, cfg, ck, &st, rep, w->has_mtp, ctx, o->seqs, o->tensors,
+                   o->ranks ? rank_report_json(&rr) : NULL);
+    } else {
+        print_text(o->dir, cfg, ck, &st, rep, w->has_mtp, ctx, o->seqs, o->tensors);
+        if (o->ranks) rank_report_print(&rr);
+    }
+    rank_report_free(&rr);
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
-    struct inspect_opts    o     = { .ctx = 4096, .seqs = 1 };
+    struct inspect_opts    o     = { .ctx = 0, .seqs = 1, .step_tokens = 512 };
     const struct cli_group group = { NULL, INSPECT_OPTS, sizeof(INSPECT_OPTS) / sizeof(INSPECT_OPTS[0]), &o };
-    const struct cli_spec  spec  = { "inspect", "usage: dsv4 inspect -m DIR [options]\n", &group, 1, NULL };
+    const struct cli_spec  spec  = { "inspect", "usage: dsv4 inspect -m DIR [options]\n"
+                                                "       dsv4 inspect --config FILE [--ranks N] [options]\n",
+                                     &group, 1, NULL };
     int                    prc   = cli_parse(&spec, argc, argv);
     if (prc != CLI_PARSED) return prc;
-    if (!o.dir) return cli_usage_error(&spec, "-m DIR is required");
-    const char *dir = o.dir;
-    bool        tensors = o.tensors, as_json = o.as_json;
-    long long   ctx = o.ctx, seqs = o.seqs;
+    if (o.dir && o.config) return cli_usage_error(&spec, "-m DIR and --config FILE exclude each other");
+    if (o.config) return inspect_config(&o);
+    if (!o.dir) return cli_usage_error(&spec, "-m DIR (or --config FILE) is required");
+    const char            *dir = o.dir;
     struct dsv4_err        err;
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
     int rc = dsv4_config_load(&cfg, dir, &err);
     if (rc == DSV4_OK) rc = dsv4_checkpoint_open_lenient(&ck, dir, &err);
     if (rc) {
-        if (as_json) print_error_json(dir, err.msg);
+        if (o.as_json) print_error_json(dir, err.msg);
         else fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
         return 1;
     }
     struct dsv4_arena       arena;
     struct dsv4_weights     w;
     struct dsv4_bind_report rep;
-    struct dsv4_model_stats st;
     dsv4_arena_init(&arena, 1 << 20);
     rc = dsv4_weights_bind(&w, &cfg, &ck, &arena, &rep, &err);
-    if (rc == DSV4_ENOMEM) {
-        fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
-    } else {
-        dsv4_model_stats(&cfg, &ck, &st);
-        if (as_json) print_json(dir, &cfg, &ck, &st, &rep, w.has_mtp, ctx, seqs, tensors);
-        else print_text(dir, &cfg, &ck, &st, &rep, w.has_mtp, ctx, seqs, tensors);
-    }
+    int prc2 = 1;
+    if (rc == DSV4_ENOMEM) fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+    else prc2 = inspect_checkpoint(&o, &cfg, &ck, &w, &rep);
     dsv4_bind_report_free(&rep);
     dsv4_arena_free(&arena);
     bool refused = ck.n_refused > 0;
     dsv4_checkpoint_close(&ck);
-    return rc == DSV4_OK && !refused ? 0 : 1;
+    return rc == DSV4_OK && !refused && prc2 == 0 ? 0 : 1;
 }

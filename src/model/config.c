@@ -341,10 +341,8 @@ out:
     return p.rc;
 }
 
-int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err)
+int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err)
 {
-    char *path = dsv4_path_join(dir, "config.json");
-    if (!path) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     char  *text;
     size_t len;
     int    rc = dsv4_read_file(path, &text, &len, 16u << 20, err);
@@ -352,6 +350,14 @@ int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *
         rc = dsv4_config_parse(cfg, text, len, path, err);
         free(text);
     }
+    return rc;
+}
+
+int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err)
+{
+    char *path = dsv4_path_join(dir, "config.json");
+    if (!path) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
+    int rc = dsv4_config_load_file(cfg, path, err);
     free(path);
     return rc;
 }

@@ -65,6 +65,8 @@ struct dsv4_config {
 int dsv4_config_parse(struct dsv4_config *cfg, const char *json_text, size_t len, const char *what,
                       struct dsv4_err *err);
 int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err);
+/* The same from a config.json file named by path (no checkpoint beside it needed). */
+int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err);
 
 static inline bool dsv4_layer_is_csa(const struct dsv4_config *c, int il) { return c->ratio[il] == 4; }
 static inline bool dsv4_layer_has_comp(const struct dsv4_config *c, int il) { return c->ratio[il] != 0; }
@@ -163,6 +165,15 @@ void dsv4_weights_each_linear_of(struct dsv4_weights *w, const struct dsv4_confi
 /* Every other tensor the ops read, with its size in bytes (prepare_weights may repoint it). */
 void dsv4_weights_each_tensor(struct dsv4_weights *w, const struct dsv4_config *c,
                               void (*fn)(const void **t, size_t bytes, void *ud), void *ud);
+
+/* Every tensor the config requires, as the official release stores it (name, dtype, shape;
+ * shape[1] unused when ndim is 1), in binding order, without any checkpoint: what memory
+ * planning for a model not at hand (`dsv4 inspect --config`) sizes the weights by. The MTP
+ * block is listed when with_mtp and the config has one. DSV4_EFORMAT names a width the
+ * tensors cannot have (FP4 inputs not a multiple of 32). */
+typedef void (*dsv4_layout_fn)(void *ud, const char *name, enum dsv4_dtype dtype, int ndim, const int64_t shape[2]);
+int dsv4_weights_layout(const struct dsv4_config *cfg, bool with_mtp, dsv4_layout_fn fn, void *ud,
+                        struct dsv4_err *err);
 
 /* ------------------------------------------------------------------ sizes (inspect, planning) */
 

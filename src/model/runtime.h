@@ -137,6 +137,10 @@ struct dsv4_step {
 };
 
 size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx);
+/* The part of it the routed experts use for max_rows token rows (the rows gathered per expert
+ * in and out, their weights and groups, the experts' hidden rows, the backend's scratch): what
+ * a rank that only runs experts allocates (rank_plan.c). */
+size_t dsv4_step_expert_bytes(const struct dsv4_model *m, int max_rows);
 /* Builds the step descriptor of the n_rows rows laid out in S (seqs, seq_*, pos, tok) and
  * hands it to the backend (step_begin): once per step, before the layers run. */
 void   dsv4_step_describe(struct dsv4_step *S, int n_rows);

@@ -127,6 +127,19 @@ size_t dsv4_step_bytes(const struct dsv4_model *m, int max_rows, int max_ctx)
     return dev + host;
 }
 
+size_t dsv4_step_expert_bytes(const struct dsv4_model *m, int max_rows)
+{
+    const struct dsv4_config *c     = &m->cfg;
+    size_t                    pairs = (size_t)max_rows * (size_t)c->n_exp_used, d = (size_t)c->d_model;
+    /* no attention runs there: the smallest context keeps the backend's attention part small */
+    struct dsv4_plan_dims dims = plan_dims(c, max_rows, 1);
+    size_t sc = m->backend ? m->backend->scratch_floats(m->backend_impl, &dims) : 0;
+    /* as plan() lays them out: xe, ye, row_w, pair_of, grp, exp_scratch, the backend's */
+    return 2 * a64(sizeof(float) * pairs * d) + 2 * a64(sizeof(float) * pairs) +
+           a64(sizeof(float) * (2 * (size_t)c->n_exp + 2)) + a64(sizeof(float) * 2 * pairs * (size_t)c->d_ff_exp) +
+           a64(sizeof(float) * sc);
+}
+
 int dsv4_step_init(struct dsv4_step *s, const struct dsv4_model *m, int max_rows, int max_ctx, struct dsv4_err *err)
 {
     memset(s, 0, sizeof(*s));

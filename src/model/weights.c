@@ -24,6 +24,8 @@ struct binder {
     uint8_t                      *used; /* [ck->n_tensors] */
     int                           cap;
     bool                          oom;
+    dsv4_layout_fn                layout; /* layout only (ck NULL): each tensor goes to layout */
+    void                         *layout_ud;
 };
 
 static void problem(struct binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -56,13 +58,27 @@ static void mask_str(uint32_t mask, char *buf, size_t n)
             k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " or " : "", dsv4_dtype_name((enum dsv4_dtype)i));
 }
 
+/* The dtype the official release stores a tensor in, of those allowed: scales as E8M0,
+ * FP4 codes packed in I8 (docs/MODEL.md §R2.1); otherwise the only one allowed. */
+static enum dsv4_dtype release_dtype(uint32_t mask)
+{
+    if (mask & DT(F8_E8M0)) return DSV4_DTYPE_F8_E8M0;
+    if (mask & DT(I8)) return DSV4_DTYPE_I8;
+    return (enum dsv4_dtype)__builtin_ctz(mask);
+}
+
 /* Looks up one tensor and checks dtype and shape. Returns it (even with a wrong shape, so
- * callers can go on) or NULL when missing or of a wrong dtype. */
+ * callers can go on) or NULL when missing or of a wrong dtype. In layout mode it only
+ * reports the tensor and returns NULL. */
 static const struct dsv4_tensor *expect(struct binder *b, const char *name, uint32_t dtypes, int ndim,
                                         int64_t d0, int64_t d1)
 {
+    int64_t want[2] = { d0, d1 };
+    if (!b->ck) {
+        b->layout(b->layout_ud, name, release_dtype(dtypes), ndim, want);
+        return NULL;
+    }
     const struct dsv4_tensor *t = dsv4_checkpoint_find(b->ck, name);
-    int64_t                   want[2] = { d0, d1 };
     char                      ws[64], gs[64];
     dsv4_shape_str(ndim, want, ws, sizeof(ws));
     if (!t) {
@@ -294,28 +310,34 @@ static bool stored_tiles_of_used(const struct dsv4_checkpoint *ck, const uint8_t
     return bt && used[bt - ck->tensors];
 }
 
+/* The globals and the main layers (everything but the MTP block). */
+static void bind_main(struct binder *b, struct dsv4_weights *w)
+{
+    const struct dsv4_config *cfg = b->cfg;
+    w->embed = expect_data(b, "embed.weight", DT(BF16), 2, cfg->vocab_size, cfg->d_model);
+    bind_linear(b, &w->head, "head", DSV4_WFMT_BF16, cfg->vocab_size, cfg->d_model);
+    w->norm          = expect_data(b, "norm.weight", DT(BF16), 1, cfg->d_model, 0);
+    w->hc_head_fn    = expect_data(b, "hc_head_fn", DT(F32), 2, cfg->hc, (int64_t)cfg->hc * cfg->d_model);
+    w->hc_head_base  = expect_data(b, "hc_head_base", DT(F32), 1, cfg->hc, 0);
+    w->hc_head_scale = expect_data(b, "hc_head_scale", DT(F32), 1, 1, 0);
+    w->layers        = dsv4_arena_zalloc(b->arena, (size_t)cfg->n_layer * sizeof(*w->layers), 16);
+    if (!w->layers) b->oom = true;
+    for (int il = 0; il < cfg->n_layer && !b->oom; il++) {
+        char p[32];
+        snprintf(p, sizeof(p), "layers.%d.", il);
+        bind_layer(b, &w->layers[il], p, il, false);
+        check_tid2eid(b, &w->layers[il]);
+    }
+}
+
 int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
                       struct dsv4_arena *arena, struct dsv4_bind_report *rep, struct dsv4_err *err)
 {
     memset(w, 0, sizeof(*w));
     memset(rep, 0, sizeof(*rep));
-    struct binder b = { cfg, ck, arena, rep, calloc(ck->n_tensors + 1, 1), 0, false };
+    struct binder b = { cfg, ck, arena, rep, calloc(ck->n_tensors + 1, 1), 0, false, NULL, NULL };
     if (!b.used) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory binding weights");
-
-    w->embed = expect_data(&b, "embed.weight", DT(BF16), 2, cfg->vocab_size, cfg->d_model);
-    bind_linear(&b, &w->head, "head", DSV4_WFMT_BF16, cfg->vocab_size, cfg->d_model);
-    w->norm          = expect_data(&b, "norm.weight", DT(BF16), 1, cfg->d_model, 0);
-    w->hc_head_fn    = expect_data(&b, "hc_head_fn", DT(F32), 2, cfg->hc, (int64_t)cfg->hc * cfg->d_model);
-    w->hc_head_base  = expect_data(&b, "hc_head_base", DT(F32), 1, cfg->hc, 0);
-    w->hc_head_scale = expect_data(&b, "hc_head_scale", DT(F32), 1, 1, 0);
-    w->layers        = dsv4_arena_zalloc(arena, (size_t)cfg->n_layer * sizeof(*w->layers), 16);
-    if (!w->layers) b.oom = true;
-    for (int il = 0; il < cfg->n_layer && !b.oom; il++) {
-        char p[32];
-        snprintf(p, sizeof(p), "layers.%d.", il);
-        bind_layer(&b, &w->layers[il], p, il, false);
-        check_tid2eid(&b, &w->layers[il]);
-    }
+    bind_main(&b, w);
     /* MTP: absent as a whole is fine (reported unavailable); partial is a problem. */
     bool any_mtp = false;
     for (size_t i = 0; i < ck->n_tensors; i++) any_mtp |= strncmp(ck->tensors[i].name, "mtp.", 4) == 0;
@@ -342,6 +364,26 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
                             rep->n_problems, rep->n_problems == 1 ? "" : "s", rep->problems[0].text);
     }
     return DSV4_OK;
+}
+
+int dsv4_weights_layout(const struct dsv4_config *cfg, bool with_mtp, dsv4_layout_fn fn, void *ud,
+                        struct dsv4_err *err)
+{
+    struct dsv4_arena       arena;
+    struct dsv4_bind_report rep;
+    struct dsv4_weights     w;
+    memset(&w, 0, sizeof(w));
+    memset(&rep, 0, sizeof(rep));
+    dsv4_arena_init(&arena, 1 << 16);
+    struct binder b = { cfg, NULL, &arena, &rep, NULL, 0, false, fn, ud };
+    bind_main(&b, &w);
+    if (with_mtp && cfg->n_mtp > 0 && !b.oom) bind_layer(&b, &w.mtp, "mtp.0.", cfg->n_layer, true);
+    int rc = b.oom ? dsv4_err_set(err, DSV4_ENOMEM, "out of memory listing the weights")
+             : rep.n_problems ? dsv4_err_set(err, DSV4_EFORMAT, "%s", rep.problems[0].text)
+                              : DSV4_OK;
+    dsv4_bind_report_free(&rep);
+    dsv4_arena_free(&arena);
+    return rc;
 }
 
 void dsv4_bind_report_free(struct dsv4_bind_report *r)
