@@ -168,6 +168,8 @@ struct dsv4_engine_settings {
     bool               tiles;       /* the backend repacks weights into its own layout (option tiles) */
     enum dsv4_revision revision;
     bool               profiling;   /* an op trace is written (params.profile_path) */
+    int                ep_ranks;    /* MPI ranks the routed experts are spread over (params.ep; 1 = alone) */
+    enum dsv4_ep_dispatch ep_dispatch; /* how a MoE layer's rows reach them (params.ep_dispatch) */
 };
 
 void dsv4_engine_settings(const dsv4_engine *engine, struct dsv4_engine_settings *settings);

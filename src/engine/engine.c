@@ -83,7 +83,8 @@ void dsv4_engine_settings(const dsv4_engine *e, struct dsv4_engine_settings *s)
     m->backend->settings(m->backend_impl, &bs);
     *s = (struct dsv4_engine_settings){ .backend = m->backend->name, .level = bs.level, .n_threads = bs.n_threads,
                                         .gemm_min = { bs.gemm_min[0], bs.gemm_min[1], bs.gemm_min[2] },
-                                        .tiles = bs.tiles, .revision = m->revision, .profiling = m->prof != NULL };
+                                        .tiles = bs.tiles, .revision = m->revision, .profiling = m->prof != NULL,
+                                        .ep_ranks = m->ep_ranks > 1 ? m->ep_ranks : 1, .ep_dispatch = m->ep_dispatch };
 }
 
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e)

@@ -125,7 +125,9 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     if (rc) goto fail_ck;
     const struct dsv4_config *c = &m->cfg;
     dsv4_ep_expert_range(c->n_exp, rank, ranks, &m->exp_lo, &m->exp_hi);
-    m->trunk = rank == 0;
+    m->trunk       = rank == 0;
+    m->ep_ranks    = ranks;
+    m->ep_dispatch = params->ep_dispatch;
     for (int il = 0; m->trunk && il < c->n_layer && rc == DSV4_OK; il++) rc = round_wo_a(m, &m->w.layers[il], err);
     if (rc == DSV4_OK && m->trunk && m->w.has_mtp) rc = round_wo_a(m, &m->w.mtp, err);
     if (rc) goto fail_ck;

@@ -33,6 +33,8 @@ struct dsv4_model {
      * set; one process holds all. ep: rank 0's link to the other ranks, NULL in one process. */
     int                            exp_lo, exp_hi;
     bool                           trunk;
+    int                            ep_ranks;    /* the ranks of the layout (1: one process) */
+    enum dsv4_ep_dispatch          ep_dispatch; /* params.ep_dispatch */
     struct dsv4_ep                *ep;
 };
 

@@ -216,9 +216,12 @@ static void render_engine(struct srv_buf *b, const struct srv_worker_stats *ws)
     label_value(b, es->backend);
     srv_buf_puts(b, "\",level=\"");
     label_value(b, es->level);
-    srv_buf_printf(b, "\",threads=\"%d\",gemm_min=\"%d,%d,%d\",tiles=\"%s\",revision=\"%s\",profile=\"%s\"} 1\n",
+    srv_buf_printf(b,
+                   "\",threads=\"%d\",gemm_min=\"%d,%d,%d\",tiles=\"%s\",revision=\"%s\",profile=\"%s\","
+                   "ep_ranks=\"%d\",ep_dispatch=\"%s\"} 1\n",
                    es->n_threads, es->gemm_min[0], es->gemm_min[1], es->gemm_min[2], es->tiles ? "on" : "off",
-                   es->revision == DSV4_REVISION_INITIAL ? "initial" : "current", es->profiling ? "on" : "off");
+                   es->revision == DSV4_REVISION_INITIAL ? "initial" : "current", es->profiling ? "on" : "off",
+                   es->ep_ranks, es->ep_dispatch == DSV4_EP_TOKENS ? "tokens" : "rows");
 }
 
 /* The prefix cache's disk tier (--kv-disk-dir); nothing when it is off. */

@@ -57,10 +57,11 @@ static void log_settings(const struct srv_worker *w)
 {
     const struct dsv4_engine_settings *es = &w->settings;
     srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO,
-            "engine: backend %s, level %s, %d threads, gemm-min %d,%d,%d, tiles %s, revision %s, profile %s",
+            "engine: backend %s, level %s, %d threads, gemm-min %d,%d,%d, tiles %s, revision %s, profile %s, "
+            "expert ranks %d, dispatch %s",
             es->backend, es->level, es->n_threads, es->gemm_min[0], es->gemm_min[1], es->gemm_min[2],
             es->tiles ? "on" : "off", es->revision == DSV4_REVISION_INITIAL ? "initial" : "current",
-            es->profiling ? "on" : "off");
+            es->profiling ? "on" : "off", es->ep_ranks, es->ep_dispatch == DSV4_EP_TOKENS ? "tokens" : "rows");
 }
 
 static int load(struct srv_worker *w, struct dsv4_err *err)
