@@ -88,6 +88,13 @@ static void chain_of(int page, const int32_t *tokens, int n_pages, uint64_t *h)
     for (int k = 0; k < n_pages; k++) h[k] = dsv4_kv_chain_hash(page, k, k ? h[k - 1] : 0, tokens + (size_t)k * page);
 }
 
+struct dsv4_kv_disk_key dsv4_prompt_cache_key(int page_tokens, const int32_t *tokens, int k)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < k; i++) h = dsv4_kv_chain_hash(page_tokens, i, h, tokens + (size_t)i * page_tokens);
+    return key_of(h, k);
+}
+
 /* Loads into s (reset) the deepest stored record of tokens' first n_pages pages; its page
  * count, or 0 when none is valid (bad records are logged by the store or here). */
 static int load_deepest(dsv4_prompt_cache *pc, dsv4_session *s, const int32_t *tokens, const uint64_t *h,

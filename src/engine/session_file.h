@@ -25,4 +25,8 @@ int    dsv4_session_encode(const dsv4_session *s, const int32_t *tokens, int n_t
 int    dsv4_session_decode(dsv4_session *s, const uint8_t *buf, uint64_t len, uint64_t n_tok, const int32_t *expect,
                            int32_t *tokens, int cap, char *why, size_t wcap);
 
+/* The prompt cache's key of the record after the first k pages of tokens (session_cache.c;
+ * docs/FORMAT.md "Session-cache records"). */
+struct dsv4_kv_disk_key dsv4_prompt_cache_key(int page_tokens, const int32_t *tokens, int k);
+
 #endif

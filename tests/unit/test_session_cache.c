@@ -8,6 +8,8 @@
  * both leave logits bit-equal to a cold session's after the prompt and after each of four
  * more tokens. A prompt extending a stored one loads the shared prefix and matches a cold
  * session on the long prompt.
+ * collision: a record of prompt A stored under prompt B's key (as a 64-bit key collision
+ * would) is not loaded for B: B is evaluated cold, bit-exactly.
  * locked: a second open of a directory in use fails with the lock's message.
  * run_cli: `dsv4 run --ids` twice with one prompt: the second loads 512 of 600 tokens (its
  * stderr line) and prints the same ids as a run without the cache; a longer prompt loads the
@@ -22,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/session.h"
+#include "engine/session_file.h"
 #include "kv/kv_disk.h"
 #include "test_cases.h"
 #include "test_session.h"
@@ -126,6 +128,37 @@ static void test_bit_exact(struct test_ctx *t)
 {
     bit_exact_on(t, "tiny-a");
     bit_exact_on(t, "tiny-b");
+}
+
+static void test_collision(struct test_ctx *t)
+{
+    dsv4_engine         *e = test_session_model(t, "tiny-a");
+    int32_t             *a = e ? test_session_tokens(e, 21, CTX) : NULL, *b = e ? test_session_tokens(e, 22, CTX) : NULL;
+    dsv4_session        *s = e ? session_of(t, e) : NULL;
+    struct dsv4_kv_disk *d = NULL;
+    struct dsv4_err      err;
+    uint8_t              id[DSV4_KV_DISK_ID_BYTES], *buf = NULL;
+    size_t               len = 0;
+    char                 dir[600], sub[700];
+    snprintf(dir, sizeof(dir), "%s/pc-collision", t->tmpdir);
+    snprintf(sub, sizeof(sub), "%s/session", dir);
+    if (!a || !b || !s) goto done;
+    CHECK(dsv4_session_eval(s, a, PAGE, NULL, NULL, NULL, &err) == DSV4_OK);
+    CHECK(dsv4_session_identity(s, id) == DSV4_OK && dsv4_session_encode(s, a, PAGE, &buf, &len, &err) == DSV4_OK);
+    CHECKF(dsv4_kv_disk_open(&d, sub, 1 << 30, id, NULL, &err) == DSV4_OK, "open: %s", err.msg);
+    struct dsv4_kv_disk_meta meta = { 0, PAGE };
+    if (d) CHECK(dsv4_kv_disk_put(d, dsv4_prompt_cache_key(PAGE, b, 1), &meta, buf, len, &err) == DSV4_OK);
+    dsv4_kv_disk_close(d);
+    float *cold = cold_trace(t, e, b, 300, (size_t)dsv4_engine_model(e)->cfg.vocab_size);
+    cached_pass(t, e, dir, b, 300, 0, PAGE, cold); /* the put of B's record keeps A's: same key */
+    cached_pass(t, e, dir, b, 300, 0, PAGE, cold);
+    free(cold);
+done:
+    free(buf);
+    free(a);
+    free(b);
+    dsv4_session_free(s);
+    dsv4_engine_close(e);
 }
 
 static void test_locked(struct test_ctx *t)
@@ -278,6 +311,7 @@ static void test_chat_cli(struct test_ctx *t)
 
 const struct test_case test_group_promptcache[] = {
     { "bit_exact", test_bit_exact },
+    { "collision", test_collision },
     { "locked", test_locked },
     { "run_cli", test_run_cli },
     { "chat_cli", test_chat_cli },
