@@ -231,7 +231,7 @@ endif
 # whole groups gave, and the server tests whose deadlines assume CPU speed).
 # VULKAN_GROUPS= skips the pass; VULKAN_GROUPS="forward spec kv sched server" runs them whole.
 TEST_FLAGS ?=
-STRICT_GROUPS ?= $(if $(TEST_GROUPS),,forward spec kv session sched server)
+STRICT_GROUPS ?= $(if $(TEST_GROUPS),,forward spec kv session promptcache sched server)
 VULKAN_TESTS  := forward/chunk_invariance_tiny_a forward/errors_change_nothing forward/no_alloc_while_decoding \
                  sched/batch_invariance sched/spec_identity sched/prefix_cache_hit sched/memory_from_backend \
                  sched/no_alloc_in_steps \

@@ -268,6 +268,37 @@ int dsv4_session_save(const dsv4_session *s, const char *path, const int32_t *to
 int dsv4_session_load(dsv4_session *s, const char *path, int32_t *tokens, int cap, int *n_tokens,
                       struct dsv4_err *err);
 
+/* A prompt cache on disk for one session at a time (src/engine/session_cache.c;
+ * docs/SERVING.md "Disk tier", docs/FORMAT.md "Session-cache records"): whole-session
+ * records at the page boundaries (every 256 tokens) of the prompts it evaluates, in the
+ * kv-disk store DIR/session (a budget in bytes with LRU eviction, 0 = 10 GiB; crash-safe;
+ * a corrupted or foreign record is removed with a log line and reads as a miss). */
+typedef struct dsv4_prompt_cache dsv4_prompt_cache;
+
+/* Opens the store for sessions like s (same model, compute and MTP setting: the records'
+ * identity). DSV4_EIO: the directory cannot be used, or another live process holds it (the
+ * message names it and the holder's pid). */
+int         dsv4_prompt_cache_open(dsv4_prompt_cache **out, const dsv4_session *s, const char *dir, uint64_t budget,
+                                   struct dsv4_err *err);
+void        dsv4_prompt_cache_close(dsv4_prompt_cache *pc);
+/* The store's directory (DIR/session). */
+const char *dsv4_prompt_cache_dir(const dsv4_prompt_cache *pc);
+
+struct dsv4_prompt_cache_eval {
+    bool   probed;  /* the session held nothing, so the store was searched */
+    int    loaded;  /* tokens loaded from a record (0: no cached prefix) */
+    double load_ms; /* the search and the load */
+    int    saved;   /* the boundary a new record was stored at, 0 when none */
+};
+
+/* Evaluates tokens[pos, n) where the session holds tokens[0, pos) (n > pos). When pos is 0 it
+ * first loads the deepest stored record of the prompt's whole pages whose token ids equal
+ * the prompt's. Then, when the deepest page boundary P <= n lies past what it holds, it
+ * evaluates up to P, stores the record at P, and evaluates the rest: the session ends bit
+ * for bit as one dsv4_session_eval of the tokens would leave it. Errors are the eval's. */
+int dsv4_prompt_cache_eval(dsv4_prompt_cache *pc, dsv4_session *s, const int32_t *tokens, int n,
+                           struct dsv4_prompt_cache_eval *res, struct dsv4_err *err);
+
 /* ==================================================================================== */
 /* Sampling (src/sched/sampler.c)                                                       */
 /* ==================================================================================== */

@@ -456,3 +456,45 @@ struct cli_group cli_sampler_group(struct cli_sampling *s)
 {
     return (struct cli_group){ "sampling options", SAMPLER_OPTS, sizeof(SAMPLER_OPTS) / sizeof(SAMPLER_OPTS[0]), s };
 }
+
+#define KD(field) offsetof(struct cli_kv_disk, field)
+static const struct cli_opt KV_DISK_OPTS[] = {
+    { "--kv-disk-dir", NULL, "DIR",
+      "prompt cache on disk in DIR/session: kept across runs (docs/SERVING.md\n\"Disk tier\"; one process per "
+      "directory)",
+      CLI_STR, KD(dir), 0, 0, NULL },
+    { "--kv-disk-budget", NULL, "SIZE", "bytes the disk tier may take (suffix K, M, G, T; default 10G)", CLI_BYTES,
+      KD(budget), 1 << 20, 1e18, NULL },
+};
+#undef KD
+
+struct cli_group cli_kv_disk_group(struct cli_kv_disk *kd)
+{
+    return (struct cli_group){ "prompt cache", KV_DISK_OPTS, sizeof(KV_DISK_OPTS) / sizeof(KV_DISK_OPTS[0]), kd };
+}
+
+bool cli_prompt_cache_open(const char *cmd, const struct cli_kv_disk *kd, const dsv4_session *s,
+                           dsv4_prompt_cache **pc)
+{
+    struct dsv4_err err;
+    *pc = NULL;
+    if (!kd->dir || dsv4_prompt_cache_open(pc, s, kd->dir, kd->budget, &err) == DSV4_OK) return true;
+    fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
+    return false;
+}
+
+int cli_prompt_cache_eval(const char *cmd, dsv4_prompt_cache *pc, dsv4_session *s, const int32_t *tokens, int n,
+                          struct dsv4_err *err)
+{
+    int pos = dsv4_session_pos(s);
+    if (!pc) return dsv4_session_eval(s, tokens + pos, n - pos, NULL, NULL, NULL, err);
+    struct dsv4_prompt_cache_eval r;
+    int                           rc = dsv4_prompt_cache_eval(pc, s, tokens, n, &r, err);
+    if (r.probed && r.loaded)
+        fprintf(stderr, "dsv4 %s: prompt cache: loaded %d of %d prompt tokens from %s in %.1f ms\n", cmd, r.loaded, n,
+                dsv4_prompt_cache_dir(pc), r.load_ms);
+    else if (r.probed)
+        fprintf(stderr, "dsv4 %s: prompt cache: no cached prefix of the %d prompt tokens in %s\n", cmd, n,
+                dsv4_prompt_cache_dir(pc));
+    return rc;
+}

@@ -130,4 +130,21 @@ struct cli_sampling {
 };
 struct cli_group cli_sampler_group(struct cli_sampling *s);
 
+/* --kv-disk-dir and --kv-disk-budget of the one-session commands (run, chat): the prompt
+ * cache (dsv4_prompt_cache_*) in DIR/session. */
+struct cli_kv_disk {
+    const char *dir;
+    uint64_t    budget;
+};
+struct cli_group cli_kv_disk_group(struct cli_kv_disk *kd);
+/* Opens the prompt cache for sessions like s when --kv-disk-dir was given (*pc NULL when
+ * not); false after "dsv4 CMD: ..." on stderr (another process holds the directory, say). */
+bool cli_prompt_cache_open(const char *cmd, const struct cli_kv_disk *kd, const dsv4_session *s,
+                           dsv4_prompt_cache **pc);
+/* Evaluates tokens[pos, n) through the prompt cache (pc NULL: plainly), printing one line
+ * on stderr when the cache was searched: the tokens loaded and the time, or "no cached
+ * prefix". Returns dsv4_prompt_cache_eval's code. */
+int cli_prompt_cache_eval(const char *cmd, dsv4_prompt_cache *pc, dsv4_session *s, const int32_t *tokens, int n,
+                          struct dsv4_err *err);
+
 #endif

@@ -20,6 +20,13 @@
  * FILE.turns (JSON), both crash-safely. --load FILE resumes from them at start, so the next
  * user turn evaluates only its own tokens; a file that fails a check is reported and the
  * conversation starts empty.
+ *
+ * --kv-disk-dir DIR evaluates each turn's new tokens through the prompt cache
+ * (dsv4_prompt_cache_eval): when the session holds nothing (the first turn, after /reset or
+ * after the prompt diverged) the deepest stored prefix of the prompt is loaded, and each
+ * turn stores the state at the deepest page boundary its prompt reaches past what the
+ * session held (boundaries the reply's own tokens cross are stored by the next turn only when its
+ * prompt reaches a later one). Both --save/--load and --kv-disk-dir may be given.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -230,6 +237,7 @@ struct chat {
     long long                  max_reply;
     int                        spec; /* --spec-draft */
     const char                *save; /* --save FILE */
+    dsv4_prompt_cache         *pc;   /* --kv-disk-dir, or NULL */
     char                      *loaded_system; /* --load's system text (owned) */
 };
 
@@ -296,7 +304,7 @@ static int sync_session(struct chat *c, const int32_t *ids, int n, struct dsv4_e
         c->n_held = 0;
     }
     if (n > c->n_held) {
-        int rc = dsv4_session_eval(c->s, ids + c->n_held, n - c->n_held, NULL, NULL, NULL, err);
+        int rc = cli_prompt_cache_eval("chat", c->pc, c->s, ids, n, err);
         if (rc) {
             dsv4_session_reset(c->s);
             c->n_held = 0;
@@ -565,6 +573,7 @@ int cmd_chat(int argc, char **argv)
     struct chat_opts    o  = { .max_reply = 256 };
     struct cli_sampling cs = { 0 };
     struct chat         c  = { 0 };
+    struct cli_kv_disk  kd = { 0 };
     dsv4_chat_params_default(&c.cp);
     dsv4_sampler_params_default(&cs.sp);
     cs.sp.temperature = 0.8f;
@@ -572,9 +581,9 @@ int cmd_chat(int argc, char **argv)
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, CHAT_OPTS, sizeof(CHAT_OPTS) / sizeof(CHAT_OPTS[0]), &o },
-                                        cli_sampler_group(&cs), cli_engine_group(&ep, true) };
+                                        cli_sampler_group(&cs), cli_kv_disk_group(&kd), cli_engine_group(&ep, true) };
     const struct cli_spec  spec     = {
-        "chat", "usage: dsv4 chat -m DIR [options]\n", groups, 3,
+        "chat", "usage: dsv4 chat -m DIR [options]\n", groups, 4,
         "\nsampling here defaults to --temp 0.8 --top-p 0.95, seeded from the clock\n"
         "commands: /reset (forget the conversation), /quit, /help; Ctrl-D leaves\n"
     };
@@ -592,7 +601,7 @@ int cmd_chat(int argc, char **argv)
     char         *line = malloc(LINE_MAX_BYTES);
     rc                 = 1;
     if (!line) return 1;
-    if (!open_chat(&c, &o, &ep, &cs.sp)) goto done;
+    if (!open_chat(&c, &o, &ep, &cs.sp) || !cli_prompt_cache_open("chat", &kd, c.s, &c.pc)) goto done;
     if (o.load) load_chat(&c, o.load);
     struct sigaction sa = { 0 }, old_sa;
     sa.sa_handler = on_sigint;
@@ -630,6 +639,7 @@ done:
     free(c.loaded_system);
     free(c.held);
     free(line);
+    dsv4_prompt_cache_close(c.pc);
     dsv4_sampler_free(c.smp);
     dsv4_session_free(c.s);
     dsv4_engine_close(c.engine);

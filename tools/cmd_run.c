@@ -1,7 +1,10 @@
 /*
  * cmd_run.c - `dsv4 run`: generate from a prompt (text through the model directory's
  * tokenizer.json, or token ids), streaming the output as it comes, then one line with the
- * prefill and decode speeds.
+ * prefill and decode speeds. With --kv-disk-dir the prompt goes through the prompt cache
+ * (dsv4_prompt_cache_eval): a stored prefix is loaded instead of evaluated, and the state at
+ * the prompt's deepest page boundary is stored for the next run. A directory another process
+ * holds is an error (exit 1), not a silent run without the cache.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -164,12 +167,13 @@ int cmd_run(int argc, char **argv)
 {
     struct run_opts     o = { .n_gen = 64, .spec = -1 };
     struct cli_sampling cs = { 0 };
+    struct cli_kv_disk  kd = { 0 };
     dsv4_sampler_params_default(&cs.sp);
     struct dsv4_engine_params ep;
     cli_engine_params(&ep);
     const struct cli_group groups[] = { { NULL, RUN_OPTS, sizeof(RUN_OPTS) / sizeof(RUN_OPTS[0]), &o },
-                                        cli_sampler_group(&cs), cli_engine_group(&ep, true) };
-    const struct cli_spec  spec = { "run", "usage: dsv4 run -m DIR (-p TEXT | --tokens LIST) [options]\n", groups, 3,
+                                        cli_sampler_group(&cs), cli_kv_disk_group(&kd), cli_engine_group(&ep, true) };
+    const struct cli_spec  spec = { "run", "usage: dsv4 run -m DIR (-p TEXT | --tokens LIST) [options]\n", groups, 4,
                                     NULL };
     int rc = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;
@@ -178,6 +182,7 @@ int cmd_run(int argc, char **argv)
     dsv4_tokenizer *tok   = NULL;
     dsv4_engine    *e     = NULL;
     struct run_gen  g     = { 0 };
+    dsv4_prompt_cache *pc = NULL;
     int32_t        *ids   = NULL;
     int             n_ids = 0;
     if (o.prompt || !o.print_ids) {
@@ -188,11 +193,15 @@ int cmd_run(int argc, char **argv)
         }
     }
     if ((rc = prompt_ids(&o, tok, &ids, &n_ids)) || (rc = open_run(&o, &ep, &cs, n_ids, &e, &g))) goto done;
+    if (!cli_prompt_cache_open("run", &kd, g.s, &pc)) {
+        rc = 1;
+        goto done;
+    }
     g.tok      = o.print_ids ? NULL : tok; /* no tokenizer: show ids */
     int32_t eos = tok ? dsv4_tokenizer_eos(tok) : g.info_eos;
     double  t0  = cli_now();
     rc          = 1;
-    if (dsv4_session_eval(g.s, ids, n_ids, NULL, NULL, NULL, &err)) {
+    if (cli_prompt_cache_eval("run", pc, g.s, ids, n_ids, &err)) {
         fprintf(stderr, "dsv4 run: %s\n", err.msg);
         goto done;
     }
@@ -205,6 +214,7 @@ int cmd_run(int argc, char **argv)
     rc = 0;
 done:
     free(ids);
+    dsv4_prompt_cache_close(pc);
     dsv4_sampler_free(g.smp);
     dsv4_session_free(g.s);
     dsv4_engine_close(e);

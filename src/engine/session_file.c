@@ -16,6 +16,8 @@
  *   pages     [n_pages] pages in use, ceil(n_tok / page_tokens), as in KV memory
  * Slot, pages and logits are host-order bytes; the format is little-endian hosts only.
  * Everything goes through the backend's download and upload, so any backend saves and loads.
+ * The payload's encoder and decoder (session_file.h) also serve the prompt cache's records
+ * (session_cache.c), which hold the same payload in a kv-disk store.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/session.h"
+#include "engine/session_file.h"
 #include "kv/kv_disk_file.h"
 
 enum { SESSION_VERSION = 1, PREAMBLE = 32 };
@@ -50,7 +52,7 @@ static void layout_of(const dsv4_session *s, int n_tok, bool logits, struct layo
     l->total   = PREAMBLE + l->tokens + l->logits + l->slot + (size_t)l->n_pages * l->page;
 }
 
-static int identity_of(const dsv4_session *s, uint8_t id[DSV4_KV_DISK_ID_BYTES])
+int dsv4_session_identity(const dsv4_session *s, uint8_t id[DSV4_KV_DISK_ID_BYTES])
 {
     const struct dsv4_model *m = &s->engine->model;
     size_t snap = dsv4_kv_snap_bytes(&m->cfg.kv, s->st.fmt, s->st.has_mtp);
@@ -77,18 +79,24 @@ static void kv_io(const struct dsv4_kv_mem *m, void *dst, const void *src, size_
     else m->kind->upload(m->impl, dst, src, n);
 }
 
-int dsv4_session_save(const dsv4_session *s, const char *path, const int32_t *tokens, int n_tokens,
-                      struct dsv4_err *err)
+size_t dsv4_session_payload_bytes(const dsv4_session *s, int n_tok, bool logits)
+{
+    struct layout l;
+    layout_of(s, n_tok, logits, &l);
+    return l.total;
+}
+
+int dsv4_session_encode(const dsv4_session *s, const int32_t *tokens, int n_tokens, uint8_t **out, size_t *len,
+                        struct dsv4_err *err)
 {
     const struct dsv4_seq_state *st = &s->st;
+    *out                            = NULL;
     if (n_tokens != st->pos || (n_tokens > 0 && !tokens))
         return dsv4_err_set(err, DSV4_EINVAL, "saving %d tokens of a session that holds %d", n_tokens, st->pos);
-    struct kvd_header h = { .key = { SESSION_CHAIN, SESSION_DEPTH }, .meta = { 0, (uint64_t)n_tokens } };
-    if (identity_of(s, h.identity)) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the model identity");
     struct layout l;
     layout_of(s, n_tokens, s->has_logits, &l);
     uint8_t *buf = malloc(l.total);
-    if (!buf) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a %zu-byte session file", l.total);
+    if (!buf) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a %zu-byte session", l.total);
     uint8_t *p = buf;
     memset(p, 0, PREAMBLE);
     const uint32_t pre[6] = { SESSION_VERSION, (uint32_t)n_tokens, (uint32_t)st->mtp_pos, s->has_logits,
@@ -103,12 +111,27 @@ int dsv4_session_save(const dsv4_session *s, const char *path, const int32_t *to
     p += l.logits;
     kv_io(&st->kvmem, p, st->mem, l.slot + (size_t)l.n_pages * l.page, true);
     if (st->kvmem.kind && st->kvmem.kind->sync) st->kvmem.kind->sync(st->kvmem.impl);
-    h.payload_len = l.total;
-    h.payload_crc = dsv4_crc32c(0, buf, l.total);
+    *out = buf;
+    *len = l.total;
+    return DSV4_OK;
+}
+
+int dsv4_session_save(const dsv4_session *s, const char *path, const int32_t *tokens, int n_tokens,
+                      struct dsv4_err *err)
+{
+    struct kvd_header h = { .key = { SESSION_CHAIN, SESSION_DEPTH }, .meta = { 0, (uint64_t)n_tokens } };
+    if (dsv4_session_identity(s, h.identity))
+        return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the model identity");
+    uint8_t *buf = NULL;
+    size_t   len = 0;
+    int      rc  = dsv4_session_encode(s, tokens, n_tokens, &buf, &len, err);
+    if (rc) return rc;
+    h.payload_len = len;
+    h.payload_crc = dsv4_crc32c(0, buf, len);
     uint8_t hdr[DSV4_KV_DISK_HEADER];
     kvd_header_encode(&h, hdr);
     char why[4400];
-    int  rc = kvd_write_file(path, hdr, buf, l.total, why, sizeof(why)) ? DSV4_EIO : DSV4_OK;
+    rc = kvd_write_file(path, hdr, buf, len, why, sizeof(why)) ? DSV4_EIO : DSV4_OK;
     free(buf);
     return rc ? dsv4_err_set(err, rc, "saving the session: %s", why) : DSV4_OK;
 }
@@ -118,7 +141,7 @@ static int read_verified(const dsv4_session *s, const char *path, struct kvd_hea
                          char *why, size_t cap)
 {
     uint8_t id[DSV4_KV_DISK_ID_BYTES], raw[DSV4_KV_DISK_HEADER];
-    if (identity_of(s, id)) return snprintf(why, cap, "out of memory for the model identity"), DSV4_ENOMEM;
+    if (dsv4_session_identity(s, id)) return snprintf(why, cap, "out of memory for the model identity"), DSV4_ENOMEM;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return snprintf(why, cap, "cannot open: %s", strerror(errno)), DSV4_EIO;
     struct stat sb;
@@ -158,25 +181,18 @@ static bool preamble_fits(const dsv4_session *s, const uint8_t *p, uint64_t len,
     return true;
 }
 
-int dsv4_session_load(dsv4_session *s, const char *path, int32_t *tokens, int cap, int *n_tokens,
-                      struct dsv4_err *err)
+int dsv4_session_decode(dsv4_session *s, const uint8_t *buf, uint64_t len, uint64_t n_tok, const int32_t *expect,
+                        int32_t *tokens, int cap, char *why, size_t wcap)
 {
-    struct kvd_header h;
-    struct layout     l;
-    uint8_t          *buf = NULL;
-    char              why[512];
+    struct layout l;
     dsv4_session_reset(s);
-    *n_tokens = 0;
-    int rc = read_verified(s, path, &h, &buf, why, sizeof(why));
-    if (rc == DSV4_OK && !preamble_fits(s, buf, h.payload_len, h.meta.n_tok, cap, &l, why, sizeof(why)))
-        rc = DSV4_EFORMAT;
-    if (rc) {
-        free(buf);
-        return dsv4_err_set(err, rc, "session file %s: %s", path, why);
-    }
-    int            n = (int)h.meta.n_tok;
+    if (!preamble_fits(s, buf, len, n_tok, cap, &l, why, wcap)) return DSV4_EFORMAT;
+    int            n = (int)n_tok;
     const uint8_t *p = buf + PREAMBLE;
-    for (int i = 0; i < n; i++) tokens[i] = (int32_t)get32(p + 4 * (size_t)i);
+    for (int i = 0; expect && i < n; i++)
+        if ((int32_t)get32(p + 4 * (size_t)i) != expect[i])
+            return snprintf(why, wcap, "its token %d is not the prompt's (a key collision)", i), DSV4_EFORMAT;
+    for (int i = 0; tokens && i < n; i++) tokens[i] = (int32_t)get32(p + 4 * (size_t)i);
     p += l.tokens;
     memcpy(s->logits, p, l.logits);
     p += l.logits;
@@ -185,7 +201,21 @@ int dsv4_session_load(dsv4_session *s, const char *path, int32_t *tokens, int ca
     s->st.pos     = n;
     s->st.mtp_pos = (int)get32(buf + 8);
     s->has_logits = l.logits > 0;
-    *n_tokens     = n;
+    return DSV4_OK;
+}
+
+int dsv4_session_load(dsv4_session *s, const char *path, int32_t *tokens, int cap, int *n_tokens,
+                      struct dsv4_err *err)
+{
+    struct kvd_header h;
+    uint8_t          *buf = NULL;
+    char              why[512];
+    dsv4_session_reset(s);
+    *n_tokens = 0;
+    int rc    = read_verified(s, path, &h, &buf, why, sizeof(why));
+    if (rc == DSV4_OK) rc = dsv4_session_decode(s, buf, h.payload_len, h.meta.n_tok, NULL, tokens, cap, why, sizeof(why));
     free(buf);
+    if (rc) return dsv4_err_set(err, rc, "session file %s: %s", path, why);
+    *n_tokens = (int)h.meta.n_tok;
     return DSV4_OK;
 }

@@ -357,18 +357,23 @@ static int32_t find_node(const struct dsv4_kv_pool *pool, uint64_t h, int32_t pa
  * is cryptographic: the first 64 bits of SHA-256 over (prev_hash, k, SHA-256 of the ids).
  * Making another prefix's record answer for a victim's prefix takes a second preimage of
  * those 64 bits, not the trivial collision of a non-cryptographic hash. About 3 us a page. */
-static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int k, uint64_t prev_hash, const int32_t *toks)
+uint64_t dsv4_kv_chain_hash(int page_tokens, int k, uint64_t prev_hash, const int32_t *toks)
 {
     uint8_t  in[8 + 4 + 32], out[32];
     uint64_t prev = k ? prev_hash : CHAIN_SEED;
     uint32_t kk   = (uint32_t)k;
     memcpy(in, &prev, 8);
     memcpy(in + 8, &kk, 4);
-    dsv4_sha256(toks, sizeof(int32_t) * (size_t)pool->p.page_tokens, in + 12);
+    dsv4_sha256(toks, sizeof(int32_t) * (size_t)page_tokens, in + 12);
     dsv4_sha256(in, sizeof(in), out);
     uint64_t h;
     memcpy(&h, out, 8);
     return h;
+}
+
+static uint64_t chain_hash(const struct dsv4_kv_pool *pool, int k, uint64_t prev_hash, const int32_t *toks)
+{
+    return dsv4_kv_chain_hash(pool->p.page_tokens, k, prev_hash, toks);
 }
 
 /* Enters a new cache entry for page id at depth k below parent, holding the cache's

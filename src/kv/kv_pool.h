@@ -149,4 +149,9 @@ void dsv4_kv_prefix_publish(struct dsv4_kv_pool *pool, int slot, const int32_t *
 /* Evicts every evictable cache entry (tests; memory pressure relief). */
 void dsv4_kv_prefix_clear(struct dsv4_kv_pool *pool);
 
+/* The chain hash of page k (page_tokens ids at toks) below the page whose hash is prev_hash
+ * (ignored for k = 0): the prefix cache's key, shared with the session cache
+ * (engine/session_cache.c) so both key a prefix the same way. */
+uint64_t dsv4_kv_chain_hash(int page_tokens, int k, uint64_t prev_hash, const int32_t *toks);
+
 #endif

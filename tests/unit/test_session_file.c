@@ -20,10 +20,11 @@
 #include "kv/kv_disk.h"
 #include "support/gen.h"
 #include "test_cases.h"
+#include "test_session.h"
 
 enum { CONT = 6, MAX_CTX = 300 };
 
-static dsv4_engine *open_model(struct test_ctx *t, const char *preset)
+dsv4_engine *test_session_model(struct test_ctx *t, const char *preset)
 {
     char dir[512];
     snprintf(dir, sizeof(dir), "%s/%s", t->tmpdir, preset);
@@ -102,10 +103,10 @@ done:
     dsv4_session_free(c);
 }
 
-static int32_t *random_tokens(dsv4_engine *e, unsigned long long seed)
+int32_t *test_session_tokens(dsv4_engine *e, unsigned long long seed, int n)
 {
-    int32_t *tok = malloc(sizeof(int32_t) * MAX_CTX);
-    for (int i = 0; tok && i < MAX_CTX; i++)
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; tok && i < n; i++)
         tok[i] = (int32_t)(test_rand_u64(&seed) % (unsigned)dsv4_engine_model(e)->cfg.vocab_size);
     return tok;
 }
@@ -114,8 +115,8 @@ static void test_resume_bit_exact(struct test_ctx *t)
 {
     const char *presets[] = { "tiny-a", "tiny-b" };
     for (int i = 0; i < 2; i++) {
-        dsv4_engine *e   = open_model(t, presets[i]);
-        int32_t     *tok = e ? random_tokens(e, 7 + (unsigned)i) : NULL;
+        dsv4_engine *e   = test_session_model(t, presets[i]);
+        int32_t     *tok = e ? test_session_tokens(e, 7 + (unsigned)i, MAX_CTX) : NULL;
         if (tok) {
             const int at[] = { 5, 140, 256 };
             for (int k = 0; k < 3; k++) resume_at(t, e, presets[i], tok, at[k]);
@@ -157,9 +158,9 @@ static void expect_refused(struct test_ctx *t, dsv4_session *s, const char *path
 
 static void test_bad_files(struct test_ctx *t)
 {
-    dsv4_engine  *ea = open_model(t, "tiny-a"), *eb = open_model(t, "tiny-b");
+    dsv4_engine  *ea = test_session_model(t, "tiny-a"), *eb = test_session_model(t, "tiny-b");
     dsv4_session *sa = ea ? new_session(t, ea) : NULL, *sb = eb ? new_session(t, eb) : NULL;
-    int32_t      *tok = ea ? random_tokens(ea, 3) : NULL;
+    int32_t      *tok = ea ? test_session_tokens(ea, 3, MAX_CTX) : NULL;
     struct dsv4_err err;
     char good[600], other[600], bad[600];
     if (!sa || !sb || !tok) goto done;
@@ -203,7 +204,7 @@ done:
 
 /* ------------------------------------------------------------------ dsv4 chat */
 
-static char *chat_run(struct test_ctx *t, const char *lines, const char *opts)
+char *test_session_chat(struct test_ctx *t, const char *lines, const char *opts)
 {
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof(cmd), "printf '%s' | %s chat -m models/kjv-v4-tiny -n 12 --temp 0%s %s 2>&1",
@@ -214,7 +215,7 @@ static char *chat_run(struct test_ctx *t, const char *lines, const char *opts)
 }
 
 /* The last line of out (the reply to the last turn), cut in place. */
-static const char *last_line(char *out)
+const char *test_session_last_line(char *out)
 {
     size_t n = strlen(out);
     while (n && out[n - 1] == '\n') out[--n] = 0;
@@ -230,14 +231,14 @@ static void test_chat_resume(struct test_ctx *t)
     }
     char save[600], opts[1300];
     snprintf(save, sizeof(save), "%s/chat-session", t->tmpdir);
-    char *both = chat_run(t, "In the beginning\\nAnd God said\\n", "");
+    char *both = test_session_chat(t, "In the beginning\\nAnd God said\\n", "");
     snprintf(opts, sizeof(opts), "--save %s", save);
-    char *first = chat_run(t, "In the beginning\\n", opts);
+    char *first = test_session_chat(t, "In the beginning\\n", opts);
     snprintf(opts, sizeof(opts), "--load %s", save);
-    char *resumed = chat_run(t, "And God said\\n", opts);
+    char *resumed = test_session_chat(t, "And God said\\n", opts);
     if (both && first && resumed) {
         CHECKF(strstr(resumed, "resumed") && strstr(resumed, ": 1 turns,"), "no resume line:\n%s", resumed);
-        const char *want = last_line(both), *got = last_line(resumed);
+        const char *want = test_session_last_line(both), *got = test_session_last_line(resumed);
         CHECKF(!strcmp(want, got), "second reply after a resume \"%s\", in one process \"%s\"", got, want);
     }
     free(both);
