@@ -238,6 +238,9 @@ VULKAN_TESTS  := forward/chunk_invariance_tiny_a forward/errors_change_nothing f
                  server/health_models_metrics server/chat_matches_engine server/completions server/speculative \
                  server/bad_inputs server/openai_client
 VULKAN_GROUPS ?= $(if $(TEST_GROUPS)$(SANITIZE),,$(if $(filter 1,$(VULKAN)),$(VULKAN_TESTS)))
+# With MPI the server tests run once more against `dsv4 serve` under mpirun on 2 ranks
+# (run_tests --mpi 2; docs/DISTRIBUTED.md). MPI_GROUPS= skips the pass.
+MPI_GROUPS ?= $(if $(TEST_GROUPS)$(SANITIZE),,$(if $(filter 1,$(MPI)),server))
 test:
 	@tools/install_deps.sh test
 	@$(MAKE) --no-print-directory -j$$(nproc 2>/dev/null || echo 2) $(BIN) $(BUILD)/run_tests $(FUZZ_REPLAY)
@@ -248,6 +251,9 @@ ifneq ($(strip $(STRICT_GROUPS)),)
 endif
 ifneq ($(strip $(VULKAN_GROUPS)),)
 	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) --backend vulkan $(VULKAN_GROUPS)
+endif
+ifneq ($(strip $(MPI_GROUPS)),)
+	DSV4_BIN=$(abspath $(BIN)) $(BUILD)/run_tests $(TEST_FLAGS) --mpi 2 $(MPI_GROUPS)
 endif
 
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)

@@ -25,8 +25,8 @@ BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-
 # the house test's function lengths (tools/func_lengths.sh); systemd-analyze, which the deploy
 # group runs on deploy/systemd/dsv4.service (a container needs only the package, not systemd
 # running); curl: deploy/rollout.sh reads the canary's /metrics with it (loadtest/rollout_phases);
-# chromium: the browser of the chat page test
-TEST_PKGS="universal-ctags systemd curl chromium"
+# chromium: the browser of the chat page test; Open MPI: the expert-parallel build and its tests (mpi group)
+TEST_PKGS="universal-ctags systemd curl chromium openmpi-bin libopenmpi-dev"
 # the Vulkan backend (make detects them) and a device to test it on: lavapipe
 VK_PKGS="libvulkan-dev glslc mesa-vulkan-drivers"
 CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"

@@ -55,6 +55,7 @@ struct dsv4_ep {
     int                 *tables;          /* [ranks, table ints] each rank's group table */
     int                 *rows, *row0;     /* [ranks] pairs and first pair */
     int                 *cnt, *displ;     /* [ranks] the same in floats of rows (x d) */
+    struct ep_stage      stage;           /* host copies on a backend the host cannot read */
     struct dsv4_ep_stats st;
 };
 
@@ -177,11 +178,13 @@ static struct dsv4_ep *ep_new(const struct dsv4_model *m, int ranks, enum dsv4_e
         return NULL;
     }
     for (int r = 0; r < ranks; r++) dsv4_ep_expert_range(c->n_exp, r, ranks, &ep->lo[r], &ep->hi[r]);
+    ep_stage_init(&ep->stage, m);
     return ep;
 }
 
 static void ep_free(struct dsv4_ep *ep)
 {
+    ep_stage_free(&ep->stage);
     free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
     free(ep);
 }
@@ -189,12 +192,6 @@ static void ep_free(struct dsv4_ep *ep)
 int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, int own_rc, const struct dsv4_err *own,
                    const struct dsv4_logger *lg, struct dsv4_err *err)
 {
-    struct dsv4_err host;
-    if (own_rc == DSV4_OK && !m->backend->host_visible) {
-        own_rc = dsv4_err_set(&host, DSV4_EUNSUPPORTED, "expert parallelism runs on the CPU backends (this is %s)",
-                              m->backend->name);
-        own    = &host;
-    }
     struct ep_status  mine = { .rc = own_rc }, *all = NULL;
     if (own_rc == DSV4_OK)
         mine = (struct ep_status){ .exp_lo = m->exp_lo, .exp_hi = m->exp_hi, .held_bytes = ep_held_bytes(m),
@@ -236,34 +233,49 @@ int dsv4_ep_reserve(struct dsv4_ep *ep, int rows, struct dsv4_err *err)
 {
     struct ep_cmd c = { .op = EP_RESERVE, .arg = rows };
     MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
-    struct ep_status mine = { .rc = DSV4_OK };
-    return gather_status(ep->ranks, &mine, NULL, NULL, err);
+    struct dsv4_err  own;
+    struct ep_status mine = { .rc = ep_stage_reserve(&ep->stage, rows, &own) };
+    return gather_status(ep->ranks, &mine, &own, NULL, err);
+}
+
+/* Each rank's part of the dispatch table grp (backend memory): tables, rows and offsets. */
+static void parts_of(struct dsv4_ep *ep, const int *grp)
+{
+    int        TW = ep_table_ints(ep->n_exp), d = ep->d;
+    const int *g  = ep_pull(&ep->stage, ep->stage.grp, grp, sizeof(int) * (size_t)TW);
+    for (int r = 0; r < ep->ranks; r++) {
+        int a, b;
+        ep_part_of(g, ep->n_exp, ep->lo[r], ep->hi[r], ep->tables + (size_t)r * (size_t)TW, &a, &b);
+        ep->row0[r] = a, ep->rows[r] = b - a, ep->displ[r] = a * d, ep->cnt[r] = (b - a) * d;
+    }
 }
 
 void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const struct dsv4_layer_w *L, int li, int R,
-                           const float *u, const int *ids, const float *rw,
-                           const int *grp, const float *xe, const float *row_w, float *ye, float *scratch)
+                           const float *u, const int *ids, const float *rw, const int *grp, const float *xe,
+                           const float *row_w, float *ye, float *scratch)
 {
+    const struct ep_stage *st = &ep->stage;
     int    TW = ep_table_ints(ep->n_exp), d = ep->d, k = ep->k, N = ep->ranks;
-    enum dsv4_ep_dispatch how = ep->how;
+    size_t fd = sizeof(float) * (size_t)d;
     double t0 = now_s();
-    struct ep_cmd c = { .op = EP_EXPERTS, .layer = li, .rows = R, .dispatch = (int32_t)how };
+    struct ep_cmd c = { .op = EP_EXPERTS, .layer = li, .rows = R, .dispatch = (int32_t)ep->how };
     MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
-    for (int r = 0; r < N; r++) {
-        int a, b;
-        ep_part_of(grp, ep->n_exp, ep->lo[r], ep->hi[r], ep->tables + (size_t)r * (size_t)TW, &a, &b);
-        ep->row0[r] = a, ep->rows[r] = b - a, ep->displ[r] = a * d, ep->cnt[r] = (b - a) * d;
-    }
+    parts_of(ep, grp);
     uint64_t sent = (uint64_t)(N - 1) * sizeof(c);
-    if (how == DSV4_EP_ROWS) {
+    if (ep->how == DSV4_EP_ROWS) {
+        /* the other ranks' rows: rank 0's come first, the rest follow in rank order */
+        size_t       a = (size_t)ep->row0[N > 1 ? 1 : 0], n = (size_t)R * (size_t)k - a;
+        const float *hx = ep_pull(st, st->xe ? st->xe + a * (size_t)d : NULL, xe + a * (size_t)d, n * fd);
+        const float *hw = ep_pull(st, st->row_w ? st->row_w + a : NULL, row_w + a, n * sizeof(float));
         MPI_Scatter(ep->tables, TW, MPI_INT, MPI_IN_PLACE, TW, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Scatterv(xe, ep->cnt, ep->displ, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        MPI_Scatterv(row_w, ep->rows, ep->row0, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Scatterv(hx - a * (size_t)d, ep->cnt, ep->displ, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Scatterv(hw - a, ep->rows, ep->row0, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
         for (int r = 1; r < N; r++) sent += sizeof(int) * (uint64_t)TW + sizeof(float) * (uint64_t)(ep->cnt[r] + ep->rows[r]);
     } else {
-        MPI_Bcast((void *)u, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        MPI_Bcast((void *)ids, R * k, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast((void *)rw, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        size_t nk = (size_t)R * (size_t)k;
+        MPI_Bcast((void *)ep_pull(st, st->u, u, (size_t)R * fd), R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Bcast((void *)ep_pull(st, st->ids, ids, nk * sizeof(int)), R * k, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast((void *)ep_pull(st, st->rw, rw, nk * sizeof(float)), R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
         sent += (uint64_t)(N - 1) * ((uint64_t)R * (uint64_t)d * sizeof(float) + (uint64_t)R * (uint64_t)k * 8);
     }
     ep->st.mpi_seconds += now_s() - t0;
@@ -271,14 +283,20 @@ void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const st
     ep->st.layers++;
     /* rank 0's own experts: the first range of pairs (it holds the lowest expert ids) */
     if (ep->tables[0] > 0)
-        be->ops->experts(be, L->experts, ep->n_exp, ep->rows[0], ep->tables, xe, row_w, ep->limit, ye, scratch);
+        be->ops->experts(be, L->experts, ep->n_exp, ep->rows[0], ep_table_dev(st, ep->tables), xe, row_w, ep->limit, ye,
+                         scratch);
 }
 
 void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
 {
+    const struct ep_stage *st = &ep->stage;
     double t0 = now_s();
-    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, ye, ep->cnt, ep->displ, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    for (int r = 1; r < ep->ranks; r++) ep->st.bytes_received += sizeof(float) * (uint64_t)ep->cnt[r];
+    size_t a = (size_t)ep->displ[ep->ranks > 1 ? 1 : 0], n = 0;
+    for (int r = 1; r < ep->ranks; r++) n += (size_t)ep->cnt[r];
+    float *h = ep_host(st, st->ye ? st->ye + a : NULL, ye + a);
+    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, h - a, ep->cnt, ep->displ, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ep_push(st, ye + a, h, n * sizeof(float));
+    ep->st.bytes_received += sizeof(float) * (uint64_t)n;
     ep->st.mpi_seconds += now_s() - t0;
 }
 

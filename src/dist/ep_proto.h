@@ -5,9 +5,12 @@
 #ifndef DSV4_EP_PROTO_H
 #define DSV4_EP_PROTO_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct dsv4_model;
+struct dsv4_backend_kind;
 
 #if DSV4_HAVE_MPI
 #include <mpi.h>
@@ -38,6 +41,33 @@ struct ep_status {
     int64_t rss_bytes;      /* OPEN: its resident memory once loaded */
     char    msg[480];
 };
+
+/* A MoE layer's buffers as MPI sees them (ep_stage.c): on a backend the host can read they
+ * are the step's own buffers; on one it cannot (staged), host copies of them, moved with
+ * ep_pull (backend -> host, waits) and ep_push (host -> backend). */
+struct ep_stage {
+    const struct dsv4_backend_kind *kind;
+    void                           *impl;
+    bool                            staged;
+    int                             n_exp, d, k, rows; /* rows: the largest step reserved */
+    float                          *host;              /* one allocation: the copies below */
+    float                          *xe, *ye, *row_w, *u, *rw;
+    int                            *ids, *grp;
+    int                            *table_dev;         /* a group table in backend memory */
+};
+
+struct dsv4_err;
+void        ep_stage_init(struct ep_stage *st, const struct dsv4_model *m);
+void        ep_stage_free(struct ep_stage *st);
+int         ep_stage_reserve(struct ep_stage *st, int rows, struct dsv4_err *err);
+/* dev's bytes where the host reads them: dev itself, or host after a download */
+const void *ep_pull(const struct ep_stage *st, void *host, const void *dev, size_t bytes);
+/* host's bytes into dev (nothing when they are the same memory) */
+void        ep_push(const struct ep_stage *st, void *dev, const void *host, size_t bytes);
+/* where MPI writes what is bound for dev: host (staged) or dev */
+void       *ep_host(const struct ep_stage *st, void *host, void *dev);
+/* table uploaded into st's group table in backend memory (what `experts` reads) */
+int        *ep_table_dev(const struct ep_stage *st, const int *table);
 
 /* This process's resident memory in bytes (0 when /proc cannot tell). */
 int64_t ep_rss_bytes(void);

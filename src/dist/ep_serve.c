@@ -19,8 +19,9 @@ struct worker {
     int               rank, ranks;
     bool              loaded, planned;
     struct dsv4_model m;
-    struct dsv4_step  S;    /* xe, ye, row_w, grp, the routing and the experts' scratch */
-    int              *part; /* [table ints] this rank's group table (TOKENS dispatch) */
+    struct dsv4_step  S;     /* xe, ye, row_w, grp, the routing and the experts' scratch */
+    struct ep_stage   stage; /* host copies of them on a backend the host cannot read */
+    int              *part;  /* [table ints] this rank's group table */
     struct dsv4_logger lg;
 };
 
@@ -43,6 +44,7 @@ static void answer(int rc, const struct dsv4_err *err, const struct worker *w)
 static void unload(struct worker *w)
 {
     if (w->planned) dsv4_step_free(&w->S);
+    if (w->loaded) ep_stage_free(&w->stage);
     if (w->loaded) dsv4_model_free(&w->m);
     free(w->part);
     w->part    = NULL;
@@ -74,6 +76,7 @@ static void open_part(struct worker *w, const struct ep_cmd *c)
         w->lg          = (struct dsv4_logger){ log_rank, w };
         rc = dsv4_model_load_part(&w->m, dir, &p, &w->lg, w->rank, f.ranks, &err);
         w->loaded = rc == DSV4_OK;
+        if (w->loaded) ep_stage_init(&w->stage, &w->m);
         if (rc == DSV4_OK && !(w->part = malloc(sizeof(int) * (size_t)ep_table_ints(w->m.cfg.n_exp))))
             rc = dsv4_err_set(&err, DSV4_ENOMEM, "out of memory");
     }
@@ -91,36 +94,69 @@ static void plan(struct worker *w, int rows)
         /* a step of the expert ops only: no context (attention never runs here) */
         rc         = dsv4_step_init(&w->S, &w->m, rows, 1, &err);
         w->planned = rc == DSV4_OK;
+        if (rc == DSV4_OK) rc = ep_stage_reserve(&w->stage, rows, &err);
     }
     answer(rc, &err, NULL);
+}
+
+/* ROWS: this rank's group table and its rows (host copies, then into the step's buffers);
+ * returns the pair count, or -1 when it does not fit. */
+static int receive_rows(struct worker *w, int R)
+{
+    const struct ep_stage *st = &w->stage;
+    struct dsv4_step      *S  = &w->S;
+    int E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
+    MPI_Scatter(NULL, 0, MPI_INT, w->part, ep_table_ints(E), MPI_INT, 0, MPI_COMM_WORLD);
+    int n = w->part[0] >= 0 && w->part[0] <= E ? w->part[1 + E + w->part[0]] : -1;
+    if (n < 0 || n > R * k) return -1;
+    float *hx = ep_host(st, st->xe, S->xe), *hw = ep_host(st, st->row_w, S->row_w);
+    MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, hx, n * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, hw, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ep_push(st, S->xe, hx, sizeof(float) * (size_t)n * (size_t)d);
+    ep_push(st, S->row_w, hw, sizeof(float) * (size_t)n);
+    return n;
+}
+
+/* TOKENS: the layer's rows and routing; this rank dispatches them itself and keeps the
+ * groups of its experts (pairs [*a, *b) of the dispatch). */
+static void receive_tokens(struct worker *w, int R, int *a, int *b)
+{
+    const struct ep_stage *st = &w->stage;
+    struct dsv4_step      *S  = &w->S;
+    int E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
+    float *hu = ep_host(st, st->u, S->u), *hr = ep_host(st, st->rw, S->rw);
+    int   *hi = ep_host(st, st->ids, S->ids);
+    MPI_Bcast(hu, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(hi, R * k, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(hr, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ep_push(st, S->u, hu, sizeof(float) * (size_t)R * (size_t)d);
+    ep_push(st, S->ids, hi, sizeof(int) * (size_t)R * (size_t)k);
+    ep_push(st, S->rw, hr, sizeof(float) * (size_t)R * (size_t)k);
+    S->be.ops->moe_dispatch(&S->be, R, k, E, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
+    const int *g = ep_pull(st, st->grp, S->grp, sizeof(int) * (size_t)ep_table_ints(E));
+    ep_part_of(g, E, w->m.exp_lo, w->m.exp_hi, w->part, a, b);
 }
 
 /* One MoE layer: receive, run this rank's experts, send their rows back. */
 static int experts(struct worker *w, const struct ep_cmd *c)
 {
     const struct dsv4_config *cfg = &w->m.cfg;
+    const struct ep_stage    *st  = &w->stage;
     struct dsv4_step         *S   = &w->S;
-    int E = cfg->n_exp, d = cfg->d_model, k = cfg->n_exp_used, R = c->rows, a = 0, b = 0, *table = S->grp;
+    int d = cfg->d_model, R = c->rows, a = 0, b = 0;
     if (!w->planned || R > S->max_rows || c->layer < 0 || c->layer > cfg->n_layer) return -1;
     if (c->dispatch == DSV4_EP_ROWS) {
-        MPI_Scatter(NULL, 0, MPI_INT, S->grp, ep_table_ints(E), MPI_INT, 0, MPI_COMM_WORLD);
-        b = S->grp[1 + E + S->grp[0]];
-        if (b < 0 || b > R * k) return -1;
-        MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, S->xe, b * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, S->row_w, b, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        if ((b = receive_rows(w, R)) < 0) return -1;
     } else {
-        MPI_Bcast(S->u, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        MPI_Bcast(S->ids, R * k, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast(S->rw, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        S->be.ops->moe_dispatch(&S->be, R, k, E, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
-        ep_part_of(S->grp, E, w->m.exp_lo, w->m.exp_hi, w->part, &a, &b);
-        table = w->part;
+        receive_tokens(w, R, &a, &b);
     }
-    const struct dsv4_layer_w *L = c->layer < cfg->n_layer ? &w->m.w.layers[c->layer] : &w->m.w.mtp;
-    if (table[0] > 0)
-        S->be.ops->experts(&S->be, L->experts, E, b - a, table, S->xe + (size_t)a * (size_t)d, S->row_w + a,
-                           cfg->swiglu_limit, S->ye + (size_t)a * (size_t)d, S->exp_scratch);
-    MPI_Gatherv(S->ye + (size_t)a * (size_t)d, (b - a) * d, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    const struct dsv4_layer_w *L  = c->layer < cfg->n_layer ? &w->m.w.layers[c->layer] : &w->m.w.mtp;
+    size_t                     at = (size_t)a * (size_t)d, n = (size_t)(b - a) * (size_t)d;
+    if (w->part[0] > 0)
+        S->be.ops->experts(&S->be, L->experts, cfg->n_exp, b - a, ep_table_dev(st, w->part), S->xe + at,
+                           S->row_w + a, cfg->swiglu_limit, S->ye + at, S->exp_scratch);
+    const float *hy = ep_pull(st, st->ye ? st->ye + at : NULL, S->ye + at, sizeof(float) * n);
+    MPI_Gatherv(hy, (int)n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD);
     return 0;
 }
 
@@ -134,6 +170,10 @@ int dsv4_mpi_serve(void)
      * which this rank must live to hear (a rank that died would end the job mid-drain) */
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
+    /* and the signals it forwards as they are (rank 0's: SIGUSR1 promotes a standby) */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     for (;;) {
         struct ep_cmd c;
         MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);

@@ -172,7 +172,7 @@ static void test_process_metrics(struct test_ctx *t)
     double start = text ? tsrv_metric(text, "process_start_time_seconds") : NAN;
     free(text);
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)s->pid);
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)s->sig_pid);
     char  *statm = test_read_file(path, NULL);
     double pages = 0;
     CHECKF(statm && sscanf(statm, "%*s %lf", &pages) == 1, "reading %s", path);
@@ -1022,7 +1022,7 @@ static void test_sigterm_drain(struct test_ctx *t)
     /* and the other two accepted and queued: a client whose request is not in yet when the
      * signal comes is rightly refused, which is not what this test is about */
     CHECK(tsrv_wait_metric(&s, "dsv4_requests_waiting{tier=\"short\"}", 2, 5.0));
-    kill(s.pid, SIGTERM);
+    kill(s.sig_pid, SIGTERM);
     /* new connections are refused once draining */
     CHECK(refused_soon(s.port, 5.0));
     char err[256];
@@ -1041,9 +1041,9 @@ static void test_sigterm_drain(struct test_ctx *t)
     const char *data;
     size_t      len;
     CHECK(http_sse_next(&c, &data, &len) == 1);
-    kill(s.pid, SIGTERM);
+    kill(s.sig_pid, SIGTERM);
     CHECK(refused_soon(s.port, 5.0)); /* draining: the first signal was seen */
-    kill(s.pid, SIGTERM);
+    kill(s.sig_pid, SIGTERM);
     int code = tsrv_stop(&s, 0, 5);
     CHECKF(code == 128 + SIGTERM, "second SIGTERM: exit %d", code);
     http_close(&c);

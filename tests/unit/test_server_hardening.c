@@ -477,7 +477,7 @@ static void test_drain_cuts_answered(struct test_ctx *t)
     int b = tsrv_send_only(&s, "/v1/chat/completions", whole_body);
     CHECK(a >= 0 && b >= 0);
     CHECK(tsrv_wait_metric(&s, "dsv4_requests_running{tier=\"short\"}", 2, 10));
-    kill(s.pid, SIGTERM);
+    kill(s.sig_pid, SIGTERM);
     bool  closed = false;
     char *sa = a >= 0 ? read_all(a, 15, &closed) : NULL;
     char *sb = b >= 0 ? read_all(b, 15, &closed) : NULL;

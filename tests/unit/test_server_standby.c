@@ -92,7 +92,7 @@ void tsby_test_signal(struct test_ctx *t, const char *model_dir)
     CHECKF(r && strstr(error_of(r), "--api-key"), "promote without a server key: %s", error_of(r));
     json_decref(r);
     check_standby(t, &s, NULL);
-    CHECK(kill(s.pid, SIGUSR1) == 0);
+    CHECK(kill(s.sig_pid, SIGUSR1) == 0);
     CHECKF(wait_ok(&s, 10), "SIGUSR1 did not promote the standby");
     check_serving(t, &s, NULL);
     CHECKF(tsrv_stop(&s, SIGTERM, 20) == 0, "the promoted server did not drain and exit 0");
