@@ -268,15 +268,18 @@ void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const st
         const float *hx = ep_pull(st, st->xe ? st->xe + a * (size_t)d : NULL, xe + a * (size_t)d, n * fd);
         const float *hw = ep_pull(st, st->row_w ? st->row_w + a : NULL, row_w + a, n * sizeof(float));
         MPI_Scatter(ep->tables, TW, MPI_INT, MPI_IN_PLACE, TW, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Scatterv(hx - a * (size_t)d, ep->cnt, ep->displ, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        ep_to_wire(st->wire + a * (size_t)d, hx, n * (size_t)d);
+        MPI_Scatterv(st->wire, ep->cnt, ep->displ, MPI_UINT16_T, MPI_IN_PLACE, 0, MPI_UINT16_T, 0, MPI_COMM_WORLD);
         MPI_Scatterv(hw - a, ep->rows, ep->row0, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        for (int r = 1; r < N; r++) sent += sizeof(int) * (uint64_t)TW + sizeof(float) * (uint64_t)(ep->cnt[r] + ep->rows[r]);
+        for (int r = 1; r < N; r++)
+            sent += sizeof(int) * (uint64_t)TW + 2 * (uint64_t)ep->cnt[r] + sizeof(float) * (uint64_t)ep->rows[r];
     } else {
         size_t nk = (size_t)R * (size_t)k;
-        MPI_Bcast((void *)ep_pull(st, st->u, u, (size_t)R * fd), R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        ep_to_wire(st->wire, ep_pull(st, st->u, u, (size_t)R * fd), (size_t)R * (size_t)d);
+        MPI_Bcast(st->wire, R * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
         MPI_Bcast((void *)ep_pull(st, st->ids, ids, nk * sizeof(int)), R * k, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Bcast((void *)ep_pull(st, st->rw, rw, nk * sizeof(float)), R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        sent += (uint64_t)(N - 1) * ((uint64_t)R * (uint64_t)d * sizeof(float) + (uint64_t)R * (uint64_t)k * 8);
+        sent += (uint64_t)(N - 1) * ((uint64_t)R * (uint64_t)d * 2 + (uint64_t)R * (uint64_t)k * 8);
     }
     ep->st.mpi_seconds += now_s() - t0;
     ep->st.bytes_sent += sent;
@@ -294,9 +297,10 @@ void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
     size_t a = (size_t)ep->displ[ep->ranks > 1 ? 1 : 0], n = 0;
     for (int r = 1; r < ep->ranks; r++) n += (size_t)ep->cnt[r];
     float *h = ep_host(st, st->ye ? st->ye + a : NULL, ye + a);
-    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, h - a, ep->cnt, ep->displ, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, st->wire, ep->cnt, ep->displ, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    ep_from_wire(h, st->wire + a, n);
     ep_push(st, ye + a, h, n * sizeof(float));
-    ep->st.bytes_received += sizeof(float) * (uint64_t)n;
+    ep->st.bytes_received += 2 * (uint64_t)n;
     ep->st.mpi_seconds += now_s() - t0;
 }
 

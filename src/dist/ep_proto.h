@@ -53,6 +53,7 @@ struct ep_stage {
     float                          *host;              /* one allocation: the copies below */
     float                          *xe, *ye, *row_w, *u, *rw;
     int                            *ids, *grp;
+    uint16_t                       *wire;              /* [rows k d] rows as MPI carries them */
     int                            *table_dev;         /* a group table in backend memory */
 };
 
@@ -68,6 +69,21 @@ void        ep_push(const struct ep_stage *st, void *dev, const void *host, size
 void       *ep_host(const struct ep_stage *st, void *host, void *dev);
 /* table uploaded into st's group table in backend memory (what `experts` reads) */
 int        *ep_table_dev(const struct ep_stage *st, const int *table);
+
+/* Rows travel as bf16: the MoE input is the RMSNorm's bf16 output and an expert's output is
+ * rounded to bf16 (backend.h: rmsnorm, expert), so the top half of each float is all of it
+ * and the copy is exact; the tests check the logits bit for bit. */
+static inline void ep_to_wire(uint16_t *dst, const float *src, size_t n)
+{
+    const uint32_t *s = (const uint32_t *)(const void *)src;
+    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(s[i] >> 16);
+}
+
+static inline void ep_from_wire(float *dst, const uint16_t *src, size_t n)
+{
+    uint32_t *d = (uint32_t *)(void *)dst;
+    for (size_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+}
 
 /* This process's resident memory in bytes (0 when /proc cannot tell). */
 int64_t ep_rss_bytes(void);

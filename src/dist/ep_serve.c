@@ -110,8 +110,9 @@ static int receive_rows(struct worker *w, int R)
     int n = w->part[0] >= 0 && w->part[0] <= E ? w->part[1 + E + w->part[0]] : -1;
     if (n < 0 || n > R * k) return -1;
     float *hx = ep_host(st, st->xe, S->xe), *hw = ep_host(st, st->row_w, S->row_w);
-    MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, hx, n * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Scatterv(NULL, NULL, NULL, MPI_UINT16_T, st->wire, n * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
     MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, hw, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ep_from_wire(hx, st->wire, (size_t)n * (size_t)d);
     ep_push(st, S->xe, hx, sizeof(float) * (size_t)n * (size_t)d);
     ep_push(st, S->row_w, hw, sizeof(float) * (size_t)n);
     return n;
@@ -126,7 +127,8 @@ static void receive_tokens(struct worker *w, int R, int *a, int *b)
     int E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
     float *hu = ep_host(st, st->u, S->u), *hr = ep_host(st, st->rw, S->rw);
     int   *hi = ep_host(st, st->ids, S->ids);
-    MPI_Bcast(hu, R * d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(st->wire, R * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    ep_from_wire(hu, st->wire, (size_t)R * (size_t)d);
     MPI_Bcast(hi, R * k, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(hr, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
     ep_push(st, S->u, hu, sizeof(float) * (size_t)R * (size_t)d);
@@ -156,7 +158,8 @@ static int experts(struct worker *w, const struct ep_cmd *c)
         S->be.ops->experts(&S->be, L->experts, cfg->n_exp, b - a, ep_table_dev(st, w->part), S->xe + at,
                            S->row_w + a, cfg->swiglu_limit, S->ye + at, S->exp_scratch);
     const float *hy = ep_pull(st, st->ye ? st->ye + at : NULL, S->ye + at, sizeof(float) * n);
-    MPI_Gatherv(hy, (int)n, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ep_to_wire(st->wire, hy, n);
+    MPI_Gatherv(st->wire, (int)n, MPI_UINT16_T, NULL, NULL, NULL, MPI_UINT16_T, 0, MPI_COMM_WORLD);
     return 0;
 }
 

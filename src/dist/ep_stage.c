@@ -24,6 +24,8 @@ void ep_stage_init(struct ep_stage *st, const struct dsv4_model *m)
 void ep_stage_free(struct ep_stage *st)
 {
     free(st->host);
+    free(st->wire);
+    st->wire = NULL;
     if (st->table_dev) st->kind->free(st->impl, st->table_dev, sizeof(int) * (size_t)ep_table_ints(st->n_exp));
     st->host      = NULL;
     st->table_dev = NULL;
@@ -36,12 +38,16 @@ int ep_stage_reserve(struct ep_stage *st, int rows, struct dsv4_err *err)
     size_t TW = (size_t)ep_table_ints(st->n_exp);
     if (!st->table_dev && !(st->table_dev = st->kind->alloc(st->impl, sizeof(int) * TW, DSV4_MEM_ACT)))
         return dsv4_err_set(err, DSV4_ENOMEM, "out of backend memory for a group table");
+    size_t    d = (size_t)st->d, r = (size_t)rows, pairs = r * (size_t)st->k;
+    uint16_t *wire = malloc(sizeof(uint16_t) * pairs * d);
+    if (!wire) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu MB of expert rows", pairs * d * 2 >> 20);
+    free(st->wire);
+    st->wire = wire;
     if (!st->staged) {
         st->rows = rows;
         return DSV4_OK;
     }
     /* xe, ye [pairs, d]; row_w [pairs]; u [rows, d]; ids, rw [rows, k]; grp [TW] */
-    size_t d = (size_t)st->d, r = (size_t)rows, pairs = r * (size_t)st->k;
     size_t n = 2 * pairs * d + pairs + r * d + 2 * pairs + TW;
     float *h = calloc(n, sizeof(float));
     if (!h) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu MB of expert rows", n * 4 >> 20);
