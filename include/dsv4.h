@@ -186,6 +186,10 @@ struct dsv4_ep_stats {
 };
 
 void dsv4_engine_ep_stats(const dsv4_engine *engine, struct dsv4_ep_stats *stats);
+/* The read bandwidth of every rank's memory over a buffer of bytes (best of reps, GB/s), all
+ * ranks at once, into gbps[ranks] (-1 where it could not be measured: a backend without the
+ * measurement, no memory for the buffer); returns the ranks (1 in one process). */
+int  dsv4_engine_ep_bandwidth(const dsv4_engine *engine, size_t bytes, int reps, double *gbps);
 
 /* Reads every page of the weights the backend reads in place from the mapped checkpoint
  * (not those it copied into its own layout), so that they are in memory and mapped before

@@ -387,6 +387,16 @@ static bool measure_machine(struct bench_run *R)
     uname(&R->un);
     printf("machine %s, backend %s, %d threads, read bandwidth %.1f GB/s\n", R->un.machine, R->backend, R->n_threads,
            R->bw);
+    struct dsv4_ep_stats es;
+    dsv4_engine_ep_stats(R->e, &es);
+    if (es.ranks > 1) { /* expert parallelism: each rank's memory, read by all at once */
+        double *g = calloc((size_t)es.ranks, sizeof(double));
+        if (g && dsv4_engine_ep_bandwidth(R->e, R->bw_n * 8 / 4, 3, g) == es.ranks) {
+            printf("read bandwidth per MPI rank, all at once (256 MiB each):");
+            for (int r = 0; r < es.ranks; r++) printf(" rank %d %.1f GB/s%s", r, g[r], r + 1 < es.ranks ? "," : "\n");
+        }
+        free(g);
+    }
     /* prefill's share is of the peak of the kernels it runs on: bf16 dot products where the
      * level has them, f32 FMAs otherwise (the reference runs plain C: no peak) */
     double peak_b = 0;

@@ -39,6 +39,17 @@ int64_t ep_held_bytes(const struct dsv4_model *m)
     return n;
 }
 
+double ep_read_bandwidth(const struct dsv4_model *m, size_t bytes, int reps)
+{
+    const struct dsv4_backend_kind *k = m->backend;
+    if (!k->read_bandwidth || !k->alloc) return -1;
+    void *buf = k->alloc(m->backend_impl, bytes, DSV4_MEM_ACT);
+    if (!buf) return -1;
+    double gbps = k->read_bandwidth(m->backend_impl, buf, bytes, reps);
+    k->free(m->backend_impl, buf, bytes);
+    return gbps;
+}
+
 #if DSV4_HAVE_MPI
 
 static struct {
@@ -304,6 +315,20 @@ void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
     ep->st.mpi_seconds += now_s() - t0;
 }
 
+int dsv4_ep_bandwidth(const struct dsv4_model *m, size_t bytes, int reps, double *gbps)
+{
+    if (!m->ep) {
+        gbps[0] = ep_read_bandwidth(m, bytes, reps);
+        return 1;
+    }
+    /* all at once: each rank's figure is what it gets while the others read too, as in a step */
+    struct ep_cmd c = { .op = EP_BANDWIDTH, .rows = reps, .arg = (int64_t)bytes };
+    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    double own = ep_read_bandwidth(m, bytes, reps);
+    MPI_Gather(&own, 1, MPI_DOUBLE, gbps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return m->ep->ranks;
+}
+
 void dsv4_ep_stats_of(const struct dsv4_ep *ep, struct dsv4_ep_stats *st)
 {
     if (ep) *st = ep->st;
@@ -373,6 +398,12 @@ void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const st
 void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
 {
     (void)ep, (void)ye;
+}
+
+int dsv4_ep_bandwidth(const struct dsv4_model *m, size_t bytes, int reps, double *gbps)
+{
+    gbps[0] = ep_read_bandwidth(m, bytes, reps);
+    return 1;
 }
 
 void dsv4_ep_stats_of(const struct dsv4_ep *ep, struct dsv4_ep_stats *st)

@@ -72,4 +72,8 @@ void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye);
 
 void dsv4_ep_stats_of(const struct dsv4_ep *ep, struct dsv4_ep_stats *st);
 
+/* Every rank's read bandwidth over a buffer of bytes (best of reps), measured at the same
+ * time, into gbps[ranks] (-1 where it could not be measured); returns the ranks (1 alone). */
+int dsv4_ep_bandwidth(const struct dsv4_model *m, size_t bytes, int reps, double *gbps);
+
 #endif

@@ -22,7 +22,12 @@ enum ep_op {
     EP_EXPERTS = 3, /* a MoE layer: layer, rows, dispatch; payload per dispatch (ep.c) */
     EP_CLOSE   = 4, /* free the loaded part */
     EP_QUIT    = 5, /* leave dsv4_mpi_serve */
+    EP_BANDWIDTH = 6, /* arg: bytes, rows: reps; every rank measures its read bandwidth (Gather) */
 };
+
+/* The read bandwidth of m's backend over a buffer of `bytes` (best of reps), GB/s; -1 when
+ * the backend has no such measurement or the buffer cannot be had. */
+double ep_read_bandwidth(const struct dsv4_model *m, size_t bytes, int reps);
 
 /* The command header every rank receives (Bcast, raw bytes: all ranks run one binary). */
 struct ep_cmd {

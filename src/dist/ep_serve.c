@@ -186,6 +186,11 @@ int dsv4_mpi_serve(void)
         case EP_RESERVE: plan(&w, (int)c.arg); break;
         case EP_EXPERTS: bad = experts(&w, &c); break;
         case EP_CLOSE: unload(&w); break;
+        case EP_BANDWIDTH: {
+            double gbps = w.loaded ? ep_read_bandwidth(&w.m, (size_t)c.arg, c.rows) : -1;
+            MPI_Gather(&gbps, 1, MPI_DOUBLE, NULL, 0, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            break;
+        }
         case EP_QUIT: unload(&w); return 0;
         default: bad = -1;
         }

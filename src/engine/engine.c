@@ -60,6 +60,11 @@ void dsv4_engine_ep_stats(const dsv4_engine *e, struct dsv4_ep_stats *st)
     dsv4_ep_stats_of(e->model.ep, st);
 }
 
+int dsv4_engine_ep_bandwidth(const dsv4_engine *e, size_t bytes, int reps, double *gbps)
+{
+    return dsv4_ep_bandwidth(&e->model, bytes, reps, gbps);
+}
+
 void dsv4_engine_info(const dsv4_engine *e, struct dsv4_model_info *info)
 {
     const struct dsv4_config *c = &e->model.cfg;

@@ -164,6 +164,26 @@ static void test_each_rank_holds_its_part(struct test_ctx *t)
     free(out);
 }
 
+/* dsv4 bench under mpirun: each rank's read bandwidth, measured at once, and what went
+ * through MPI per prefill and decode row. */
+static void test_bench_per_rank(struct test_ctx *t)
+{
+    if (!mpi_built(t)) return;
+    char dir[300], cmd[1200], *out = NULL;
+    if (!gen_model(t, "tiny-b", dir, sizeof(dir))) return;
+    snprintf(cmd, sizeof(cmd),
+             MPIRUN " -np 2 '%s' bench -m %s --ep 2 --ctx-list 16 --batch-list 1 --decode-steps 2 --threads 1 2>&1",
+             getenv("DSV4_BIN"), dir);
+    CHECKF(test_run(cmd, &out) == 0, "%s", out ? out : "");
+    const char *bw = out ? strstr(out, "read bandwidth per MPI rank") : NULL;
+    double      r0 = 0, r1 = 0;
+    CHECKF(bw && sscanf(strstr(bw, "rank 0 "), "rank 0 %lf GB/s, rank 1 %lf", &r0, &r1) == 2 && r0 > 0 && r1 > 0,
+           "no per-rank bandwidth in: %s", out ? out : "");
+    CHECKF(out && strstr(out, "prefill MPI, 2 ranks:") && strstr(out, "decode  MPI, 2 ranks:"),
+           "no MPI figures in: %s", out ? out : "");
+    free(out);
+}
+
 static void test_rank_counts_refused(struct test_ctx *t)
 {
     if (!mpi_built(t)) return;
@@ -241,6 +261,7 @@ const struct test_case test_group_mpi[] = {
     { "demo_model_identical", test_demo_model_identical, TEST_NEEDS_MPI },
     { "device_backends_identical", test_device_backends_identical, TEST_NEEDS_MPI },
     { "each_rank_holds_its_part", test_each_rank_holds_its_part, TEST_NEEDS_MPI },
+    { "bench_per_rank", test_bench_per_rank, TEST_NEEDS_MPI },
     { "rank_counts_refused", test_rank_counts_refused, TEST_NEEDS_MPI },
     { "dead_rank_ends_the_job", test_dead_rank_ends_the_job, TEST_NEEDS_MPI },
     { "drain_under_mpirun", test_drain_under_mpirun, TEST_NEEDS_MPI },
