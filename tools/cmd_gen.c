@@ -20,6 +20,10 @@ static const struct cli_opt GEN_OPTS[] = {
     { "--seed", NULL, "N", "random seed (default 1)", CLI_LLONG, GA(g.seed), 0, (double)(1LL << 62), NULL },
     { "--layers", NULL, "N", "flash-shaped: number of main layers (default 2: one CSA, one HCA)", CLI_INT, GA(g.layers), 1,
       43, NULL },
+    { "--experts", NULL, "N",
+      "flash-shaped: routed experts per layer (default 256; fewer fit more layers in memory\nwith the same reads per "
+      "token: docs/PERF.md)",
+      CLI_INT, GA(g.experts), 6, 256, NULL },
     { "--swiglu-limit", NULL, "X", "override the SwiGLU clamp (e.g. 0.5 so that clamps fire)", CLI_DOUBLE,
       GA(g.swiglu_limit), 0, 1e6, NULL },
     { "--no-mtp", NULL, NULL, "leave out the MTP block", CLI_FLAG, GA(g.no_mtp), 0, 0, NULL },

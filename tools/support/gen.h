@@ -14,6 +14,7 @@ struct gen_opts {
     const char *preset;        /* "tiny-a", "tiny-b", "flash-shaped" */
     unsigned long long seed;
     int         layers;        /* flash-shaped only: main layers (default 2) */
+    int         experts;       /* flash-shaped only: routed experts per layer (0 = 256, V4-Flash's) */
     double      swiglu_limit;  /* < 0: preset default */
     bool        no_mtp;        /* omit the MTP block (config keeps num_nextn_predict_layers) */
     bool        fp8_experts;   /* routed experts as FP8 128x128 (first Flash release) */
