@@ -4,6 +4,8 @@
  * ep_serve.c is the other ranks' loop). Built without MPI (DSV4_HAVE_MPI 0), one process is
  * all there is and --ep above 1 is refused.
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +55,26 @@ double ep_read_bandwidth(const struct dsv4_model *m, size_t bytes, int reps)
 #if DSV4_HAVE_MPI
 
 static struct {
+    pthread_mutex_t lock; /* MPI_THREAD_SERIALIZED: one engine call at a time talks to the ranks */
     bool on;           /* MPI_Init_thread ran */
     int  rank, ranks;
     bool attached;     /* an engine of this process uses the other ranks */
-} g_mpi = { false, 0, 1, false };
+} g_mpi = { PTHREAD_MUTEX_INITIALIZER, false, 0, 1, false };
+
+/* Around every exchange with the other ranks: one thread at a time (two sessions stepping on
+ * two threads would interleave their collectives), and outside the allocation guard of a
+ * step (the MPI library allocates for its own needs; DEBUG builds check the engine's). */
+static void ep_lock(void)
+{
+    pthread_mutex_lock(&g_mpi.lock);
+    dsv4_alloc_guard_exempt(true);
+}
+
+static void ep_unlock(void)
+{
+    dsv4_alloc_guard_exempt(false);
+    pthread_mutex_unlock(&g_mpi.lock);
+}
 
 struct dsv4_ep {
     int                  ranks, n_exp, d, k;
@@ -65,7 +83,8 @@ struct dsv4_ep {
     int                 *lo, *hi;         /* [ranks] expert ranges */
     int                 *tables;          /* [ranks, table ints] each rank's group table */
     int                 *rows, *row0;     /* [ranks] pairs and first pair */
-    int                 *cnt, *displ;     /* [ranks] the same in floats of rows (x d) */
+    int                 *cnt, *displ;     /* [ranks] the same in values of rows (x d) */
+    int                 *bcnt, *boff;     /* [ranks] ROWS payload bytes and offsets in the wire */
     struct ep_stage      stage;           /* host copies on a backend the host cannot read */
     struct dsv4_ep_stats st;
 };
@@ -77,12 +96,36 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A command to every rank (ep_proto.h: the header and one int32 per rank, zero unless
+ * given); the message is ep_msg_bytes(ranks) on every rank. */
+static void send_cmd(struct ep_cmd c, const int *per_rank)
+{
+    size_t   n = ep_msg_bytes(g_mpi.ranks);
+    uint8_t  small[256], *msg = n <= sizeof(small) ? small : calloc(1, n);
+    if (!msg) MPI_Abort(MPI_COMM_WORLD, 4); /* the other ranks wait for this message: no way back */
+    memset(msg, 0, n);
+    memcpy(msg, &c, sizeof(c));
+    for (int r = 0; per_rank && r < g_mpi.ranks; r++) {
+        int32_t v = per_rank[r];
+        memcpy(msg + sizeof(c) + sizeof(v) * (size_t)r, &v, sizeof(v));
+    }
+    MPI_Bcast(msg, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (msg != small) free(msg);
+}
+
 int dsv4_mpi_start(int *argc, char ***argv)
 {
     /* only under a launcher: a plain run never touches MPI (valgrind, sanitizers) */
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return 0;
-    int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 0;
+    int      provided = 0, ok;
+    sigset_t all, old;
+    /* the MPI library's own threads start here: with every signal blocked they inherit the
+     * mask, so a SIGTERM for rank 0's drain reaches the thread that waits for it */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    ok = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!ok) return 0;
     g_mpi.on = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_mpi.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_mpi.ranks);
@@ -106,7 +149,9 @@ void dsv4_mpi_finish(void)
     if (!g_mpi.on) return;
     if (g_mpi.rank == 0 && g_mpi.ranks > 1) {
         struct ep_cmd c = { .op = EP_QUIT };
-        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+        ep_lock();
+        send_cmd(c, NULL);
+        ep_unlock();
     }
     MPI_Finalize();
     g_mpi.on = false;
@@ -123,30 +168,37 @@ int dsv4_ep_ranks_for(const struct dsv4_engine_params *p, int *ranks, struct dsv
                             have == 1 ? "--ep %d, but this process is not one of %d MPI ranks (start it with mpirun -np %d)"
                                       : "--ep %d, but mpirun started %d ranks (give --ep with the same count)",
                             want, want == 1 ? have : (have == 1 ? want : have), want);
-    if (g_mpi.attached) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "one engine at a time uses the MPI ranks");
     if (p->ep_dispatch != DSV4_EP_ROWS && p->ep_dispatch != DSV4_EP_TOKENS)
         return dsv4_err_set(err, DSV4_EINVAL, "unknown expert dispatch %d", (int)p->ep_dispatch);
     *ranks = have;
     return DSV4_OK;
 }
 
-/* OPEN to every rank: the options, the directory; they load while rank 0 does. */
-void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks)
+/* OPEN to every rank: the options, the directory; they load while rank 0 does. The ranks are
+ * this engine's until dsv4_ep_attach answers (the lock is held until then). */
+int dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks, struct dsv4_err *err)
 {
+    ep_lock();
+    if (g_mpi.attached) {
+        ep_unlock();
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "one engine at a time uses the MPI ranks");
+    }
+    g_mpi.attached = true;
     const char *be = p->backend ? p->backend : "", *opts = p->backend_opts ? p->backend_opts : "";
     size_t      ld = strlen(dir) + 1, lb = strlen(be) + 1, lo = strlen(opts) + 1;
     struct ep_open_fixed f = { (int32_t)p->revision, p->n_threads, ranks, 0 };
     size_t      n = sizeof(f) + ld + lb + lo;
     char       *blob = malloc(n);
     struct ep_cmd c = { .op = EP_OPEN, .arg = blob ? (int64_t)n : 0 };
-    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
-    if (!blob) return; /* the ranks see an empty blob and fail their OPEN */
+    send_cmd(c, NULL);
+    if (!blob) return DSV4_OK; /* the ranks see an empty blob and fail their OPEN: attach says so */
     memcpy(blob, &f, sizeof(f));
     memcpy(blob + sizeof(f), dir, ld);
     memcpy(blob + sizeof(f) + ld, be, lb);
     memcpy(blob + sizeof(f) + ld + lb, opts, lo);
     MPI_Bcast(blob, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
     free(blob);
+    return DSV4_OK;
 }
 
 /* Every rank's status for the last OPEN or RESERVE (*all, when asked, keeps them; rank 0's
@@ -170,6 +222,14 @@ static int gather_status(int ranks, struct ep_status *mine, const struct dsv4_er
     return rc;
 }
 
+static void ep_free(struct dsv4_ep *ep)
+{
+    if (ep->stage.kind) ep_stage_free(&ep->stage);
+    free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
+    free(ep->bcnt), free(ep->boff);
+    free(ep);
+}
+
 static struct dsv4_ep *ep_new(const struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how)
 {
     const struct dsv4_config *c  = &m->cfg;
@@ -180,24 +240,18 @@ static struct dsv4_ep *ep_new(const struct dsv4_model *m, int ranks, enum dsv4_e
                             .limit = c->swiglu_limit, .lo = calloc(n, sizeof(int)), .hi = calloc(n, sizeof(int)),
                             .tables = calloc(n * (size_t)ep_table_ints(c->n_exp), sizeof(int)),
                             .rows = calloc(n, sizeof(int)), .row0 = calloc(n, sizeof(int)),
-                            .cnt = calloc(n, sizeof(int)), .displ = calloc(n, sizeof(int)) };
+                            .cnt = calloc(n, sizeof(int)), .displ = calloc(n, sizeof(int)),
+                            .bcnt = calloc(n, sizeof(int)), .boff = calloc(n, sizeof(int)) };
     ep->st.ranks = ranks;
     ep->how      = how;
-    if (!ep->lo || !ep->hi || !ep->tables || !ep->rows || !ep->row0 || !ep->cnt || !ep->displ) {
-        free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
-        free(ep);
+    if (!ep->lo || !ep->hi || !ep->tables || !ep->rows || !ep->row0 || !ep->cnt || !ep->displ || !ep->bcnt ||
+        !ep->boff) {
+        ep_free(ep);
         return NULL;
     }
     for (int r = 0; r < ranks; r++) dsv4_ep_expert_range(c->n_exp, r, ranks, &ep->lo[r], &ep->hi[r]);
     ep_stage_init(&ep->stage, m);
     return ep;
-}
-
-static void ep_free(struct dsv4_ep *ep)
-{
-    ep_stage_free(&ep->stage);
-    free(ep->lo), free(ep->hi), free(ep->tables), free(ep->rows), free(ep->row0), free(ep->cnt), free(ep->displ);
-    free(ep);
 }
 
 int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, int own_rc, const struct dsv4_err *own,
@@ -217,10 +271,12 @@ int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, i
     free(all);
     if (rc) {
         struct ep_cmd c = { .op = EP_CLOSE };
-        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+        send_cmd(c, NULL);
+        g_mpi.attached = false;
+        ep_unlock();
         return rc;
     }
-    g_mpi.attached = true;
+    ep_unlock();
     dsv4_log(lg, DSV4_LOG_INFO, "expert parallelism: %d MPI ranks, %s dispatch", ranks,
              how == DSV4_EP_ROWS ? "rows" : "tokens");
     return DSV4_OK;
@@ -234,19 +290,24 @@ void dsv4_ep_detach(struct dsv4_model *m, const struct dsv4_logger *lg)
              (unsigned long long)st->layers, (double)st->bytes_sent / 1e6, (double)st->bytes_received / 1e6,
              st->mpi_seconds);
     struct ep_cmd c = { .op = EP_CLOSE };
-    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_lock();
+    send_cmd(c, NULL);
     ep_free(m->ep);
     m->ep          = NULL;
     g_mpi.attached = false;
+    ep_unlock();
 }
 
 int dsv4_ep_reserve(struct dsv4_ep *ep, int rows, struct dsv4_err *err)
 {
     struct ep_cmd c = { .op = EP_RESERVE, .arg = rows };
-    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_lock();
+    send_cmd(c, NULL);
     struct dsv4_err  own;
-    struct ep_status mine = { .rc = ep_stage_reserve(&ep->stage, rows, &own) };
-    return gather_status(ep->ranks, &mine, &own, NULL, err);
+    struct ep_status mine = { .rc = ep_stage_reserve(&ep->stage, rows, ep->ranks, &own) };
+    int              rc   = gather_status(ep->ranks, &mine, &own, NULL, err);
+    ep_unlock();
+    return rc;
 }
 
 /* Each rank's part of the dispatch table grp (backend memory): tables, rows and offsets. */
@@ -261,40 +322,66 @@ static void parts_of(struct dsv4_ep *ep, const int *grp)
     }
 }
 
+/* ROWS: each other rank's table, routing weights and rows packed one after the other in the
+ * wire buffer (ep_rows_bytes), where one Scatterv takes them; the pairs [a, R k) are theirs
+ * (host views hx, hw). Returns the bytes. */
+static uint64_t pack_rows(struct dsv4_ep *ep, const float *hx, const float *hw, int a)
+{
+    int      TW  = ep_table_ints(ep->n_exp), d = ep->d;
+    uint8_t *w   = ep->stage.wire;
+    size_t   off = 0;
+    ep->bcnt[0] = ep->boff[0] = 0;
+    for (int r = 1; r < ep->ranks; r++) {
+        size_t n = (size_t)ep->rows[r], at = (size_t)(ep->row0[r] - a);
+        ep->boff[r] = (int)off;
+        memcpy(w + off, ep->tables + (size_t)r * (size_t)TW, sizeof(int32_t) * (size_t)TW);
+        off += sizeof(int32_t) * (size_t)TW;
+        memcpy(w + off, hw + at, sizeof(float) * n);
+        off += sizeof(float) * n;
+        ep_to_wire((uint16_t *)(void *)(w + off), hx + at * (size_t)d, n * (size_t)d);
+        off += 2 * n * (size_t)d;
+        ep->bcnt[r] = (int)(off - (size_t)ep->boff[r]);
+    }
+    return off;
+}
+
 void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const struct dsv4_layer_w *L, int li, int R,
                            const float *u, const int *ids, const float *rw, const int *grp, const float *xe,
                            const float *row_w, float *ye, float *scratch)
 {
     const struct ep_stage *st = &ep->stage;
-    int    TW = ep_table_ints(ep->n_exp), d = ep->d, k = ep->k, N = ep->ranks;
-    size_t fd = sizeof(float) * (size_t)d;
-    double t0 = now_s();
+    int      d = ep->d, k = ep->k, N = ep->ranks;
+    size_t   fd = sizeof(float) * (size_t)d, nk = (size_t)R * (size_t)k;
+    double   t0 = now_s();
     struct ep_cmd c = { .op = EP_EXPERTS, .layer = li, .rows = R, .dispatch = (int32_t)ep->how };
-    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_lock(); /* held until dsv4_ep_experts_end: the ranks are inside this layer */
     parts_of(ep, grp);
-    uint64_t sent = (uint64_t)(N - 1) * sizeof(c);
+    uint64_t sent = (uint64_t)(N - 1) * ep_msg_bytes(N);
+    /* three collectives a layer: this header (with each rank's pairs), the payload, the results */
     if (ep->how == DSV4_EP_ROWS) {
-        /* the other ranks' rows: rank 0's come first, the rest follow in rank order */
-        size_t       a = (size_t)ep->row0[N > 1 ? 1 : 0], n = (size_t)R * (size_t)k - a;
-        const float *hx = ep_pull(st, st->xe ? st->xe + a * (size_t)d : NULL, xe + a * (size_t)d, n * fd);
+        send_cmd(c, ep->rows);
+        /* the other ranks' pairs: rank 0's come first, the rest follow in rank order */
+        int          a  = ep->row0[1];
+        size_t       n  = nk - (size_t)a;
+        const float *hx = ep_pull(st, st->xe ? st->xe + (size_t)a * (size_t)d : NULL, xe + (size_t)a * (size_t)d, n * fd);
         const float *hw = ep_pull(st, st->row_w ? st->row_w + a : NULL, row_w + a, n * sizeof(float));
-        MPI_Scatter(ep->tables, TW, MPI_INT, MPI_IN_PLACE, TW, MPI_INT, 0, MPI_COMM_WORLD);
-        ep_to_wire(st->wire + a * (size_t)d, hx, n * (size_t)d);
-        MPI_Scatterv(st->wire, ep->cnt, ep->displ, MPI_UINT16_T, MPI_IN_PLACE, 0, MPI_UINT16_T, 0, MPI_COMM_WORLD);
-        MPI_Scatterv(hw - a, ep->rows, ep->row0, MPI_FLOAT, MPI_IN_PLACE, 0, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        for (int r = 1; r < N; r++)
-            sent += sizeof(int) * (uint64_t)TW + 2 * (uint64_t)ep->cnt[r] + sizeof(float) * (uint64_t)ep->rows[r];
+        sent += pack_rows(ep, hx, hw, a);
+        MPI_Scatterv(st->wire, ep->bcnt, ep->boff, MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE, 0, MPI_COMM_WORLD);
     } else {
-        size_t nk = (size_t)R * (size_t)k;
-        ep_to_wire(st->wire, ep_pull(st, st->u, u, (size_t)R * fd), (size_t)R * (size_t)d);
-        MPI_Bcast(st->wire, R * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
-        MPI_Bcast((void *)ep_pull(st, st->ids, ids, nk * sizeof(int)), R * k, MPI_INT, 0, MPI_COMM_WORLD);
-        MPI_Bcast((void *)ep_pull(st, st->rw, rw, nk * sizeof(float)), R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        sent += (uint64_t)(N - 1) * ((uint64_t)R * (uint64_t)d * 2 + (uint64_t)R * (uint64_t)k * 8);
+        send_cmd(c, NULL);
+        /* the rows (bf16), the ids, the weights: one broadcast */
+        uint8_t *w = st->wire;
+        ep_to_wire((uint16_t *)(void *)w, ep_pull(st, st->u, u, (size_t)R * fd), (size_t)R * (size_t)d);
+        memcpy(w + 2 * (size_t)R * (size_t)d, ep_pull(st, st->ids, ids, nk * sizeof(int)), nk * sizeof(int));
+        memcpy(w + 2 * (size_t)R * (size_t)d + 4 * nk, ep_pull(st, st->rw, rw, nk * sizeof(float)), nk * sizeof(float));
+        size_t bytes = 2 * (size_t)R * (size_t)d + 8 * nk;
+        MPI_Bcast(w, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+        sent += (uint64_t)(N - 1) * bytes;
     }
     ep->st.mpi_seconds += now_s() - t0;
     ep->st.bytes_sent += sent;
     ep->st.layers++;
+    dsv4_alloc_guard_exempt(false); /* the engine's own work between: counted as ever */
     /* rank 0's own experts: the first range of pairs (it holds the lowest expert ids) */
     if (ep->tables[0] > 0)
         be->ops->experts(be, L->experts, ep->n_exp, ep->rows[0], ep_table_dev(st, ep->tables), xe, row_w, ep->limit, ye,
@@ -304,15 +391,21 @@ void dsv4_ep_experts_begin(struct dsv4_ep *ep, struct dsv4_backend *be, const st
 void dsv4_ep_experts_end(struct dsv4_ep *ep, float *ye)
 {
     const struct ep_stage *st = &ep->stage;
-    double t0 = now_s();
-    size_t a = (size_t)ep->displ[ep->ranks > 1 ? 1 : 0], n = 0;
+    double    t0   = now_s();
+    size_t    a    = (size_t)ep->displ[1], n = 0;
+    uint16_t *wire = (uint16_t *)(void *)st->wire;
+    dsv4_alloc_guard_exempt(true);
     for (int r = 1; r < ep->ranks; r++) n += (size_t)ep->cnt[r];
     float *h = ep_host(st, st->ye ? st->ye + a : NULL, ye + a);
-    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, st->wire, ep->cnt, ep->displ, MPI_UINT16_T, 0, MPI_COMM_WORLD);
-    ep_from_wire(h, st->wire + a, n);
+    /* the rows land at their pairs' places (displ counts from pair 0; the wire holds from a) */
+    for (int r = 1; r < ep->ranks; r++) ep->boff[r] = ep->displ[r] - (int)a;
+    ep->boff[0] = 0;
+    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_UINT16_T, wire, ep->cnt, ep->boff, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    ep_from_wire(h, wire, n);
     ep_push(st, ye + a, h, n * sizeof(float));
     ep->st.bytes_received += 2 * (uint64_t)n;
     ep->st.mpi_seconds += now_s() - t0;
+    ep_unlock();
 }
 
 int dsv4_ep_bandwidth(const struct dsv4_model *m, size_t bytes, int reps, double *gbps)
@@ -323,9 +416,11 @@ int dsv4_ep_bandwidth(const struct dsv4_model *m, size_t bytes, int reps, double
     }
     /* all at once: each rank's figure is what it gets while the others read too, as in a step */
     struct ep_cmd c = { .op = EP_BANDWIDTH, .rows = reps, .arg = (int64_t)bytes };
-    MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_lock();
+    send_cmd(c, NULL);
     double own = ep_read_bandwidth(m, bytes, reps);
     MPI_Gather(&own, 1, MPI_DOUBLE, gbps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ep_unlock();
     return m->ep->ranks;
 }
 
@@ -364,9 +459,10 @@ int dsv4_ep_ranks_for(const struct dsv4_engine_params *p, int *ranks, struct dsv
     return DSV4_OK;
 }
 
-void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks)
+int dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *p, int ranks, struct dsv4_err *err)
 {
-    (void)dir, (void)p, (void)ranks;
+    (void)dir, (void)p, (void)ranks, (void)err;
+    return DSV4_OK;
 }
 
 int dsv4_ep_attach(struct dsv4_model *m, int ranks, enum dsv4_ep_dispatch how, int own_rc, const struct dsv4_err *own,

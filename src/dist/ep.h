@@ -48,8 +48,10 @@ void dsv4_ep_expert_range(int n_exp, int rank, int ranks, int *lo, int *hi);
  * status with err set when params.ep does not match mpirun's ranks or this build. */
 int  dsv4_ep_ranks_for(const struct dsv4_engine_params *params, int *ranks, struct dsv4_err *err);
 /* Rank 0, ranks > 1: sends OPEN (dir and the engine's options) so the other ranks load their
- * parts while rank 0 loads its own. */
-void dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *params, int ranks);
+ * parts while rank 0 loads its own. Every exchange with the ranks holds one process-wide lock
+ * (here until dsv4_ep_attach; in a MoE layer from _begin to _end): two threads stepping two
+ * sessions take turns, as MPI_THREAD_SERIALIZED asks. */
+int  dsv4_ep_announce(const char *dir, const struct dsv4_engine_params *params, int ranks, struct dsv4_err *err);
 /* Rank 0, after its own load (own_rc, own: its result): gathers every rank's result; on
  * success sets m->ep, else has the ranks that loaded free their parts and returns the first
  * failure (a rank's message names the rank). */

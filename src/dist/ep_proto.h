@@ -38,6 +38,27 @@ struct ep_cmd {
     int64_t arg;
 };
 
+/* The ints of a group table (backend.h: moe_dispatch): count, ids[n_exp], off[n_exp + 1]. */
+static inline int ep_table_ints(int n_exp)
+{
+    return 2 * n_exp + 2;
+}
+
+/* Every command travels as one broadcast of the header and one int32 per rank (EXPERTS with
+ * ROWS dispatch: the pairs each rank gets, so that one Scatterv carries its table, weights
+ * and rows; 0 otherwise): the message a rank of `ranks` receives is ep_msg_bytes(ranks). */
+static inline size_t ep_msg_bytes(int ranks)
+{
+    return sizeof(struct ep_cmd) + sizeof(int32_t) * (size_t)ranks;
+}
+
+/* The bytes of a rank's ROWS payload for n pairs: its group table, the n routing weights
+ * (f32) and the n rows (bf16), in that order. */
+static inline size_t ep_rows_bytes(int n_exp, int n, int d)
+{
+    return sizeof(int32_t) * (size_t)ep_table_ints(n_exp) + sizeof(float) * (size_t)n + 2 * (size_t)n * (size_t)d;
+}
+
 /* A rank's answer to OPEN and RESERVE (Gather, raw bytes). */
 struct ep_status {
     int32_t rc;
@@ -58,14 +79,15 @@ struct ep_stage {
     float                          *host;              /* one allocation: the copies below */
     float                          *xe, *ye, *row_w, *u, *rw;
     int                            *ids, *grp;
-    uint16_t                       *wire;              /* [rows k d] rows as MPI carries them */
+    uint8_t                        *wire;              /* what MPI carries: packed rows (bf16), tables, weights */
+    size_t                          wire_bytes;
     int                            *table_dev;         /* a group table in backend memory */
 };
 
 struct dsv4_err;
 void        ep_stage_init(struct ep_stage *st, const struct dsv4_model *m);
 void        ep_stage_free(struct ep_stage *st);
-int         ep_stage_reserve(struct ep_stage *st, int rows, struct dsv4_err *err);
+int         ep_stage_reserve(struct ep_stage *st, int rows, int ranks, struct dsv4_err *err);
 /* dev's bytes where the host reads them: dev itself, or host after a download */
 const void *ep_pull(const struct ep_stage *st, void *host, const void *dev, size_t bytes);
 /* host's bytes into dev (nothing when they are the same memory) */
@@ -101,11 +123,6 @@ struct ep_open_fixed {
     int32_t revision, n_threads, ranks, pad;
 };
 
-/* The ints of a group table (backend.h: moe_dispatch): count, ids[n_exp], off[n_exp + 1]. */
-static inline int ep_table_ints(int n_exp)
-{
-    return 2 * n_exp + 2;
-}
 
 /* The groups of the dispatch table grp whose experts lie in [lo, hi): written to part as a
  * table of its own with offsets from the first of their pairs, which are grp's pairs

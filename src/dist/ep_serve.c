@@ -90,76 +90,85 @@ static void plan(struct worker *w, int rows)
     int             rc  = DSV4_OK;
     if (!w->loaded) rc = dsv4_err_set(&err, DSV4_EINTERNAL, "no model loaded");
     else if (!w->planned || w->S.max_rows < rows) {
-        if (w->planned) dsv4_step_free(&w->S);
-        /* a step of the expert ops only: no context (attention never runs here) */
-        rc         = dsv4_step_init(&w->S, &w->m, rows, 1, &err);
-        w->planned = rc == DSV4_OK;
-        if (rc == DSV4_OK) rc = ep_stage_reserve(&w->stage, rows, &err);
+        /* the new plan beside the old one: a plan that cannot be had leaves the steps of the
+         * sequences already running as they were (only the asking one fails, on rank 0) */
+        struct dsv4_step next;
+        rc = dsv4_step_init(&next, &w->m, rows, 1, &err); /* no context: attention never runs here */
+        if (rc == DSV4_OK) {
+            if (w->planned) dsv4_step_free(&w->S);
+            w->S       = next;
+            w->planned = true;
+        }
     }
+    /* grows only, and separately: a failure above or here leaves the smaller plan whole */
+    if (rc == DSV4_OK) rc = ep_stage_reserve(&w->stage, rows, w->ranks, &err);
     answer(rc, &err, NULL);
 }
 
-/* ROWS: this rank's group table and its rows (host copies, then into the step's buffers);
- * returns the pair count, or -1 when it does not fit. */
-static int receive_rows(struct worker *w, int R)
+/* ROWS: this rank's table, routing weights and rows in one Scatterv (ep_rows_bytes for the n
+ * pairs the header named), into the step's buffers; returns n, or -1 when it does not fit. */
+static int receive_rows(struct worker *w, int R, int n)
 {
     const struct ep_stage *st = &w->stage;
     struct dsv4_step      *S  = &w->S;
-    int E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
-    MPI_Scatter(NULL, 0, MPI_INT, w->part, ep_table_ints(E), MPI_INT, 0, MPI_COMM_WORLD);
-    int n = w->part[0] >= 0 && w->part[0] <= E ? w->part[1 + E + w->part[0]] : -1;
+    int    E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used, TW = ep_table_ints(E);
     if (n < 0 || n > R * k) return -1;
+    size_t bytes = ep_rows_bytes(E, n, d), tb = sizeof(int32_t) * (size_t)TW;
+    MPI_Scatterv(NULL, NULL, NULL, MPI_BYTE, st->wire, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    memcpy(w->part, st->wire, tb);
+    if (w->part[0] < 0 || w->part[0] > E || w->part[1 + E + w->part[0]] != n) return -1;
     float *hx = ep_host(st, st->xe, S->xe), *hw = ep_host(st, st->row_w, S->row_w);
-    MPI_Scatterv(NULL, NULL, NULL, MPI_UINT16_T, st->wire, n * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
-    MPI_Scatterv(NULL, NULL, NULL, MPI_FLOAT, hw, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    ep_from_wire(hx, st->wire, (size_t)n * (size_t)d);
+    memcpy(hw, st->wire + tb, sizeof(float) * (size_t)n);
+    ep_from_wire(hx, (const uint16_t *)(const void *)(st->wire + tb + sizeof(float) * (size_t)n), (size_t)n * (size_t)d);
     ep_push(st, S->xe, hx, sizeof(float) * (size_t)n * (size_t)d);
     ep_push(st, S->row_w, hw, sizeof(float) * (size_t)n);
     return n;
 }
 
-/* TOKENS: the layer's rows and routing; this rank dispatches them itself and keeps the
- * groups of its experts (pairs [*a, *b) of the dispatch). */
+/* TOKENS: the layer's rows, ids and weights in one broadcast; this rank dispatches them
+ * itself and keeps the groups of its experts (pairs [*a, *b) of the dispatch). */
 static void receive_tokens(struct worker *w, int R, int *a, int *b)
 {
     const struct ep_stage *st = &w->stage;
     struct dsv4_step      *S  = &w->S;
-    int E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
+    int    E = w->m.cfg.n_exp, d = w->m.cfg.d_model, k = w->m.cfg.n_exp_used;
+    size_t rd = (size_t)R * (size_t)d, nk = (size_t)R * (size_t)k;
     float *hu = ep_host(st, st->u, S->u), *hr = ep_host(st, st->rw, S->rw);
     int   *hi = ep_host(st, st->ids, S->ids);
-    MPI_Bcast(st->wire, R * d, MPI_UINT16_T, 0, MPI_COMM_WORLD);
-    ep_from_wire(hu, st->wire, (size_t)R * (size_t)d);
-    MPI_Bcast(hi, R * k, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(hr, R * k, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    ep_push(st, S->u, hu, sizeof(float) * (size_t)R * (size_t)d);
-    ep_push(st, S->ids, hi, sizeof(int) * (size_t)R * (size_t)k);
-    ep_push(st, S->rw, hr, sizeof(float) * (size_t)R * (size_t)k);
+    MPI_Bcast(st->wire, (int)(2 * rd + 8 * nk), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ep_from_wire(hu, (const uint16_t *)(const void *)st->wire, rd);
+    memcpy(hi, st->wire + 2 * rd, sizeof(int) * nk);
+    memcpy(hr, st->wire + 2 * rd + 4 * nk, sizeof(float) * nk);
+    ep_push(st, S->u, hu, sizeof(float) * rd);
+    ep_push(st, S->ids, hi, sizeof(int) * nk);
+    ep_push(st, S->rw, hr, sizeof(float) * nk);
     S->be.ops->moe_dispatch(&S->be, R, k, E, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
     const int *g = ep_pull(st, st->grp, S->grp, sizeof(int) * (size_t)ep_table_ints(E));
     ep_part_of(g, E, w->m.exp_lo, w->m.exp_hi, w->part, a, b);
 }
 
-/* One MoE layer: receive, run this rank's experts, send their rows back. */
-static int experts(struct worker *w, const struct ep_cmd *c)
+/* One MoE layer: receive, run this rank's experts, send their rows back. n: the pairs the
+ * header named for this rank (ROWS). */
+static int experts(struct worker *w, const struct ep_cmd *c, int n)
 {
     const struct dsv4_config *cfg = &w->m.cfg;
     const struct ep_stage    *st  = &w->stage;
     struct dsv4_step         *S   = &w->S;
     int d = cfg->d_model, R = c->rows, a = 0, b = 0;
-    if (!w->planned || R > S->max_rows || c->layer < 0 || c->layer > cfg->n_layer) return -1;
+    if (!w->planned || R > S->max_rows || R > st->rows || c->layer < 0 || c->layer > cfg->n_layer) return -1;
     if (c->dispatch == DSV4_EP_ROWS) {
-        if ((b = receive_rows(w, R)) < 0) return -1;
+        if ((b = receive_rows(w, R, n)) < 0) return -1;
     } else {
         receive_tokens(w, R, &a, &b);
     }
     const struct dsv4_layer_w *L  = c->layer < cfg->n_layer ? &w->m.w.layers[c->layer] : &w->m.w.mtp;
-    size_t                     at = (size_t)a * (size_t)d, n = (size_t)(b - a) * (size_t)d;
+    size_t                     at = (size_t)a * (size_t)d, nd = (size_t)(b - a) * (size_t)d;
     if (w->part[0] > 0)
         S->be.ops->experts(&S->be, L->experts, cfg->n_exp, b - a, ep_table_dev(st, w->part), S->xe + at,
                            S->row_w + a, cfg->swiglu_limit, S->ye + at, S->exp_scratch);
-    const float *hy = ep_pull(st, st->ye ? st->ye + at : NULL, S->ye + at, sizeof(float) * n);
-    ep_to_wire(st->wire, hy, n);
-    MPI_Gatherv(st->wire, (int)n, MPI_UINT16_T, NULL, NULL, NULL, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    const float *hy = ep_pull(st, st->ye ? st->ye + at : NULL, S->ye + at, sizeof(float) * nd);
+    ep_to_wire((uint16_t *)(void *)st->wire, hy, nd);
+    MPI_Gatherv(st->wire, (int)nd, MPI_UINT16_T, NULL, NULL, NULL, MPI_UINT16_T, 0, MPI_COMM_WORLD);
     return 0;
 }
 
@@ -177,21 +186,31 @@ int dsv4_mpi_serve(void)
     signal(SIGUSR1, SIG_IGN);
     signal(SIGUSR2, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    size_t   msg_n = ep_msg_bytes(w.ranks);
+    uint8_t *msg   = malloc(msg_n);
+    if (!msg) {
+        fprintf(stderr, "dsv4 rank %d: out of memory\n", w.rank);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+        return 4;
+    }
     for (;;) {
         struct ep_cmd c;
-        MPI_Bcast(&c, sizeof(c), MPI_BYTE, 0, MPI_COMM_WORLD);
+        int32_t       mine;
+        MPI_Bcast(msg, (int)msg_n, MPI_BYTE, 0, MPI_COMM_WORLD);
+        memcpy(&c, msg, sizeof(c));
+        memcpy(&mine, msg + sizeof(c) + sizeof(mine) * (size_t)w.rank, sizeof(mine));
         int bad = 0;
         switch (c.op) {
         case EP_OPEN: open_part(&w, &c); break;
         case EP_RESERVE: plan(&w, (int)c.arg); break;
-        case EP_EXPERTS: bad = experts(&w, &c); break;
+        case EP_EXPERTS: bad = experts(&w, &c, mine); break;
         case EP_CLOSE: unload(&w); break;
         case EP_BANDWIDTH: {
             double gbps = w.loaded ? ep_read_bandwidth(&w.m, (size_t)c.arg, c.rows) : -1;
             MPI_Gather(&gbps, 1, MPI_DOUBLE, NULL, 0, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             break;
         }
-        case EP_QUIT: unload(&w); return 0;
+        case EP_QUIT: unload(&w); free(msg); return 0;
         default: bad = -1;
         }
         if (bad) {
@@ -200,6 +219,7 @@ int dsv4_mpi_serve(void)
             fprintf(stderr, "dsv4 rank %d: command %d (layer %d, %d rows) does not fit this rank's state\n", w.rank,
                     c.op, c.layer, c.rows);
             unload(&w);
+            free(msg);
             MPI_Abort(MPI_COMM_WORLD, 3);
             return 3;
         }

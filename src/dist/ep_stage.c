@@ -4,6 +4,7 @@
  * and receives host memory: on such a backend the rows go through these copies, on the CPU
  * the host pointers are the buffers themselves and nothing is copied.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,17 +33,27 @@ void ep_stage_free(struct ep_stage *st)
     st->rows      = 0;
 }
 
-int ep_stage_reserve(struct ep_stage *st, int rows, struct dsv4_err *err)
+int ep_stage_reserve(struct ep_stage *st, int rows, int ranks, struct dsv4_err *err)
 {
     if (rows <= st->rows) return DSV4_OK;
     size_t TW = (size_t)ep_table_ints(st->n_exp);
     if (!st->table_dev && !(st->table_dev = st->kind->alloc(st->impl, sizeof(int) * TW, DSV4_MEM_ACT)))
         return dsv4_err_set(err, DSV4_ENOMEM, "out of backend memory for a group table");
-    size_t    d = (size_t)st->d, r = (size_t)rows, pairs = r * (size_t)st->k;
-    uint16_t *wire = malloc(sizeof(uint16_t) * pairs * d);
-    if (!wire) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu MB of expert rows", pairs * d * 2 >> 20);
+    size_t d = (size_t)st->d, r = (size_t)rows, pairs = r * (size_t)st->k;
+    /* the most MPI carries at once: every rank's ROWS payload (tables, weights, rows), or
+     * the TOKENS broadcast (rows, ids, weights), or the rows gathered back */
+    size_t rows_all = sizeof(int32_t) * TW * (size_t)ranks + sizeof(float) * pairs + 2 * pairs * d;
+    size_t tokens   = 2 * r * d + 8 * pairs;
+    size_t bytes    = rows_all > tokens ? rows_all : tokens;
+    if (bytes > INT_MAX) /* MPI counts are ints (V4-Pro: steps up to ~24 000 rows) */
+        return dsv4_err_set(err, DSV4_EINVAL,
+                            "a step of %d rows needs %zu MB in one MPI message, more than MPI's int counts carry: "
+                            "take smaller steps (--max-batch-tokens, --chunk)", rows, bytes >> 20);
+    uint8_t *wire   = malloc(bytes);
+    if (!wire) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu MB of expert rows", bytes >> 20);
     free(st->wire);
-    st->wire = wire;
+    st->wire       = wire;
+    st->wire_bytes = bytes;
     if (!st->staged) {
         st->rows = rows;
         return DSV4_OK;

@@ -31,7 +31,10 @@ int dsv4_engine_open(dsv4_engine **out, const char *dir, const struct dsv4_engin
     e->lg.fn = params->log;
     e->lg.ud = params->log_ud;
     /* under expert parallelism the other ranks load their parts while this one does */
-    if (ranks > 1) dsv4_ep_announce(dir, params, ranks);
+    if (ranks > 1 && (rc = dsv4_ep_announce(dir, params, ranks, err))) {
+        free(e);
+        return rc;
+    }
     rc = dsv4_model_load_part(&e->model, dir, params, &e->lg, 0, ranks, err);
     if (ranks > 1) {
         struct dsv4_err own = *err;
