@@ -14,8 +14,10 @@
 
 #include "test_server_standby.h"
 
+/* ignore_eos: the tiny model samples its end-of-turn token first now and then (seen once in
+ * CI: a promoted server that "generated no tokens") */
 static const char *CHAT = "{\"model\":\"srv-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"in the beginning\"}],"
-                          "\"max_tokens\":4}";
+                          "\"max_tokens\":4,\"ignore_eos\":true}";
 
 static const char *status_of(json_t *r)
 {
