@@ -14,14 +14,8 @@
 
 #include "dist/ep.h"
 #include "dist/ep_proto.h"
+#include "model/rank_plan.h"
 #include "model/runtime.h"
-
-void dsv4_ep_expert_range(int n_exp, int rank, int ranks, int *lo, int *hi)
-{
-    if (ranks < 1) ranks = 1;
-    *lo = (int)((int64_t)n_exp * rank / ranks);
-    *hi = (int)((int64_t)n_exp * (rank + 1) / ranks);
-}
 
 int64_t ep_rss_bytes(void)
 {
@@ -249,7 +243,7 @@ static struct dsv4_ep *ep_new(const struct dsv4_model *m, int ranks, enum dsv4_e
         ep_free(ep);
         return NULL;
     }
-    for (int r = 0; r < ranks; r++) dsv4_ep_expert_range(c->n_exp, r, ranks, &ep->lo[r], &ep->hi[r]);
+    for (int r = 0; r < ranks; r++) dsv4_rank_experts(r, ranks, c->n_exp, &ep->lo[r], &ep->hi[r]);
     ep_stage_init(&ep->stage, m);
     return ep;
 }

@@ -1,7 +1,8 @@
 /*
  * ep.h - expert parallelism over MPI (issue 20; docs/DISTRIBUTED.md; internal).
  *
- * Layout. Rank r of N holds the routed experts [floor(r E / N), floor((r + 1) E / N)) of
+ * Layout (dsv4_rank_experts, model/rank_plan.h, shared with `dsv4 inspect --ranks`). Rank r
+ * of N holds the routed experts [floor(r E / N), floor((r + 1) E / N)) of
  * every MoE layer, the MTP block's included (E = n_routed_experts). Rank 0 also holds the
  * trunk, every other weight (embedding, attention, compressors, indexer, mHC, router, shared
  * expert, head), the KV cache, the tokenizer, the scheduler and the HTTP server: it runs the
@@ -40,9 +41,6 @@ struct dsv4_ep;
 struct dsv4_logger;
 struct dsv4_backend;
 struct dsv4_layer_w;
-
-/* The routed experts [*lo, *hi) that rank `rank` of `ranks` holds (the whole range at 1). */
-void dsv4_ep_expert_range(int n_exp, int rank, int ranks, int *lo, int *hi);
 
 /* The ranks an engine opened with params is spread over (1 = this process alone), or a
  * status with err set when params.ep does not match mpirun's ranks or this build. */

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/ep.h"
+#include "model/rank_plan.h"
 #include "model/runtime.h"
 
 void dsv4_rope_freqs(float *freq, int d_rope, float base, bool yarn, float factor, int orig_len, float beta_fast,
@@ -88,11 +88,8 @@ static void each_tensor(void *ctx, void (*fn)(const void **t, size_t bytes, void
 
 bool dsv4_model_holds(const struct dsv4_model *m, const struct dsv4_tensor *t)
 {
-    /* routed experts are named "...ffn.experts.E.w1.weight" (and their scales, stored tiles) */
-    const char *at = strstr(t->name, "ffn.experts.");
-    if (!at) return m->trunk;
-    int e = atoi(at + strlen("ffn.experts."));
-    return e >= m->exp_lo && e < m->exp_hi;
+    int e = dsv4_tensor_expert(t->name); /* the same rule as the memory plan (rank_plan.c) */
+    return e < 0 ? m->trunk : e >= m->exp_lo && e < m->exp_hi;
 }
 
 static bool holds(void *ctx, const struct dsv4_tensor *t)
@@ -124,7 +121,7 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     dsv4_bind_report_free(&rep);
     if (rc) goto fail_ck;
     const struct dsv4_config *c = &m->cfg;
-    dsv4_ep_expert_range(c->n_exp, rank, ranks, &m->exp_lo, &m->exp_hi);
+    dsv4_rank_experts(rank, ranks > 1 ? ranks : 1, c->n_exp, &m->exp_lo, &m->exp_hi);
     m->trunk       = rank == 0;
     m->ep_ranks    = ranks;
     m->ep_dispatch = params->ep_dispatch;

@@ -206,31 +206,23 @@ static void test_rank_counts_refused(struct test_ctx *t)
     }
 }
 
-/* The pid of the `dsv4` process of MPI rank `rank` under mpirun pid `parent`, or -1. */
-static pid_t rank_pid(pid_t parent, int rank)
+/* `dsv4 serve` on tiny-a with a tokenizer, under mpirun on 2 ranks. */
+static bool serve_on_two_ranks(struct test_ctx *t, struct tsrv *s)
 {
-    char cmd[256], *out = NULL;
-    snprintf(cmd, sizeof(cmd),
-             "for p in $(pgrep -P %d); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
-             "grep -qx OMPI_COMM_WORLD_RANK=%d && echo $p; done",
-             (int)parent, rank);
-    pid_t pid = -1;
-    if (test_run(cmd, &out) == 0 && out && atoi(out) > 0) pid = (pid_t)atoi(out);
-    free(out);
-    return pid;
+    char            dir[300];
+    struct dsv4_err err;
+    if (!gen_model(t, "tiny-a", dir, sizeof(dir))) return false;
+    CHECKF(tsrv_write_tokenizer(dir, 2048, &err) == DSV4_OK, "%s", err.msg);
+    return tsrv_start_mpi(t, s, dir, "", 2);
 }
 
 /* A rank killed mid-generation ends the job: mpirun exits, with an error, within seconds. */
 static void test_dead_rank_ends_the_job(struct test_ctx *t)
 {
     if (!mpi_built(t)) return;
-    char dir[300];
-    if (!gen_model(t, "tiny-a", dir, sizeof(dir))) return;
-    struct dsv4_err err;
-    CHECKF(tsrv_write_tokenizer(dir, 2048, &err) == DSV4_OK, "%s", err.msg);
     struct tsrv s;
-    if (!tsrv_start_mpi(t, &s, dir, "", 2)) return;
-    pid_t r1 = rank_pid(s.pid, 1);
+    if (!serve_on_two_ranks(t, &s)) return;
+    pid_t r1 = tsrv_mpi_rank_pid(s.pid, 1);
     CHECKF(r1 > 0, "rank 1 not found under mpirun %d", (int)s.pid);
     if (r1 > 0) kill(r1, SIGKILL);
     /* no signal from us: mpirun ends the job by itself */
@@ -242,12 +234,8 @@ static void test_dead_rank_ends_the_job(struct test_ctx *t)
 static void test_drain_under_mpirun(struct test_ctx *t)
 {
     if (!mpi_built(t)) return;
-    char dir[300];
-    if (!gen_model(t, "tiny-a", dir, sizeof(dir))) return;
-    struct dsv4_err err;
-    CHECKF(tsrv_write_tokenizer(dir, 2048, &err) == DSV4_OK, "%s", err.msg);
     struct tsrv s;
-    if (!tsrv_start_mpi(t, &s, dir, "", 2)) return;
+    if (!serve_on_two_ranks(t, &s)) return;
     json_t *r = NULL;
     int     st = tsrv_post(&s, "/v1/completions", "{\"prompt\":\"abc\",\"max_tokens\":5,\"temperature\":0}", NULL, &r);
     CHECKF(st == 200, "status %d", st);

@@ -132,9 +132,10 @@ static bool read_line_fd(int fd, char *out, size_t cap, double timeout_s)
     return true;
 }
 
-/* The pid of the child of `parent` that is MPI rank 0 (its environment says so), or -1. */
-static pid_t mpi_rank0(pid_t parent)
+pid_t tsrv_mpi_rank_pid(pid_t parent, int rank)
 {
+    char want[48];
+    snprintf(want, sizeof(want), "OMPI_COMM_WORLD_RANK=%d", rank);
     for (int tries = 0; tries < 100; tries++) {
         char  path[64], cmd[200], *out = NULL;
         pid_t found = -1;
@@ -145,7 +146,7 @@ static pid_t mpi_rank0(pid_t parent)
                 snprintf(path, sizeof(path), "/proc/%d/environ", atoi(tok));
                 char  *env = test_read_file(path, &n);
                 for (size_t i = 0; env && i < n; i += strlen(env + i) + 1)
-                    if (!strcmp(env + i, "OMPI_COMM_WORLD_RANK=0")) found = (pid_t)atoi(tok);
+                    if (!strcmp(env + i, want)) found = (pid_t)atoi(tok);
                 free(env);
             }
         free(out);
@@ -237,7 +238,7 @@ bool tsrv_start_mpi(struct test_ctx *t, struct tsrv *s, const char *dir, const c
             break;
         }
     }
-    if (ready && ranks > 1) s->sig_pid = mpi_rank0(pid);
+    if (ready && ranks > 1) s->sig_pid = tsrv_mpi_rank_pid(pid, 0);
     CHECKF(ready && s->port > 0 && s->sig_pid > 0, "dsv4 serve did not start (log: %s)", s->log);
     if (!ready || s->port <= 0 || s->sig_pid <= 0) {
         tsrv_stop(s, SIGKILL, 5);

@@ -33,6 +33,9 @@ bool tsrv_start(struct test_ctx *t, struct tsrv *s, const char *dir, const char 
  * signals of tsrv_stop go to rank 0, and the exit status is mpirun's. tsrv_start takes this
  * path when the runner was given --mpi N (test_mpi_ranks). */
 bool tsrv_start_mpi(struct test_ctx *t, struct tsrv *s, const char *dir, const char *args, int ranks);
+/* The pid of the child of mpirun `parent` that is MPI rank `rank` (its environment says so;
+ * waits up to 5 s for it to appear), or -1. */
+pid_t tsrv_mpi_rank_pid(pid_t parent, int rank);
 /* Sends sig (0: none) and waits up to timeout_s for the exit; returns the exit status
  * (128 + signal when killed), -1 on timeout (then it is killed). */
 int  tsrv_stop(struct tsrv *s, int sig, double timeout_s);
