@@ -136,6 +136,10 @@ async function stopWorks(page, w) {
       if (new URL(String(url), location.href).pathname === chat && opts && typeof opts.body === "string") {
         const body = JSON.parse(opts.body);
         body.ignore_eos = true;
+        // a fixed seed: with an unseeded draw, about one run in four showed no answer text
+        // until the 3000 tokens had ended, so Stop came too late (seen in CI and here; why that
+        // draw streams nothing visible was not found); seeded, the run is the same each time
+        body.seed = 7;
         opts = Object.assign({}, opts, { body: JSON.stringify(body) });
       }
       return plain(url, opts);
