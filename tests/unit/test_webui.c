@@ -104,7 +104,7 @@ static void check_after_browser(struct test_ctx *t, struct tsrv *s, double cance
 static void test_chat_page(struct test_ctx *t)
 {
     struct tsrv open_s, key_s;
-    if (!tsrv_start(t, &open_s, DEMO_MODEL, "--ctx 4096")) return;
+    if (!tsrv_start(t, &open_s, DEMO_MODEL, "--ctx 4096 --threads 1")) return;
     if (!tsrv_start(t, &key_s, DEMO_MODEL, "--ctx 1024 --api-key " WEBUI_KEY)) {
         tsrv_stop(&open_s, SIGKILL, 5);
         return;
