@@ -316,14 +316,18 @@ static void print_summary(const struct level_sum *s, int n, const struct bench_o
 {
     if (!n) return;
     printf("\nsummary at ctx %d (prefill: GFLOP/s of the projections and experts, share of the level's peak;\n"
-           "decode: tok/s and share of the read bandwidth for the bytes the step must read)\n", o->ctxs[0]);
+           "decode: tok/s, share of the read bandwidth for the bytes the step must read, and for batches\n"
+           "after the first, tok/s as a multiple of the first batch's)\n", o->ctxs[0]);
     printf("%-11s %8s %9s %9s %12s %8s", "level", "bw GB/s", "f32 peak", "peak", "prefill t/s", "of peak");
-    for (int b = 0; b < o->n_batch && b < 8; b++) printf("   b%-2d t/s  of bw", o->batches[b]);
+    for (int b = 0; b < o->n_batch && b < 8; b++) printf("   b%-2d t/s  of bw%s", o->batches[b], b ? "  x b1" : "");
     printf("\n");
     for (int i = 0; i < n; i++) {
         printf("%-11s %8.1f %9.1f %9.1f %12.1f %7.0f%%", s[i].level, s[i].bw, s[i].peak_f32, s[i].peak, s[i].prefill_tps,
                s[i].peak > 0 ? 100.0 * s[i].prefill_gf / s[i].peak : 0.0);
-        for (int b = 0; b < o->n_batch && b < 8; b++) printf(" %9.2f %5.0f%%", s[i].tps[b], 100.0 * s[i].share[b]);
+        for (int b = 0; b < o->n_batch && b < 8; b++) {
+            printf(" %9.2f %5.0f%%", s[i].tps[b], 100.0 * s[i].share[b]);
+            if (b) printf(" %6.2f", s[i].tps[0] > 0 ? s[i].tps[b] / s[i].tps[0] : 0.0);
+        }
         printf("\n");
     }
 }

@@ -421,6 +421,8 @@ static void test_bench_cli(struct test_ctx *t)
         CHECKF(sum && strstr(sum, line), "no summary line for level %s:\n%s", name, out);
     }
     CHECK(strstr(out, "arithmetic peak, 2 threads: f32 FMA") != NULL);
+    const char *sm = strstr(out, "summary at ctx 16");
+    CHECKF(sm && strstr(sm, "b2  t/s  of bw  x b1"), "the summary gives batch 2 as a multiple of batch 1:\n%s", out);
     const char *sp = strstr(out, "speculative decoding at ctx 16");
     CHECKF(sp && strstr(sp, "\n       3 ") && strstr(sp, "\n   draft "), "no --spec-rows table:\n%s", out);
     free(out);
