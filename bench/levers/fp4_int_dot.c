@@ -14,22 +14,28 @@
  * broadcast load, no vector ALU work) rounds once per block and lane.
  *
  * Vector ALU uops per 32 weights and row (loads and broadcasts from memory not counted; NT
- * tokens share the decoding):
+ * tokens share the decoding; "chain": see i2_dot):
  *
- *   variant              decode              per token                               1 tok  4 tok
- *   f32-current (avx2)   4x(SRLVD PERMPS     4 FMA                                    22     34
- *                        SLLD XOR) + MUL XOR
- *   int-avx2             SRLVD AND PSHUFB    4 PMADDWD 2 PADDD 2 CVTDQ2PS 2 FMA       15     45
- *                        2 PUNPCK
- *   int-avxvnni          same                2 PMADDWD 2 DPWSSD 2 CVT 2 FMA           13     37
- *   int-avx512vnni       same per 64 (zmm)   per 64: 2 PMADDWD 2 DPWSSD 2 CVT 2 FMA     7     20.5
- *                                            1 BLENDMPS (two blocks' scales)
- *   f32-avx512-current   2x(PSRLW PUNPCKLBW  2 FMA                                    11     17
- *                        PMOVZXBD PERMPS)+MUL
+ *   variant               decode               per token                           1 tok  4 tok
+ *   f32-current (avx2)    4x(SRLVD PERMPS      4 FMA                                22     34
+ *                         SLLD XOR) + MUL XOR
+ *   int-avx2              SRLVD AND PSHUFB     4 PMADDWD 2 PADDD 2 CVTDQ2PS 2 FMA   15     45
+ *                         2 PUNPCK (5)
+ *   int-avx2-chain        5 + 2 PSRAW          4 PMADDWD 3 PADDD 1 CVT 1 FMA        16     43
+ *   int-avxvnni           5                    2 PMADDWD 2 DPWSSD 2 CVT 2 FMA       13     37
+ *   int-avxvnni-chain     5 + 2 PSRAW          1 PMADDWD 3 DPWSSD 1 CVT 1 FMA       13     31
+ *   int-avx512vnni        5 per 64 (zmm)       per 64: 2 PMADDWD 2 DPWSSD 2 CVT     7     20.5
+ *                                            2 FMA 1 BLENDMPS (two blocks' scales)
+ *   int-avx512vnni-chain  7 per 64             per 64: 1 PMADDWD 3 DPWSSD 1 CVT      7     17.5
+ *                                            1 FMA 1 BLENDMPS
+ *   f32-avx512-current    2x(PSRLW PUNPCKLBW   2 FMA                                11     17
+ *                         PMOVZXBD PERMPS)+MUL
  *
  * Per token the integer route costs more than an FMA route (two dot products per product,
- * conversion, two FMAs) and saves only in the decode, so it should win at one token and lose
- * at four; the figures say by how much.
+ * conversion, FMAs) and saves only in the decode, so it should win at one token and lose or
+ * tie at four; the figures (bench/levers/README.md) say by how much. GCC spills some
+ * accumulators or weight vectors in every 4-row kernel here (as in the current one): the
+ * counts are what the kernels ask for, not what the compiler emits.
  *
  * Usage: build/bench_fp4_int_dot [runs]   (make bench-levers). Exit 1 when a check fails.
  */
@@ -52,6 +58,10 @@
 
 enum { MAXT = 4, EX_OFF = 64 };
 
+/* The activations' int16 layouts: ymm or zmm decode order; hi as it is (two sums) or doubled
+ * (one chain). */
+enum lay { L256, L256C, L512, L512C };
+
 /* One problem: W [n][k/2] nibbles, scales [n][k/32] e8m0; nt tokens of activations in every
  * form the variants take. */
 struct prob {
@@ -60,11 +70,11 @@ struct prob {
     uint8_t *code;        /* [nt][k] e4m3 codes */
     int8_t  *ex;          /* [nt][k/128] activation scale exponents */
     float   *x;           /* [nt][k] dequantised activations (f32 variants) */
-    int16_t *a256, *a512; /* [nt][4k] hi/lo arranged for the ymm and zmm decode orders */
+    int16_t *act[4];      /* [nt][2k] hi/lo in the enum lay orders */
     float   *y;           /* [nt][n] */
 };
 
-static float tab_sc[512];    /* 2^(i - EX_OFF - 127 - 18): e_w + ex + EX_OFF -> block scale */
+static float tab_sc[512];    /* 2^(i - EX_OFF - 127 - 18): e_w + ex + EX_OFF (+ 8 for a chain) -> block scale */
 static float tab_half[256];  /* the current kernel's k_e8m0_half: 2^(e - 128) */
 
 /* ------------------------------------------------------------------ e4m3 and the layouts */
@@ -95,17 +105,17 @@ static int pos512(int k64)
 }
 
 /* hi/lo halves per block (ymm: 64 int16 per 32 weights, [H0 H1 L0 L1]) and per block pair
- * (zmm: 128 int16 per 64 weights, [H0 H1 L0 L1] of 32 each). */
-static void arrange(const uint8_t *code, int k, int16_t *a256, int16_t *a512)
+ * (zmm: 128 int16 per 64 weights, [H0 H1 L0 L1] of 32 each); the chain layouts hold 2 hi. */
+static void arrange(const uint8_t *code, int k, int16_t *const act[4])
 {
     for (int i = 0; i < k; i++) {
         int32_t a  = e4m3_a(code[i]);
         int16_t hi = (int16_t)(a >> 9), lo = (int16_t)(a & 511);
-        int     p  = pos256(i % 32), q = pos512(i % 64);
-        a256[i / 32 * 64 + p]       = hi;
-        a256[i / 32 * 64 + 32 + p]  = lo;
-        a512[i / 64 * 128 + q]      = hi;
-        a512[i / 64 * 128 + 64 + q] = lo;
+        int     p  = i / 32 * 64 + pos256(i % 32), q = i / 64 * 128 + pos512(i % 64);
+        act[L256][p] = hi, act[L256C][p] = (int16_t)(2 * hi);
+        act[L256][p + 32] = act[L256C][p + 32] = lo;
+        act[L512][q] = hi, act[L512C][q] = (int16_t)(2 * hi);
+        act[L512][q + 64] = act[L512C][q + 64] = lo;
     }
 }
 
@@ -241,6 +251,15 @@ static TGT_512 void run_c5(const struct prob *P, int o0, int o1)
 
 /* ------------------------------------------------------------------ int, ymm (avx2, avx-vnni) */
 
+/* A block's S from the f32 lanes its dot gives: exact integers (times unit), so their sum in
+ * int64 is exact. */
+static int64_t lanes_s(const float *f, int n, int unit)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++) s += (int64_t)f[i];
+    return s / unit;
+}
+
 /* 16 bytes (32 nibbles) -> int16 w2 x 256 in the pos256 order. VBROADCASTI128 puts the bytes
  * in both lanes, the upper shifted by 4: after the AND the lower lane holds the even nibbles
  * and the upper the odd ones (a dword shift moves bits across bytes, but the AND keeps each
@@ -256,23 +275,50 @@ INL TGT_AVX2 void i2_dec(const uint8_t *p, __m256i *w0, __m256i *w1)
     *w1       = _mm256_unpackhi_epi8(_mm256_setzero_si256(), v);
 }
 
-/* Lanes of 256 x (sum hi * w2) and 256 x (sum lo * w2) for one block; h = [H0 H1 L0 L1]. */
-INL TGT_AVX2 void i2_dot(__m256i w0, __m256i w1, const int16_t *h, __m256i *hi, __m256i *lo)
+/* The block's exact lane sums as f32 from the decoded weights u = 256 w2 and h = [H0 H1 L0 L1].
+ * Two sums (as issue 40 puts it): lanes of 256 sum(hi w2) and 256 sum(lo w2), each converted,
+ * 512 x the first plus the second in one FMA (exact: 256 x S_lane, |S_lane| < 2^24); the scale
+ * takes 2^-18. One chain: the lo products take w2 = u >> 8 and the hi products u against
+ * doubled hi (|2 hi| <= 896), so one int32 chain of four dot products is 512 sum(hi w2) +
+ * sum(lo w2) = S_lane (|.| < 2^24: no overflow), one conversion, and the scale takes 2^-10:
+ * two shifts per row more in the decode, two conversions and an FMA fewer per token. */
+INL TGT_AVX2 __m256 i2_dot(__m256i w0, __m256i w1, const int16_t *h)
 {
-    const __m256i *q = (const __m256i *)(const void *)h;
-    *hi = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q)), _mm256_madd_epi16(w1, _mm256_loadu_si256(q + 1)));
-    *lo = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q + 2)), _mm256_madd_epi16(w1, _mm256_loadu_si256(q + 3)));
+    const __m256i *q  = (const __m256i *)(const void *)h;
+    __m256i        hi = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q)), _mm256_madd_epi16(w1, _mm256_loadu_si256(q + 1)));
+    __m256i        lo = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q + 2)), _mm256_madd_epi16(w1, _mm256_loadu_si256(q + 3)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(512.0f), _mm256_cvtepi32_ps(lo));
 }
 
-INL TGT_VNNI void iv_dot(__m256i w0, __m256i w1, const int16_t *h, __m256i *hi, __m256i *lo)
+INL TGT_AVX2 __m256 i2c_dot(__m256i w0, __m256i w1, const int16_t *h)
 {
-    const __m256i *q = (const __m256i *)(const void *)h;
-    *hi = _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q)), w1, _mm256_loadu_si256(q + 1));
-    *lo = _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q + 2)), w1, _mm256_loadu_si256(q + 3));
+    const __m256i *q  = (const __m256i *)(const void *)h;
+    __m256i        hi = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q)), _mm256_madd_epi16(w1, _mm256_loadu_si256(q + 1)));
+    __m256i        lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_srai_epi16(w0, 8), _mm256_loadu_si256(q + 2)),
+                                         _mm256_madd_epi16(_mm256_srai_epi16(w1, 8), _mm256_loadu_si256(q + 3)));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(hi, lo));
 }
 
-/* Four rows x NT tokens; DOT is i2_dot or iv_dot. Scales: tab_sc[e_w + ex + EX_OFF]. */
-#define INT256_ROWS4(NAME, TGT, DOT)                                                                          \
+INL TGT_VNNI __m256 iv_dot(__m256i w0, __m256i w1, const int16_t *h)
+{
+    const __m256i *q  = (const __m256i *)(const void *)h;
+    __m256i        hi = _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q)), w1, _mm256_loadu_si256(q + 1));
+    __m256i        lo = _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(q + 2)), w1, _mm256_loadu_si256(q + 3));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(512.0f), _mm256_cvtepi32_ps(lo));
+}
+
+INL TGT_VNNI __m256 ivc_dot(__m256i w0, __m256i w1, const int16_t *h)
+{
+    const __m256i *q   = (const __m256i *)(const void *)h;
+    __m256i        acc = _mm256_madd_epi16(_mm256_srai_epi16(w0, 8), _mm256_loadu_si256(q + 2));
+    acc                = _mm256_dpwssd_avx_epi32(acc, _mm256_srai_epi16(w1, 8), _mm256_loadu_si256(q + 3));
+    acc                = _mm256_dpwssd_avx_epi32(acc, w0, _mm256_loadu_si256(q));
+    return _mm256_cvtepi32_ps(_mm256_dpwssd_avx_epi32(acc, w1, _mm256_loadu_si256(q + 1)));
+}
+
+/* Four rows x NT tokens; DOT one of the above, LAY its activations, SOFF 0 (two sums) or 8
+ * (one chain): the scale is tab_sc[e_w + ex + EX_OFF + SOFF]. */
+#define INT256_ROWS4(NAME, TGT, DOT, LAY, SOFF)                                                               \
     INL TGT void NAME(const struct prob *P, int NT, int ow)                                                   \
     {                                                                                                         \
         const uint8_t *wr[4], *er[4];                                                                         \
@@ -294,16 +340,11 @@ INL TGT_VNNI void iv_dot(__m256i w0, __m256i w1, const int16_t *h, __m256i *hi, 
             for (int r = 0; r < 4; r++) i2_dec(wr[r] + b * 16, &w0[r], &w1[r]);                               \
             UNROLL4                                                                                           \
             for (int t = 0; t < NT; t++) {                                                                    \
-                const int16_t *h  = P->a256 + (size_t)t * (size_t)P->k * 2 + b * 64;                         \
-                const float   *ts = tab_sc + EX_OFF + P->ex[(size_t)t * (size_t)(P->k / 128) + b / 4];        \
+                const int16_t *h  = P->act[LAY] + (size_t)t * (size_t)P->k * 2 + b * 64;                     \
+                const float   *ts = tab_sc + EX_OFF + SOFF + P->ex[(size_t)t * (size_t)(P->k / 128) + b / 4]; \
                 UNROLL4                                                                                       \
-                for (int r = 0; r < 4; r++) {                                                                 \
-                    __m256i hi, lo;                                                                           \
-                    DOT(w0[r], w1[r], h, &hi, &lo);                                                           \
-                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(512.0f),                \
-                                               _mm256_cvtepi32_ps(lo));                                       \
-                    a[r][t]  = _mm256_fmadd_ps(f, _mm256_broadcast_ss(ts + er[r][b]), a[r][t]);              \
-                }                                                                                             \
+                for (int r = 0; r < 4; r++)                                                                   \
+                    a[r][t] = _mm256_fmadd_ps(DOT(w0[r], w1[r], h), _mm256_broadcast_ss(ts + er[r][b]), a[r][t]); \
             }                                                                                                 \
         }                                                                                                     \
         UNROLL4                                                                                               \
@@ -315,20 +356,28 @@ INL TGT_VNNI void iv_dot(__m256i w0, __m256i w1, const int16_t *h, __m256i *hi, 
                 s        = _mm_add_ss(s, _mm_movehdup_ps(s));                                                 \
                 P->y[(size_t)t * (size_t)P->n + (size_t)(ow + r)] = _mm_cvtss_f32(s);                         \
             }                                                                                                 \
+    }                                                                                                         \
+    static TGT void run_##NAME(const struct prob *P, int o0, int o1)                                          \
+    {                                                                                                         \
+        for (int o = o0; o < o1; o += 4) P->nt == 1 ? NAME(P, 1, o) : NAME(P, 4, o);                         \
+    }                                                                                                         \
+    /* S of every block of row o against token 0, into S[k/32] (the lanes are exact integers */               \
+    /* times 256 for two sums). */                                                                            \
+    static TGT void sums_##NAME(const struct prob *P, int o, int64_t *S)                                      \
+    {                                                                                                         \
+        for (int b = 0; b < P->k / 32; b++) {                                                                 \
+            __m256i w0, w1;                                                                                   \
+            float   f[8];                                                                                     \
+            i2_dec(P->w + (size_t)o * (size_t)(P->k / 2) + (size_t)b * 16, &w0, &w1);                         \
+            _mm256_storeu_ps(f, DOT(w0, w1, P->act[LAY] + (size_t)b * 64));                                   \
+            S[b] = lanes_s(f, 8, SOFF ? 1 : 256);                                                             \
+        }                                                                                                     \
     }
 
-INT256_ROWS4(i2_rows4, TGT_AVX2, i2_dot)
-INT256_ROWS4(iv_rows4, TGT_VNNI, iv_dot)
-
-static TGT_AVX2 void run_i2(const struct prob *P, int o0, int o1)
-{
-    for (int o = o0; o < o1; o += 4) P->nt == 1 ? i2_rows4(P, 1, o) : i2_rows4(P, 4, o);
-}
-
-static TGT_VNNI void run_iv(const struct prob *P, int o0, int o1)
-{
-    for (int o = o0; o < o1; o += 4) P->nt == 1 ? iv_rows4(P, 1, o) : iv_rows4(P, 4, o);
-}
+INT256_ROWS4(i2, TGT_AVX2, i2_dot, L256, 0)
+INT256_ROWS4(i2c, TGT_AVX2, i2c_dot, L256C, 8)
+INT256_ROWS4(iv, TGT_VNNI, iv_dot, L256, 0)
+INT256_ROWS4(ivc, TGT_VNNI, ivc_dot, L256C, 8)
 
 /* ------------------------------------------------------------------ int, zmm (avx-512 vnni) */
 
@@ -345,104 +394,86 @@ INL TGT_512 void i5_dec(const uint8_t *p, __m512i *w0, __m512i *w1)
     *w1       = _mm512_unpackhi_epi8(_mm512_setzero_si512(), v);
 }
 
-/* Dword lanes 0-3 and 8-11 belong to the pair's first block, 4-7 and 12-15 to the second. */
-INL TGT_512 void i5_dot(__m512i w0, __m512i w1, const int16_t *h, __m512i *hi, __m512i *lo)
+/* As i2_dot / ivc_dot over a block pair: dword lanes 0-3 and 8-11 belong to the first block,
+ * 4-7 and 12-15 to the second. */
+INL TGT_512 __m512 i5_dot(__m512i w0, __m512i w1, const int16_t *h)
 {
-    const __m512i *q = (const __m512i *)(const void *)h;
-    *hi = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(q)), w1, _mm512_loadu_si512(q + 1));
-    *lo = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(q + 2)), w1, _mm512_loadu_si512(q + 3));
+    const __m512i *q  = (const __m512i *)(const void *)h;
+    __m512i        hi = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(q)), w1, _mm512_loadu_si512(q + 1));
+    __m512i        lo = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(q + 2)), w1, _mm512_loadu_si512(q + 3));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(512.0f), _mm512_cvtepi32_ps(lo));
 }
 
-INL TGT_512 void i5_rows4(const struct prob *P, int NT, int ow)
+INL TGT_512 __m512 i5c_dot(__m512i w0, __m512i w1, const int16_t *h)
 {
-    const uint8_t *wr[4], *er[4];
-    __m512         a[4][MAXT];
-    size_t         nb = (size_t)P->k / 32;
-    UNROLL4
-    for (int r = 0; r < 4; r++) {
-        wr[r] = P->w + (size_t)(ow + r) * (size_t)(P->k / 2);
-        er[r] = P->sw + (size_t)(ow + r) * nb;
+    const __m512i *q   = (const __m512i *)(const void *)h;
+    __m512i        acc = _mm512_madd_epi16(_mm512_srai_epi16(w0, 8), _mm512_loadu_si512(q + 2));
+    acc                = _mm512_dpwssd_epi32(acc, _mm512_srai_epi16(w1, 8), _mm512_loadu_si512(q + 3));
+    acc                = _mm512_dpwssd_epi32(acc, w0, _mm512_loadu_si512(q));
+    return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(acc, w1, _mm512_loadu_si512(q + 1)));
+}
+
+/* The zmm kernel: INT256_ROWS4 over block pairs, the two blocks' scales blended per lane. */
+#define INT512_ROWS4(NAME, DOT, LAY, SOFF)                                                                    \
+    INL TGT_512 void NAME(const struct prob *P, int NT, int ow)                                               \
+    {                                                                                                         \
+        const uint8_t *wr[4], *er[4];                                                                         \
+        __m512         a[4][MAXT];                                                                            \
+        size_t         nb = (size_t)P->k / 32;                                                                \
+        UNROLL4                                                                                               \
+        for (int r = 0; r < 4; r++) {                                                                         \
+            wr[r] = P->w + (size_t)(ow + r) * (size_t)(P->k / 2);                                             \
+            er[r] = P->sw + (size_t)(ow + r) * nb;                                                            \
+        }                                                                                                     \
+        UNROLL4                                                                                               \
+        for (int r = 0; r < 4; r++)                                                                           \
+            UNROLL4                                                                                           \
+            for (int t = 0; t < MAXT; t++) a[r][t] = _mm512_setzero_ps();                                     \
+        for (size_t b = 0; b < nb; b += 2) {                                                                  \
+            __m512i w0[4], w1[4];                                                                             \
+            pf4(P, ow, (int)b * 32);                                                                          \
+            UNROLL4                                                                                           \
+            for (int r = 0; r < 4; r++) i5_dec(wr[r] + b * 16, &w0[r], &w1[r]);                               \
+            UNROLL4                                                                                           \
+            for (int t = 0; t < NT; t++) {                                                                    \
+                const int16_t *h  = P->act[LAY] + (size_t)t * (size_t)P->k * 2 + b * 64;                     \
+                const float   *ts = tab_sc + EX_OFF + SOFF + P->ex[(size_t)t * (size_t)(P->k / 128) + b / 4]; \
+                UNROLL4                                                                                       \
+                for (int r = 0; r < 4; r++) {                                                                 \
+                    __m512 s = _mm512_mask_blend_ps(0xf0f0, _mm512_set1_ps(ts[er[r][b]]),                     \
+                                                    _mm512_set1_ps(ts[er[r][b + 1]]));                        \
+                    a[r][t] = _mm512_fmadd_ps(DOT(w0[r], w1[r], h), s, a[r][t]);                              \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+        UNROLL4                                                                                               \
+        for (int r = 0; r < 4; r++)                                                                           \
+            UNROLL4                                                                                           \
+            for (int t = 0; t < NT; t++)                                                                      \
+                P->y[(size_t)t * (size_t)P->n + (size_t)(ow + r)] = _mm512_reduce_add_ps(a[r][t]);            \
+    }                                                                                                         \
+    static TGT_512 void run_##NAME(const struct prob *P, int o0, int o1)                                      \
+    {                                                                                                         \
+        for (int o = o0; o < o1; o += 4) P->nt == 1 ? NAME(P, 1, o) : NAME(P, 4, o);                         \
+    }                                                                                                         \
+    static TGT_512 void sums_##NAME(const struct prob *P, int o, int64_t *S)                                  \
+    {                                                                                                         \
+        for (int b = 0; b < P->k / 32; b += 2) {                                                              \
+            __m512i w0, w1;                                                                                   \
+            float   f[16], f0[8], f1[8];                                                                      \
+            i5_dec(P->w + (size_t)o * (size_t)(P->k / 2) + (size_t)b * 16, &w0, &w1);                         \
+            _mm512_storeu_ps(f, DOT(w0, w1, P->act[LAY] + (size_t)b * 64));                                   \
+            for (int i = 0; i < 8; i++) {                                                                     \
+                f0[i] = f[(i & 3) + (i >> 2) * 8];                                                            \
+                f1[i] = f[(i & 3) + (i >> 2) * 8 + 4];                                                        \
+            }                                                                                                 \
+            S[b]     = lanes_s(f0, 8, SOFF ? 1 : 256);                                                        \
+            S[b + 1] = lanes_s(f1, 8, SOFF ? 1 : 256);                                                        \
+        }                                                                                                     \
     }
-    UNROLL4
-    for (int r = 0; r < 4; r++)
-        UNROLL4
-        for (int t = 0; t < MAXT; t++) a[r][t] = _mm512_setzero_ps();
-    for (size_t b = 0; b < nb; b += 2) {
-        __m512i w0[4], w1[4];
-        pf4(P, ow, (int)b * 32);
-        UNROLL4
-        for (int r = 0; r < 4; r++) i5_dec(wr[r] + b * 16, &w0[r], &w1[r]);
-        UNROLL4
-        for (int t = 0; t < NT; t++) {
-            const int16_t *h  = P->a512 + (size_t)t * (size_t)P->k * 2 + b * 64;
-            const float   *ts = tab_sc + EX_OFF + P->ex[(size_t)t * (size_t)(P->k / 128) + b / 4];
-            UNROLL4
-            for (int r = 0; r < 4; r++) {
-                __m512i hi, lo;
-                i5_dot(w0[r], w1[r], h, &hi, &lo);
-                __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(512.0f), _mm512_cvtepi32_ps(lo));
-                __m512 s = _mm512_mask_blend_ps(0xf0f0, _mm512_set1_ps(ts[er[r][b]]), _mm512_set1_ps(ts[er[r][b + 1]]));
-                a[r][t]  = _mm512_fmadd_ps(f, s, a[r][t]);
-            }
-        }
-    }
-    UNROLL4
-    for (int r = 0; r < 4; r++)
-        UNROLL4
-        for (int t = 0; t < NT; t++) P->y[(size_t)t * (size_t)P->n + (size_t)(ow + r)] = _mm512_reduce_add_ps(a[r][t]);
-}
 
-static TGT_512 void run_i5(const struct prob *P, int o0, int o1)
-{
-    for (int o = o0; o < o1; o += 4) P->nt == 1 ? i5_rows4(P, 1, o) : i5_rows4(P, 4, o);
-}
-
-/* ------------------------------------------------------------------ exact block sums, one row */
-
-/* S of every block of row o against token 0 through each integer path, into S[k/32]: the
- * lanes hold 256 x the halves' sums, so S = (512 x sum(hi) + sum(lo)) / 256, in int64. */
-static int64_t lanes_s(const int32_t *hi, const int32_t *lo, int n)
-{
-    int64_t s = 0;
-    for (int i = 0; i < n; i++) s += 512 * (int64_t)hi[i] + lo[i];
-    return s / 256;
-}
-
-#define INT256_SUMS(NAME, TGT, DOT)                                                                             \
-    static TGT void NAME(const struct prob *P, int o, int64_t *S)                                               \
-    {                                                                                                           \
-        for (int b = 0; b < P->k / 32; b++) {                                                                   \
-            __m256i w0, w1, hi, lo;                                                                             \
-            int32_t h[8], l[8];                                                                                 \
-            i2_dec(P->w + (size_t)o * (size_t)(P->k / 2) + (size_t)b * 16, &w0, &w1);                           \
-            DOT(w0, w1, P->a256 + (size_t)b * 64, &hi, &lo);                                                    \
-            _mm256_storeu_si256((__m256i *)(void *)h, hi);                                                      \
-            _mm256_storeu_si256((__m256i *)(void *)l, lo);                                                      \
-            S[b] = lanes_s(h, l, 8);                                                                            \
-        }                                                                                                       \
-    }
-
-INT256_SUMS(i2_sums, TGT_AVX2, i2_dot)
-INT256_SUMS(iv_sums, TGT_VNNI, iv_dot)
-
-static TGT_512 void i5_sums(const struct prob *P, int o, int64_t *S)
-{
-    for (int b = 0; b < P->k / 32; b += 2) {
-        __m512i w0, w1, hi, lo;
-        int32_t h[16], l[16], h0[8], l0[8], h1[8], l1[8];
-        i5_dec(P->w + (size_t)o * (size_t)(P->k / 2) + (size_t)b * 16, &w0, &w1);
-        i5_dot(w0, w1, P->a512 + (size_t)b * 64, &hi, &lo);
-        _mm512_storeu_si512(h, hi);
-        _mm512_storeu_si512(l, lo);
-        for (int i = 0; i < 16; i++) {
-            int j = (i & 3) + (i >> 3) * 4; /* lanes 0-3, 8-11: first block */
-            if ((i >> 2) & 1) h1[j] = h[i], l1[j] = l[i];
-            else h0[j] = h[i], l0[j] = l[i];
-        }
-        S[b]     = lanes_s(h0, l0, 8);
-        S[b + 1] = lanes_s(h1, l1, 8);
-    }
-}
+INT512_ROWS4(i5, i5_dot, L512, 0)
+INT512_ROWS4(i5c, i5c_dot, L512C, 8)
 
 /* ------------------------------------------------------------------ reference and checks */
 
@@ -526,9 +557,12 @@ static int has_512(void)
 
 static const struct variant VARIANTS[] = {
     { "f32-current", "avx2+fma", 1, run_c2, NULL, has_avx2 },
-    { "int-avx2", "avx2+fma", 0, run_i2, i2_sums, has_avx2 },
-    { "int-avxvnni", "avx-vnni", 0, run_iv, iv_sums, has_vnni },
-    { "int-avx512vnni", "avx512f+bw+vnni", 0, run_i5, i5_sums, has_512 },
+    { "int-avx2", "avx2+fma", 0, run_i2, sums_i2, has_avx2 },
+    { "int-avx2-chain", "avx2+fma", 0, run_i2c, sums_i2c, has_avx2 },
+    { "int-avxvnni", "avx-vnni", 0, run_iv, sums_iv, has_vnni },
+    { "int-avxvnni-chain", "avx-vnni", 0, run_ivc, sums_ivc, has_vnni },
+    { "int-avx512vnni", "avx512f+bw+vnni", 0, run_i5, sums_i5, has_512 },
+    { "int-avx512vnni-chain", "avx512f+bw+vnni", 0, run_i5c, sums_i5c, has_512 },
     { "f32-avx512-current", "avx512f+bw", 1, run_c5, NULL, has_512 },
 };
 enum { NVAR = sizeof VARIANTS / sizeof VARIANTS[0] };
@@ -606,8 +640,7 @@ static void prob_init(struct prob *P, int n, int k)
     P->code = xalloc((size_t)MAXT * (size_t)k);
     P->ex   = xalloc((size_t)MAXT * (size_t)k / 128);
     P->x    = xalloc(sizeof(float) * MAXT * (size_t)k);
-    P->a256 = xalloc(sizeof(int16_t) * 2 * MAXT * (size_t)k);
-    P->a512 = xalloc(sizeof(int16_t) * 2 * MAXT * (size_t)k);
+    for (int l = 0; l < 4; l++) P->act[l] = xalloc(sizeof(int16_t) * 2 * MAXT * (size_t)k);
     P->y    = xalloc(sizeof(float) * MAXT * (size_t)n);
     for (size_t i = 0; i < nk / 2; i++) P->w[i] = (uint8_t)rnd();
     for (size_t i = 0; i < nk / 32; i++) P->sw[i] = (uint8_t)(118 + rnd() % 13);
@@ -620,13 +653,16 @@ static void prob_init(struct prob *P, int n, int k)
             while ((c[i] & 0x7f) == 0x7f);
             P->x[(size_t)t * (size_t)k + (size_t)i] = (float)ldexp(e4m3_a(c[i]), P->ex[t * (k / 128) + i / 128] - 9);
         }
-        arrange(c, k, P->a256 + (size_t)t * 2 * (size_t)k, P->a512 + (size_t)t * 2 * (size_t)k);
+        int16_t *act[4];
+        for (int l = 0; l < 4; l++) act[l] = P->act[l] + (size_t)t * 2 * (size_t)k;
+        arrange(c, k, act);
     }
 }
 
 static void prob_free(struct prob *P)
 {
-    free(P->w), free(P->sw), free(P->code), free(P->ex), free(P->x), free(P->a256), free(P->a512), free(P->y);
+    free(P->w), free(P->sw), free(P->code), free(P->ex), free(P->x), free(P->y);
+    for (int l = 0; l < 4; l++) free(P->act[l]);
 }
 
 /* ------------------------------------------------------------------ main */
