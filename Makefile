@@ -119,7 +119,7 @@ ifneq ($(BUILD),build)
 BIN := $(BUILD)/dsv4
 endif
 
-.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer soak cross-check cross-aarch64
+.PHONY: all help test test-san test-tsan valgrind fuzz golden demo clean bench bench-tokenizer bench-levers soak cross-check cross-aarch64
 .DEFAULT_GOAL := all
 
 all: $(BIN)
@@ -136,6 +136,7 @@ help:
 	@echo "  make golden       regenerate tests/golden/ with the Python reference (needs torch)"
 	@echo "  make demo         build and generate text from the bundled model"
 	@echo "  make bench        the benchmarks (tokenizer: MB/s against tokenizers.js on the KJV)"
+	@echo "  make bench-levers issue 40's lever microbenchmarks (x86: FP4 GEMV, exact integer block sums)"
 	@echo "  make soak         soak benchmark: dsv4 serve under a mixed load for SOAK_MINUTES (15; not in CI)"
 	@echo "  make cross-check  the portable path without the x86 kernels: ARCH=generic here, then an"
 	@echo "                    aarch64 cross build (-Werror) and, with qemu-aarch64, dsv4 ops and kernels"
@@ -265,6 +266,17 @@ bench: bench-tokenizer
 
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer
+
+# Issue 40's lever microbenchmarks (bench/levers/README.md): x86 only, each kernel with its own
+# __attribute__((target)) and a run-time CPU check, so no -m flags; built and run by hand, not
+# part of `make test` or `make bench`. Exit 1 when a variant disagrees with the reference.
+bench-levers: $(BUILD)/bench_fp4_int_dot
+	timeout 300 $(BUILD)/bench_fp4_int_dot
+
+$(BUILD)/bench_fp4_int_dot: bench/levers/fp4_int_dot.c
+	@[ "$(ARCH)" = x86_64 ] || { echo "bench-levers: x86_64 only (ARCH=$(ARCH))"; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 $(WARN) -Werror -pthread $< -o $@ -lm
 
 # The portable C path built and run without the x86 kernels (tools/cross_build.sh; not in CI):
 # ARCH=generic with $(CC), then CROSS_CC (aarch64-linux-gnu-gcc) and qemu-aarch64 if present.
