@@ -106,7 +106,7 @@ while [ $r -le "$rounds" ]; do
     t_promoted=$(since "$t1")
     ask
     takeover=$(since "$t1")
-    warm=$(sed -n 's/.*standby: \(.*\)/\1/p' "$tmp/err" | head -n 1)
+    warm="$(sed -n 's/.*info: \(.* GB of weights read into memory and mapped in .*\)/\1/p' "$tmp/err" | head -n 1), $(sed -n 's/.*standby: \(warm-up request in .*\)/\1/p' "$tmp/err" | head -n 1)"
     stop
     printf 'round %d: cold start to first answer %8.3f s (ready after %.3f s) | standby ready after %.3f s (%s) | takeover %6.3f s (health ok after %.3f s)\n' \
         "$r" "$cold" "$t_ready" "$t_standby" "$warm" "$takeover" "$t_promoted"

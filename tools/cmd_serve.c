@@ -127,6 +127,9 @@ static const struct cli_opt SERVE_OPTS[] = {
       "hot standby: load and warm the model, answer 503 \"standby\" until\npromoted by SIGUSR1 or POST /admin/promote "
       "(with --api-key)",
       CLI_FLAG, SO(p.standby), 0, 0, NULL },
+    { "--lazy-weights", NULL, NULL,
+      "do not read and map every weight page before answering (faster start;\nthe first requests then fault them in)",
+      CLI_FLAG, SO(p.lazy_weights), 0, 0, NULL },
     { "-v", NULL, NULL, "log debug messages", CLI_FLAG, SO(verbose), 0, 0, NULL },
 };
 #undef SO

@@ -1043,6 +1043,7 @@ int srv_start(struct srv **out, const struct srv_params *p, struct dsv4_err *err
         .spec_draft         = p->spec_draft,
         .tier_tokens        = { p->tier_tokens[0], p->tier_tokens[1] },
         .mem_limit          = p->mem_limit,
+        .map_weights        = p->standby || !p->lazy_weights,
         .warm               = p->standby,
         .engine        = p->engine,
         .metrics       = s->m,

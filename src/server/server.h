@@ -52,6 +52,7 @@ struct srv_params {
     int         port;            /* 0 = any free port (srv_port tells which) */
     const char *api_key;         /* NULL = no authentication */
     bool        standby;         /* hot standby: load, warm, answer 503 "standby" until srv_promote */
+    bool        lazy_weights;    /* do not read and map the weights before READY (they fault in on use) */
     int         max_seqs;        /* sequences generated at once (KV slots) */
     int         ctx;             /* tokens per sequence, prompt + completion */
     int         max_queue;       /* accepted requests waiting for a sequence; more get 429 */
@@ -225,7 +226,8 @@ struct srv_worker_params {
     int                 spec_draft; /* -1: the default for the model */
     float               prefill_share;
     size_t              mem_limit;
-    bool                warm;       /* after loading: weights read into memory, one warm-up request */
+    bool                map_weights; /* after loading: every weight page read and mapped before READY */
+    bool                warm;        /* then one warm-up request (the standby) */
     struct srv_metrics *metrics;
     dsv4_log_fn        log;
     void              *log_ud;

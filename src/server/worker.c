@@ -212,13 +212,25 @@ static void warm_event(void *ud, const struct dsv4_sched_event *ev)
     if (ev->kind != DSV4_SCHED_TOKEN) w->warm_done = true;
 }
 
-/* A standby's warm-up, before the state turns READY: every page of the weights read in
- * place read into memory, then one short request (two prompt tokens, one generated) through
- * the scheduler, so that the step's code, its scratch and the thread pool have run once. */
-static void warm(struct srv_worker *w)
+/* Before the state turns READY (unless --lazy-weights): every page of the weights read in
+ * place read into memory and mapped, so that the first requests do not pay a page fault per
+ * 4 KiB of checkpoint they touch (on a 12 GB model, about a third of the first 512-token
+ * prefill: docs/PERF.md "Issue 40 so far"). */
+static void map_weights(struct srv_worker *w)
 {
     double  t0    = srv_now();
     int64_t bytes = dsv4_engine_make_resident(w->e);
+    if (bytes < 0) srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN, "out of memory reading the weights in");
+    else
+        srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO, "%.2f GB of weights read into memory and mapped in %.2f s",
+                (double)bytes / 1e9, srv_now() - t0);
+}
+
+/* A standby's warm-up, after map_weights: one short request (two prompt tokens, one
+ * generated) through the scheduler, so that the step's code, its scratch and the thread pool
+ * have run once. */
+static void warm(struct srv_worker *w)
+{
     double  t1    = srv_now();
     int32_t prompt[2] = { w->info.bos_id >= 0 ? w->info.bos_id : 0, 0 };
     struct dsv4_request req = { .prompt = prompt, .n_prompt = 2, .max_tokens = 1, .on_event = warm_event, .ud = w };
@@ -235,10 +247,7 @@ static void warm(struct srv_worker *w)
         }
     }
     if (rc) srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN, "standby: the warm-up request failed: %s", err.msg);
-    if (bytes < 0) srv_log(w->p.log, w->p.log_ud, DSV4_LOG_WARN, "standby: out of memory reading the weights in");
-    srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO,
-            "standby: %.2f GB of weights read into memory in %.2f s, warm-up request in %.2f s", (double)bytes / 1e9,
-            t1 - t0, srv_now() - t1);
+    else srv_log(w->p.log, w->p.log_ud, DSV4_LOG_INFO, "standby: warm-up request in %.2f s", srv_now() - t1);
 }
 
 static void *worker_main(void *arg)
@@ -246,6 +255,7 @@ static void *worker_main(void *arg)
     struct srv_worker *w = arg;
     struct dsv4_err    err;
     int                rc = load(w, &err);
+    if (!rc && w->p.map_weights) map_weights(w);
     if (!rc && w->p.warm) warm(w);
     pthread_mutex_lock(&w->mu);
     if (rc) {

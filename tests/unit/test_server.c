@@ -1113,6 +1113,11 @@ static void test_standby_endpoint(struct test_ctx *t)
     if (model_dir(t)) tsby_test_endpoint(t, g_dir);
 }
 
+static void test_weights_mapped(struct test_ctx *t)
+{
+    if (model_dir(t)) tsby_test_weights_mapped(t, g_dir);
+}
+
 static void test_constrained_client(struct test_ctx *t)
 {
     run_node_client(t, "constrained_client.mjs", "/v1");
@@ -1170,6 +1175,7 @@ const struct test_case test_group_server[] = {
     { "sigterm_drain", test_sigterm_drain },
     { "standby_signal", test_standby_signal },
     { "standby_endpoint", test_standby_endpoint },
+    { "weights_mapped", test_weights_mapped },
     { "engine_options", test_engine_options },
     { "model_commands_options", test_model_commands_options },
     { "openai_client", test_openai_client, TEST_NEEDS_NPM_SERVER },

@@ -6,9 +6,14 @@
  * promotes it, after which /health is 200 "ok" and a chat request is answered. An
  * unauthenticated promotion is refused: 401 without the key, 403 on a server that has no
  * key at all (it can be promoted only by signal), and the server stays in standby.
+ * Also the warm-up every server does: its weights mapped before /health is ok (smaps).
  */
+#include <dirent.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 
@@ -126,4 +131,64 @@ void tsby_test_endpoint(struct test_ctx *t, const char *model_dir)
     CHECK(r && json_is_false(json_object_get(r, "promoted")) && !strcmp(status_of(r), "ok"));
     json_decref(r);
     CHECKF(tsrv_stop(&s, SIGTERM, 20) == 0, "the promoted server did not drain and exit 0");
+}
+
+/* The bytes of dir's *.safetensors files, and how many of them process pid has mapped in its
+ * page tables (the Rss of those files' mappings in /proc/pid/smaps). */
+static long long safetensors_bytes(const char *dir)
+{
+    long long      total = 0;
+    DIR           *d     = opendir(dir);
+    struct dirent *e;
+    char           path[PATH_MAX + 256];
+    struct stat    st;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (!stat(path, &st)) total += (long long)st.st_size;
+    }
+    if (d) closedir(d);
+    return total;
+}
+
+static long long mapped_bytes(pid_t pid, const char *dir)
+{
+    char path[64], line[PATH_MAX + 256], real[PATH_MAX];
+    if (!realpath(dir, real)) return -1;
+    snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long long kb = 0, v;
+    bool      in = false;
+    while (fgets(line, sizeof(line), f)) {
+        const char *slash = strchr(line, '/');
+        if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ')) { /* a mapping's header line */
+            size_t n = slash ? strcspn(slash, "\n") : 0;
+            in       = slash && n > 12 && !strncmp(slash, real, strlen(real)) && !strncmp(slash + n - 12, ".safetensors", 12);
+        } else if (in && sscanf(line, "Rss: %lld kB", &v) == 1) {
+            kb += v;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+void tsby_test_weights_mapped(struct test_ctx *t, const char *model_dir)
+{
+    long long files = safetensors_bytes(model_dir);
+    CHECKF(files > 0, "no *.safetensors in %s", model_dir);
+    /* one process (not under mpirun: there rank 0 maps only what it holds) on the cpu backend
+     * whatever the run's (a device's upload is not read in place), at the scalar level, whose
+     * kernels read every projection in place (no tiles made at load) */
+    static const char *const args[2] = { "--backend cpu --cpu-level scalar",
+                                         "--backend cpu --cpu-level scalar --lazy-weights" };
+    for (int lazy = 0; lazy < 2; lazy++) {
+        struct tsrv s;
+        if (!tsrv_start_mpi(t, &s, model_dir, args[lazy], 1)) return;
+        long long m = mapped_bytes(s.sig_pid, model_dir);
+        if (lazy) CHECKF(m >= 0 && m < files / 2, "--lazy-weights: %lld of %lld checkpoint bytes mapped at start", m, files);
+        else CHECKF(m >= files * 9 / 10, "%lld of %lld checkpoint bytes mapped when /health is ok", m, files);
+        CHECKF(tsrv_stop(&s, SIGTERM, 20) == 0, "exit status after SIGTERM (log: %s)", s.log);
+    }
 }

@@ -12,5 +12,8 @@
 void tsby_test_signal(struct test_ctx *t, const char *model_dir);
 /* POST /admin/promote: refused without the key, and on a server without --api-key. */
 void tsby_test_endpoint(struct test_ctx *t, const char *model_dir);
+/* Every server maps its weights before it answers: the checkpoint's pages are in its page
+ * tables when /health is ok; --lazy-weights leaves them to fault in on use. */
+void tsby_test_weights_mapped(struct test_ctx *t, const char *model_dir);
 
 #endif
