@@ -127,11 +127,11 @@ async function streamsAnswer(page, bodies) {
 // stopped once text has arrived. The body is changed by wrapping the page's fetch, not by
 // request interception: Chromium does not always stream an intercepted response to the page
 // (seen here: the whole answer arrived at once, after the generation had ended).
-// The server streams this model at up to 1000 tokens/s, and Chromium, sharing 2 cores with it,
-// can get no frame until a short generation has ended (CI: 3000 tokens streamed in 10 s before
-// the page showed any text, so Stop came too late). So the budget is as long as the model allows
-// (the open server runs one thread, leaving a core to the browser) and the wait polls on a timer, not
-// on animation frames.
+// CI saw the page show no text until 4000 tokens had ended, so Stop came too late: when the
+// server streamed faster than the page took the chunks, the page's read loop ran on microtasks
+// and never gave the browser a turn, and each chunk forced a layout (chat.html now yields every
+// 50 ms and follows the end once a frame). The renderer is slowed 8x here to keep it behind the
+// server; the budget is as long as the model's context allows.
 const STOP_TOKENS = 4000;
 async function stopWorks(page, w) {
   await setField(page, "max-tokens", String(STOP_TOKENS));
@@ -149,6 +149,9 @@ async function stopWorks(page, w) {
     };
   }, CHAT);
   w.allow = (s) => /ERR_ABORTED/.test(s) && s.includes(CHAT);
+  // a renderer slower than the server (CI saw 4000 tokens arrive faster than the page could
+  // take them): the page must still show text and take the click while it streams
+  await page.emulateCPUThrottling(8);
   await page.type("#prompt", "In the beginning");
   await page.click("#send");
   await page.waitForFunction(() => {
@@ -160,6 +163,7 @@ async function stopWorks(page, w) {
   // events are on their way, and a pointer aimed at the old position can miss the button
   await page.$eval("#stop", (b) => b.click());
   await idle(page);
+  await page.emulateCPUThrottling(1);
   const n1 = (await answerText(page)).length;
   await new Promise((r) => setTimeout(r, 1500));
   const n2 = (await answerText(page)).length;
