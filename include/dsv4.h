@@ -92,7 +92,9 @@ struct dsv4_engine_params {
      *   level=L      the code path: the best this CPU has by default; "scalar", "avx2",
      *                "avx512", "avx512bf16", "amx" cap it (a level above the CPU's runs the
      *                CPU's best; one this build lacks is DSV4_EUNSUPPORTED); "ref" = the
-     *                double-precision reference ops (bit-exact with the Python reference)
+     *                double-precision reference ops (bit-exact with the Python reference);
+     *                "avx2-int" = avx2 with exact FP4 block sums on integer dot products
+     *                (its own bits; docs/PERF.md "The avx2-int sub-level")
      *   gemm_min=A,B,C  the token counts (FP8, FP4, BF16) from which the avx2/avx512/neon f32
      *                kernels take their GEMM instead of the GEMV (the same bits either way;
      *                this engine's own); default: measured for this core (docs/PERF.md)

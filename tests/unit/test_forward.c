@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "core/core.h"
 #include "engine/session.h"
 #include "support/gen.h"
@@ -198,6 +199,63 @@ static void test_engines_keep_own_gemm_min(struct test_ctx *t)
 done:
     dsv4_engine_close(e[0]);
     dsv4_engine_close(e[1]);
+}
+
+/* The avx2-int sub-level (exact FP4 block sums, src/backend/cpu/fp4_exact.h): its logits do
+ * not depend on the chunk or on the GEMV/GEMM crossover, and they are close to the avx2
+ * level's (often the same bits: the experts' outputs are rounded to bf16; test_fp4_exact.c
+ * shows the projections themselves differ). */
+static void test_fp4x_invariance(struct test_ctx *t)
+{
+    if (!DSV4_HAVE_X86 || dsv4_cpu_detect() < DSV4_CPU_AVX2) {
+        test_skip(t, TEST_SKIP_MACHINE, "the avx2-int sub-level needs an x86 CPU with AVX2");
+        return;
+    }
+    char dir[256];
+    if (!make_model(t, "tiny-a", 11, "tiny-a", dir, sizeof(dir))) return;
+    static const char *const opts[3] = { "level=avx2-int,gemm_min=1,1,1", "level=avx2-int,gemm_min=64,64,64",
+                                         "level=avx2" };
+    dsv4_engine *e[3] = { NULL, NULL, NULL };
+    float       *lg[3] = { NULL, NULL, NULL };
+    int          T = 53;
+    int32_t     *toks = NULL;
+    size_t       V = 0;
+    for (int i = 0; i < 3; i++) {
+        struct dsv4_engine_params ep;
+        struct dsv4_err           err;
+        dsv4_engine_params_default(&ep);
+        ep.backend_opts = opts[i];
+        ep.n_threads    = 2;
+        CHECKF(dsv4_engine_open(&e[i], dir, &ep, &err) == DSV4_OK, "open with %s: %s", opts[i], err.msg);
+        if (!e[i]) goto done;
+        struct dsv4_model_info info;
+        dsv4_engine_info(e[i], &info);
+        V = (size_t)info.vocab_size;
+        if (!toks) toks = random_tokens(T, info.vocab_size, 99);
+        lg[i] = run_chunked(t, e[i], toks, T, T, NULL);
+        if (!lg[i]) goto done;
+    }
+    struct dsv4_engine_settings es;
+    dsv4_engine_settings(e[0], &es);
+    CHECKF(!strcmp(es.level, "avx2-int"), "the engine reports level %s", es.level);
+    CHECKF(memcmp(lg[0], lg[1], (size_t)T * V * sizeof(float)) == 0, "avx2-int: the GEMM and the GEMV logits differ");
+    for (int c = 1; c <= 7; c += 6) {
+        float *l = run_chunked(t, e[0], toks, T, c, NULL);
+        CHECKF(l && memcmp(l, lg[0], (size_t)T * V * sizeof(float)) == 0, "avx2-int: logits at chunk %d differ", c);
+        free(l);
+    }
+    double dmax = 0, amax = 0;
+    for (size_t i = 0; i < (size_t)T * V; i++) {
+        dmax = fmax(dmax, fabs((double)lg[0][i] - lg[2][i]));
+        amax = fmax(amax, fabs((double)lg[2][i]));
+    }
+    CHECKF(dmax < 0.05 * amax, "avx2-int is far from avx2: max difference %g of logits up to %g", dmax, amax);
+done:
+    for (int i = 0; i < 3; i++) {
+        free(lg[i]);
+        dsv4_engine_close(e[i]);
+    }
+    free(toks);
 }
 
 static void test_chunk_invariance_tiny_a(struct test_ctx *t)
@@ -557,6 +615,7 @@ static void test_convert_roundtrip(struct test_ctx *t)
 const struct test_case test_group_forward[] = {
     { "chunk_invariance_tiny_a", test_chunk_invariance_tiny_a },
     { "chunk_invariance_tiny_b", test_chunk_invariance_tiny_b },
+    { "fp4x_chunk_and_crossover_invariance", test_fp4x_invariance },
     { "errors_change_nothing", test_errors_change_nothing },
     { "convert_roundtrip", test_convert_roundtrip },
     { "no_alloc_while_decoding", test_no_alloc_while_decoding },

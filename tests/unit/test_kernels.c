@@ -1120,18 +1120,33 @@ static void test_level_pick(struct test_ctx *t)
     for (int l = 0; l < DSV4_CPU_LEVELS; l++) {
         struct dsv4_err     err;
         enum dsv4_cpu_level got;
-        bool                ref;
+        bool                ref, fp4x;
         const char         *name = dsv4_cpu_level_name((enum dsv4_cpu_level)l);
-        int                 rc   = dsv4_cpu_pick(name, &got, &ref, &err);
+        int                 rc   = dsv4_cpu_pick(name, &got, &ref, &fp4x, &err);
         if (dsv4_cpu_level_built((enum dsv4_cpu_level)l)) {
-            CHECKF(rc == DSV4_OK && !ref && (int)got == (l < (int)top ? l : (int)top), "pick %s: rc %d level %d", name,
-                   rc, (int)got);
+            CHECKF(rc == DSV4_OK && !ref && !fp4x && (int)got == (l < (int)top ? l : (int)top), "pick %s: rc %d level %d",
+                   name, rc, (int)got);
             continue;
         }
         CHECKF(rc == DSV4_EUNSUPPORTED && strstr(err.msg, "not built for this architecture"), "pick %s: rc %d", name, rc);
         struct dsv4_cpu *cpu = NULL;
         rc                   = dsv4_cpu_create_at(&cpu, (enum dsv4_cpu_level)l, false, 1, &err);
         CHECKF(rc == DSV4_EUNSUPPORTED && !cpu && strstr(err.msg, "not built"), "create_at %s: rc %d", name, rc);
+    }
+    /* the avx2-int sub-level: the avx2 level with its own FP4 table, x86 and AVX2 only */
+    {
+        struct dsv4_err     err;
+        enum dsv4_cpu_level got;
+        bool                ref, fp4x;
+        int                 rc = dsv4_cpu_pick(DSV4_CPU_FP4X_NAME, &got, &ref, &fp4x, &err);
+        if (DSV4_HAVE_X86 && top >= DSV4_CPU_AVX2) {
+            CHECKF(rc == DSV4_OK && got == DSV4_CPU_AVX2 && fp4x && !ref, "pick avx2-int: rc %d", rc);
+            struct dsv4_cpu *cpu = NULL;
+            CHECK(dsv4_cpu_create_fp4x(&cpu, 1, &err) == DSV4_OK && cpu && cpu->k->quant_fp4x &&
+                  cpu->k->dot_fp4 != dsv4_cpu_kernels(DSV4_CPU_AVX2)->dot_fp4 && !strcmp(dsv4_cpu_name(cpu), "avx2-int"));
+            dsv4_cpu_free(cpu);
+        } else CHECKF(rc == DSV4_EUNSUPPORTED, "pick avx2-int here: rc %d", rc);
+        CHECK(dsv4_cpu_pick("avx2-intx", &got, &ref, &fp4x, &err) == DSV4_EINVAL && strstr(err.msg, "avx2-int"));
     }
     CHECK(DSV4_HAVE_X86 + DSV4_HAVE_NEON == dsv4_cpu_level_built(DSV4_CPU_AVX2));
     CHECK(DSV4_HAVE_X86 == dsv4_cpu_level_built(DSV4_CPU_AVX512));

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/fp4_exact.h"
 #if DSV4_HAVE_X86
 #include <cpuid.h>
 #endif
@@ -68,16 +69,31 @@ static int not_built(enum dsv4_cpu_level l, struct dsv4_err *err)
     return dsv4_err_set(err, DSV4_EUNSUPPORTED, "level %s is not built for this architecture", dsv4_cpu_level_name(l));
 }
 
-int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err)
+bool dsv4_cpu_fp4x_built(void)
+{
+    return DSV4_HAVE_X86;
+}
+
+int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool *fp4x, struct dsv4_err *err)
 {
     enum dsv4_cpu_level best = dsv4_cpu_detect();
     *level                   = best;
     *ref                     = false;
+    *fp4x                    = false;
     const char *env          = name;
     if (!env || !*env) return DSV4_OK;
     if (strcmp(env, "ref") == 0) {
         *level = DSV4_CPU_SCALAR;
         *ref   = true;
+        return DSV4_OK;
+    }
+    if (strcmp(env, DSV4_CPU_FP4X_NAME) == 0) {
+        if (!dsv4_cpu_fp4x_built())
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "level %s is not built for this architecture", env);
+        if (best < DSV4_CPU_AVX2)
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", env);
+        *level = DSV4_CPU_AVX2;
+        *fp4x  = true;
         return DSV4_OK;
     }
     for (int l = 0; l < DSV4_CPU_LEVELS; l++) {
@@ -87,10 +103,14 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struc
             return DSV4_OK;
         }
     }
-    char names[96] = "ref";
+    char names[128] = "ref";
     for (int l = 0; l < DSV4_CPU_LEVELS && dsv4_cpu_level_built((enum dsv4_cpu_level)l); l++) {
         size_t u = strlen(names);
         snprintf(names + u, sizeof(names) - u, ", %s", level_names[l]);
+    }
+    if (dsv4_cpu_fp4x_built()) {
+        size_t u = strlen(names);
+        snprintf(names + u, sizeof(names) - u, ", %s", DSV4_CPU_FP4X_NAME);
     }
     return dsv4_err_set(err, DSV4_EINVAL, "CPU level '%s' is not one of %s", env, names);
 }
@@ -160,27 +180,60 @@ int dsv4_cpu_gemm_min(enum dsv4_cpu_level level, const char *spec, int min[4], s
     return DSV4_OK;
 }
 
-static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, const char *gemm_min, int n_threads,
-                  struct dsv4_err *err);
+static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, bool fp4x, const char *gemm_min,
+                  int n_threads, struct dsv4_err *err);
 
 int dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, const char *gemm_min, int n_threads,
                     struct dsv4_err *err)
 {
     enum dsv4_cpu_level level;
-    bool                ref;
+    bool                ref, fp4x;
     *out   = NULL;
-    int rc = dsv4_cpu_pick(level_name, &level, &ref, err);
+    int rc = dsv4_cpu_pick(level_name, &level, &ref, &fp4x, err);
     if (rc) return rc;
-    return create(out, level, ref, gemm_min, n_threads, err);
+    return create(out, level, ref, fp4x, gemm_min, n_threads, err);
 }
 
 int dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads, struct dsv4_err *err)
 {
-    return create(out, level, ref, NULL, n_threads, err);
+    return create(out, level, ref, false, NULL, n_threads, err);
 }
 
-static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, const char *gemm_min, int n_threads,
-                  struct dsv4_err *err)
+int dsv4_cpu_create_fp4x(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err)
+{
+    *out = NULL;
+    return dsv4_cpu_create(out, DSV4_CPU_FP4X_NAME, NULL, n_threads, err);
+}
+
+const char *dsv4_cpu_name(const struct dsv4_cpu *cpu)
+{
+    return cpu->ref ? "ref" : cpu->fp4x ? DSV4_CPU_FP4X_NAME : dsv4_cpu_level_name(cpu->level);
+}
+
+/* The avx2-int table: the avx2 level's, with the FP4 projections of fp4_exact.h on the best
+ * integer dot product this CPU has (all three give the same bits). */
+static void fp4x_table(struct dsv4_cpu *cpu)
+{
+#if DSV4_HAVE_X86
+    dsv4_fp4x_init();
+    cpu->kx            = dsv4_kernels_avx2;
+    cpu->kx.name       = DSV4_CPU_FP4X_NAME;
+    cpu->kx.quant_fp4x = dsv4_fp4x_quant_avx2;
+    __builtin_cpu_init();
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    /* AVX-VNNI is CPUID.(7,1):EAX bit 4 (GCC 12's __builtin_cpu_supports misses it on Zen 5) */
+    bool avxvnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u);
+    if (avxvnni) cpu->kx.dot_fp4 = dsv4_fp4x_dot_vnni;
+    else if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) cpu->kx.dot_fp4 = dsv4_fp4x_dot_v512;
+    else cpu->kx.dot_fp4 = dsv4_fp4x_dot_avx2;
+    cpu->k = &cpu->kx;
+#else
+    (void)cpu;
+#endif
+}
+
+static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, bool fp4x, const char *gemm_min,
+                  int n_threads, struct dsv4_err *err)
 {
     *out = NULL;
     if (!dsv4_cpu_level_built(level)) return not_built(level, err);
@@ -200,6 +253,8 @@ static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, co
     }
     cpu->k         = dsv4_cpu_kernels(cpu->level);
     cpu->kb        = dsv4_cpu_kernels_bf16(cpu->level);
+    cpu->fp4x      = fp4x;
+    if (fp4x) fp4x_table(cpu);
     memcpy(cpu->gemm_min, gmin, sizeof(gmin));
     cpu->n_threads = dsv4_pool_threads(cpu->pool);
     *out           = cpu;

@@ -66,8 +66,12 @@ bool dsv4_cpu_level_built(enum dsv4_cpu_level l);
 enum dsv4_cpu_level dsv4_cpu_detect(void);
 /* The level to use: detected, capped by name if given (an unknown name, or a level this
  * build lacks, is an error); "ref" selects the scalar reference ops (double precision,
- * single thread). */
-int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, struct dsv4_err *err);
+ * single thread); "avx2-int" the avx2 level with the exact FP4 block sums of fp4_exact.h
+ * (*fp4x set; x86 builds, AVX2 CPUs). */
+int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool *fp4x, struct dsv4_err *err);
+/* The sub-level's name ("avx2-int"), and whether this build has it. */
+#define DSV4_CPU_FP4X_NAME "avx2-int"
+bool dsv4_cpu_fp4x_built(void);
 
 /*
  * ISA kernels. Projections: for output rows o in [o0, o1) and tokens t in [0, nt),
@@ -139,6 +143,10 @@ struct dsv4_kernels {
      * 128 with a power-of-two scale (the last block may be short), the dequantised values
      * (exact) as f32. NULL: plain C in ops_fast.c. */
     void (*quant_f32)(const float *x, int n, float *out);
+    /* The avx2-int sub-level (fp4_exact.h; NULL on every other table): one row quantised as
+     * quant_f32 does and written in the exact-sum layout its dot_fp4 reads (n % 32 == 0,
+     * dsv4_fp4x_floats(n) floats). FP4 projections on quantised activations take it. */
+    void (*quant_fp4x)(const float *x, int n, float *out);
     /* The data ops' arithmetic (ops_data.c's expressions, NULL: those plain C loops): bf16 ->
      * f32; x[i] = bf16(f32(x[i] * s)) and x[i] = bf16(f32(x[i] + e[i])) in double; a MoE
      * combine row, f[i] = bf16(f32(sum_j ye[p[j] * d + i] + sh[i])) summed in double in the
@@ -263,6 +271,16 @@ void   dsv4_amx_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, co
 void   dsv4_amx_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                           uint16_t *panel);
 double dsv4_amx_peak(long n);
+/* The avx2-int sub-level's FP4 kernels (x86_fp4_exact.c): dot_fp4 on the exact-sum layout with
+ * plain AVX2, AVX-VNNI or AVX-512 VNNI (VL) integer dot products (the same bits), and the
+ * layout's writer (quant_fp4x). Only after the CPU check. */
+void dsv4_fp4x_dot_avx2(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                        int gmin);
+void dsv4_fp4x_dot_vnni(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                        int gmin);
+void dsv4_fp4x_dot_v512(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                        int gmin);
+void dsv4_fp4x_quant_avx2(const float *x, int n, float *out);
 #endif
 /* A built level's tables, for code that must not name an x86 table (tests, cpu.c): the f32
  * kernels (scalar, avx2, or avx512 for avx512 and up) and the bf16-activation kernels
@@ -276,7 +294,9 @@ struct dsv4_strict_mem;
 struct dsv4_cpu {
     enum dsv4_cpu_level         level;
     bool                        ref;   /* level "ref": the reference op table */
+    bool                        fp4x;  /* level "avx2-int": k is kx, the avx2 table with fp4_exact.h's FP4 */
     const struct dsv4_kernels  *k;   /* f32 kernels of the level (avx512 for the higher ones) */
+    struct dsv4_kernels         kx;  /* the avx2-int table (fp4x), else unused */
     const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
     struct dsv4_pool           *pool;
     int                         n_threads;
@@ -307,6 +327,10 @@ int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, const char *
                      struct dsv4_err *err);
 int  dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads,
                         struct dsv4_err *err);
+/* The avx2-int sub-level (tests): DSV4_EUNSUPPORTED where the build or the CPU lacks it. */
+int  dsv4_cpu_create_fp4x(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err);
+/* The level's name as the options give it: "ref", a level's name, or "avx2-int". */
+const char *dsv4_cpu_name(const struct dsv4_cpu *cpu);
 void dsv4_cpu_free(struct dsv4_cpu *cpu);
 
 /* The optimised op table (ops_fast.c): every op on the kernels of cpu->k and the pool. */
@@ -335,6 +359,6 @@ static inline int dsv4_cpu_gemm_min_tokens(enum dsv4_wfmt fmt, bool tiles)
 /* Scratch floats one context needs for a plan: the row lists of ops_data.c, then the
  * larger of the reference's and the fast ops' needs (activation buffers, per-thread
  * attention and GEMM panels). */
-size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads);
+size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads, bool fp4x);
 
 #endif

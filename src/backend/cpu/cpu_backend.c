@@ -267,13 +267,13 @@ static const struct dsv4_backend_ops *cpu_ops(void *impl)
 static void cpu_describe(void *impl, char *buf, size_t cap)
 {
     const struct dsv4_cpu *cpu = impl;
-    snprintf(buf, cap, "cpu %s, %d threads", cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level), cpu->n_threads);
+    snprintf(buf, cap, "cpu %s, %d threads", dsv4_cpu_name(cpu), cpu->n_threads);
 }
 
 static void cpu_settings(void *impl, struct dsv4_backend_settings *s)
 {
     const struct dsv4_cpu *cpu = impl;
-    s->level                   = cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
+    s->level                   = dsv4_cpu_name(cpu);
     s->n_threads               = cpu->n_threads;
     for (int i = 0; i < 3; i++) s->gemm_min[i] = cpu->gemm_min[i];
     s->tiles = cpu->repack;
@@ -282,7 +282,7 @@ static void cpu_settings(void *impl, struct dsv4_backend_settings *s)
 static size_t cpu_scratch_floats(void *impl, const struct dsv4_plan_dims *dims)
 {
     const struct dsv4_cpu *cpu = impl;
-    return dsv4_cpu_scratch_floats(dims, cpu ? cpu->n_threads : 1);
+    return dsv4_cpu_scratch_floats(dims, cpu ? cpu->n_threads : 1, cpu && cpu->fp4x);
 }
 
 /* ------------------------------------------------------------------ memory: host buffers */

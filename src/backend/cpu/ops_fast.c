@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/fp4_exact.h"
 #include "backend/cpu/ops_data.h"
 #include "backend/cpu/ref.h"
 #include "backend/cpu/ref_num.h"
@@ -56,6 +57,27 @@ static int act_ld(int K)
     return (m | 1) * 256;
 }
 
+/* The stride of rows in the avx2-int sub-level's exact-sum layout (fp4_exact.h), padded alike. */
+static int act_ld_x(int K)
+{
+    return act_ld((int)dsv4_fp4x_floats(K));
+}
+
+/* Whether an FP4 projection on quantised activations takes the avx2-int layout and kernels:
+ * e8m0 scales (the layout's block scale table) and whole 32-blocks. */
+static bool use_fp4x(const struct dsv4_cpu *cpu, const struct dsv4_linear *w, bool quant)
+{
+    return cpu->k->quant_fp4x && quant && w->fmt == DSV4_WFMT_FP4 && !w->scale_f32 && w->n_in % 32 == 0;
+}
+
+/* The f32 kernels a projection runs on: the level's table, except that on avx2-int an FP4
+ * projection outside use_fp4x takes the avx2 level's own dot_fp4 (the table's reads the
+ * layout). */
+static const struct dsv4_kernels *f32_kernels(const struct dsv4_cpu *cpu, const struct dsv4_linear *w, bool quant)
+{
+    return cpu->k->quant_fp4x && !use_fp4x(cpu, w, quant) ? dsv4_cpu_kernels(cpu->level) : cpu->k;
+}
+
 /* What the reference ops take: a dequantised weight row and its activation scales, one
  * query's scores and a decoded row, an indexer key. */
 static size_t ref_scratch_floats(const struct dsv4_plan_dims *c)
@@ -67,14 +89,14 @@ static size_t ref_scratch_floats(const struct dsv4_plan_dims *c)
     return sc;
 }
 
-static size_t fast_scratch_floats(const struct dsv4_plan_dims *c, int n_threads)
+static size_t fast_scratch_floats(const struct dsv4_plan_dims *c, int n_threads, bool fp4x)
 {
     /* the MTP block projects hc streams per row (h_proj); the grouped experts hold every
      * (token, expert) pair; GEMM panels: DSV4_GEMM_PANEL rows of bf16 per thread */
     size_t rows  = (size_t)c->max_rows * (size_t)c->hc;
     size_t pairs = (size_t)c->max_rows * (size_t)c->n_exp_used;
     if (pairs > rows) rows = pairs;
-    size_t x     = rows * (size_t)act_ld(max_in(c)) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
+    size_t x     = rows * (size_t)(fp4x ? act_ld_x(max_in(c)) : act_ld(max_in(c))) + (size_t)(n_threads > 0 ? n_threads : 1) * (DSV4_GEMM_PANEL / 2 + 1) * (size_t)max_in(c) + 64;
     size_t attn = (size_t)c->max_attn_rows * (size_t)(c->d_head + c->n_head) + 64;
     size_t ab   = attn_bf16_floats(c->n_head, c->d_head, c->max_attn_rows);
     if (ab > attn) attn = ab;
@@ -85,9 +107,9 @@ static size_t fast_scratch_floats(const struct dsv4_plan_dims *c, int n_threads)
     return x + attn;
 }
 
-size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads)
+size_t dsv4_cpu_scratch_floats(const struct dsv4_plan_dims *dims, int n_threads, bool fp4x)
 {
-    size_t r = ref_scratch_floats(dims), f = fast_scratch_floats(dims, n_threads);
+    size_t r = ref_scratch_floats(dims), f = fast_scratch_floats(dims, n_threads, fp4x);
     /* the row lists of attention and the indexer go in front of the kernels' own */
     return dsv4_cpu_data_scratch_floats(dims) + (r > f ? r : f);
 }
@@ -215,6 +237,7 @@ struct prep_job {
     const float               *x;
     int                        ldx, K, ldq; /* ldq: act_ld(K), the stride of xq */
     bool                       quant;
+    bool                       fp4x; /* write the avx2-int layout (quant_fp4x), stride ldq = act_ld_x(K) */
     float                     *xq;
     uint16_t                  *xb;
 };
@@ -231,7 +254,8 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             else J->kb->to_bf16(xr, J->K, br);
         } else {
             float *qr = J->xq + (size_t)t * (size_t)J->ldq;
-            if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, qr);
+            if (J->fp4x) J->k->quant_fp4x(xr, J->K, qr);
+            else if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, qr);
             else if (J->quant) quantise_row(xr, J->K, qr);
             else memcpy(qr, xr, sizeof(float) * (size_t)J->K);
         }
@@ -239,12 +263,13 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 }
 
 /* n rows of x into xq (the start of the scratch): bf16 rows of K when kb is given (*xb
- * set), else f32 rows of stride act_ld(K) (*xb NULL). */
+ * set), else f32 rows of stride act_ld(K) (*xb NULL), or with fp4x (quantised, no kb) rows
+ * in the avx2-int layout of stride act_ld_x(K). */
 static void prepare_rows(struct dsv4_cpu *cpu, const struct dsv4_kernels *kb, const float *x, int ldx, int n, int K,
-                         bool quant, float *xq, uint16_t **xb)
+                         bool quant, bool fp4x, float *xq, uint16_t **xb)
 {
-    struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .ldq = act_ld(K), .quant = quant, .xq = xq,
-                          .xb = kb ? (uint16_t *)(void *)xq : NULL };
+    struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .ldq = fp4x ? act_ld_x(K) : act_ld(K),
+                          .quant = quant, .fp4x = fp4x, .xq = xq, .xb = kb ? (uint16_t *)(void *)xq : NULL };
     /* about 8 KiB of input a thread at least: the split costs more below that */
     dsv4_pool_for(cpu->pool, n, 1, 1 + 2048 / K, prep_rows, &J);
     *xb = J.xb;
@@ -254,17 +279,18 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
                         float *y, int ldy, enum dsv4_act act, enum dsv4_out out)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
-    struct lin_job   j   = { .k    = cpu->k, .w = w, .nt = n_tok, .ldx = ldx, .ldy = ldy, .x = x, .y = y, .out = out,
-                             .gmin = dsv4_cpu_f32_gemm_min(cpu, w->fmt) };
+    bool             x4  = use_fp4x(cpu, w, act == DSV4_ACT_FP8);
+    struct lin_job   j   = { .k    = f32_kernels(cpu, w, act == DSV4_ACT_FP8), .w = w, .nt = n_tok, .ldx = ldx,
+                             .ldy = ldy, .x = x, .y = y, .out = out, .gmin = dsv4_cpu_f32_gemm_min(cpu, w->fmt) };
     float           *xq  = be->scratch; /* the start of the scratch (see the file header) */
-    DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)act_ld(w->n_in));
+    DSV4_ASSERT(be->scratch_len >= (size_t)n_tok * (size_t)(x4 ? act_ld_x(w->n_in) : act_ld(w->n_in)));
     bool bf = cpu->kb && w->fmt != DSV4_WFMT_F32;
     if (act == DSV4_ACT_FP8 || bf) {
         /* an F32 projection on a bf16 level reads f32 activations (quantised or not) */
         uint16_t *xb;
-        prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8, xq, &xb);
+        prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8, x4, xq, &xb);
         j.x   = xq;
-        j.ldx = bf ? w->n_in : act_ld(w->n_in);
+        j.ldx = bf ? w->n_in : x4 ? act_ld_x(w->n_in) : act_ld(w->n_in);
         if (xb) {
             j.k  = cpu->kb;
             j.xb = xb;
@@ -302,6 +328,7 @@ struct exp_job {
     const int                  *ids, *off, *tile_off; /* tile_off: [n_groups + 1] first tile of each group */
     int                         n_groups, phase, d, f, tiles_per_mat;
     int                         tile_rows; /* 16, or 64 on interleaved tiles (4 groups: independent sums) */
+    bool                        fp4x;      /* xq in the avx2-int layout (use_fp4x) */
     const float                *xq;   /* f32 kernels: dequantised activations [n_pairs, K] */
     const uint16_t             *xb;   /* bf16 kernels: the same as bf16 */
     float                      *out;  /* phase 1: g then v ([2][n_pairs, f]); phase 3: y [n_pairs, d] */
@@ -334,7 +361,7 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
         int   row1 = row0 + J->tile_rows < w->n_out ? row0 + J->tile_rows : w->n_out;
         int   nt   = J->off[g + 1] - J->off[g];
         float *y   = J->out + (size_t)mat * J->n_pairs * (size_t)ldy + (size_t)J->off[g] * (size_t)ldy;
-        const struct dsv4_kernels *k = J->cpu->k;
+        const struct dsv4_kernels *k = J->fp4x ? J->cpu->k : f32_kernels(J->cpu, w, false);
         if (J->xb && use_i16(J->cpu, w)) {
             const uint16_t *x = J->xb + (size_t)J->off[g] * (size_t)K;
             if (nt >= i16_gemm_min_tokens(w->fmt))
@@ -348,7 +375,7 @@ static void exp_tiles(void *ctx, int64_t t0, int64_t t1, int tid)
             else if (w->fmt == DSV4_WFMT_FP4) J->cpu->kb->dotb_fp4(w, row0, row1, nt, x, K, y, ldy);
             else J->cpu->kb->dotb_bf16(w, row0, row1, nt, x, K, y, ldy);
         } else {
-            int          ldq  = act_ld(K), gmin = dsv4_cpu_f32_gemm_min(J->cpu, w->fmt);
+            int          ldq  = J->fp4x ? act_ld_x(K) : act_ld(K), gmin = dsv4_cpu_f32_gemm_min(J->cpu, w->fmt);
             const float *x    = J->xq + (size_t)J->off[g] * (size_t)ldq;
             if (w->fmt == DSV4_WFMT_FP8) k->dot_fp8(w, row0, row1, nt, x, ldq, y, ldy, gmin);
             else if (w->fmt == DSV4_WFMT_FP4) k->dot_fp4(w, row0, row1, nt, x, ldq, y, ldy, gmin);
@@ -417,9 +444,10 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     }
     int    d = e0->w1.n_in, f = e0->w1.n_out, n_pairs = off[n_groups];
     bool   quant = e0->w1.fmt == DSV4_WFMT_FP8 || e0->w1.fmt == DSV4_WFMT_FP4;
+    bool   x4    = use_fp4x(cpu, &e0->w1, quant) && use_fp4x(cpu, &e0->w2, quant);
     int    tile_off[DSV4_MAX_EXPERTS + 1];
     /* scratch: activations [n_pairs, max(d, f)] floats at the start, GEMM panels after */
-    size_t xlen = (size_t)n_pairs * (size_t)act_ld(d > f ? d : f);
+    size_t xlen = (size_t)n_pairs * (size_t)(x4 ? act_ld_x(d > f ? d : f) : act_ld(d > f ? d : f));
     size_t plen = (size_t)DSV4_GEMM_PANEL * (size_t)(d > f ? d : f);
     DSV4_ASSERT(be->scratch_len >= xlen + (size_t)cpu->n_threads * plen / 2 + 32);
     float *xq = be->scratch;
@@ -428,7 +456,8 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
                          .panels = (uint16_t *)(void *)(be->scratch + xlen + 16), .panel_len = plen };
     uint16_t *xb;
     /* phase 1: gate and up */
-    prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant, xq, &xb);
+    prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant, x4, xq, &xb);
+    J.fp4x = x4;
     J.phase = 1;
     /* on interleaved tiles a job covers 64 rows: the GEMV then keeps four independent sums in
      * flight (16 rows were one dependent chain per token) and the GEMM two 32-row panels */
@@ -442,7 +471,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     struct swiglu_job S = { .k = cpu->k, .g = gbuf, .v = scratch + (size_t)n_pairs * (size_t)f, .row_w = row_w, .f = f, .limit = limit };
     dsv4_pool_for(cpu->pool, n_pairs, 1, 1 + 4096 / f, swiglu_rows, &S);
     /* phase 3: down */
-    prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, xq, &xb);
+    prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, x4, xq, &xb);
     J.phase = 3;
     J.tiles_per_mat = (d + J.tile_rows - 1) / J.tile_rows;
     J.xq = xq, J.xb = xb, J.out = y;
