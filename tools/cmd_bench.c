@@ -103,8 +103,9 @@ static double gemm_time(const struct dsv4_backend_kind *kind, struct dsv4_backen
     struct dsv4_backend_settings set = { "", 1, { 0 }, false };
     if (kind->settings) kind->settings(impl, &set);
     int N = l->n_out, K = l->n_in;
-    /* activations (rows padded by up to 512 floats, ops_fast.c act_ld), then panels: generous */
-    size_t                 slen    = (size_t)M * ((size_t)K + 512) + (size_t)set.n_threads * 64 * (size_t)K + 1024;
+    /* activations (rows padded by up to 512 floats, ops_fast.c act_ld; avx2-int's rows are
+     * 2K + K/128 floats, src/backend/cpu/fp4_exact.h), then panels: generous */
+    size_t                 slen    = (size_t)M * (2 * (size_t)K + (size_t)K / 128 + 1024) + (size_t)set.n_threads * 64 * (size_t)K + 1024;
     float                 *scratch = malloc(sizeof(float) * slen);
     struct gemm_one        one     = { l };
     struct dsv4_checkpoint none    = { 0 };

@@ -123,14 +123,14 @@ INL void i4_prefetch4(const struct dsv4_linear *w, int ow, int kb)
             E[t] = (const int32_t *)(const void *)(x + (size_t)t * (size_t)ldx + dsv4_fp4x_e_off(K));              \
         }                                                                                                          \
         for (int b = 0; b < nb; b++) {                                                                             \
-            struct i4_w wd[4];                                                                                     \
+            const float *tp[4];                                                                                    \
             if (R == 4) i4_prefetch4(w, ow, b * 32);                                                               \
-            for (int r = 0; r < R; r++) wd[r] = i4_load(wr[r] + (size_t)b * 16);                                   \
-            for (int t = 0; t < NT; t++) {                                                                         \
-                const float *tp = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b / 4];                                   \
-                for (int r = 0; r < R; r++)                                                                        \
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(&wd[r], A[t] + (size_t)b * 4)),             \
-                                                _mm256_broadcast_ss(tp + er[r][b]), acc[r][t]);                    \
+            for (int t = 0; t < NT; t++) tp[t] = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b / 4];                    \
+            for (int r = 0; r < R; r++) { /* one row's decode live at a time: 4 registers, not 16 */               \
+                struct i4_w wd = i4_load(wr[r] + (size_t)b * 16);                                                  \
+                for (int t = 0; t < NT; t++)                                                                       \
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(&wd, A[t] + (size_t)b * 4)),                \
+                                                _mm256_broadcast_ss(tp[t] + er[r][b]), acc[r][t]);                 \
             }                                                                                                      \
         }                                                                                                          \
         for (int r = 0; r < R; r++)                                                                                \
