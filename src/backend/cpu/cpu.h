@@ -71,6 +71,7 @@ enum dsv4_cpu_level dsv4_cpu_detect(void);
 int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool *fp4x, struct dsv4_err *err);
 /* The sub-level's name ("avx2-int"), and whether this build has it. */
 #define DSV4_CPU_FP4X_NAME "avx2-int"
+enum { DSV4_FP4X_GEMM_MIN = 16 }; /* its FP4 GEMV/GEMM crossover unless --gemm-min says otherwise */
 bool dsv4_cpu_fp4x_built(void);
 
 /*

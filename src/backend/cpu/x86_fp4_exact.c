@@ -17,6 +17,7 @@
  *     avx2 level's GEMM spends 4.
  */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -102,11 +103,12 @@ INL void i4_prefetch4(const struct dsv4_linear *w, int ow, int kb)
             __builtin_prefetch((const uint8_t *)w->w + ((size_t)(rp + r) * (size_t)w->n_in + (size_t)kp) / 2, 0, 3);
 }
 
-/* The GEMV: R (4 or 1) rows from ow against NT (<= 4) tokens, y[t * ldy + o + r]. DOT is one
- * of the i4_dot_* (a compile-time constant after inlining). */
+/* The GEMV: R (4, 2 or 1) rows from ow against NT (<= 4) tokens, y[t * ldy + o + r]; PF: prefetch
+ * rows ow..ow+3 ahead. DOT is one of the i4_dot_* (R, NT, PF and DOT are compile-time constants
+ * after inlining). R x NT accumulators stay live: 4 x 4 would spill AVX2's 16 registers. */
 #define I4_ROWS(NAME, DOT, TGT)                                                                                    \
-    TGT INL void NAME(const struct dsv4_linear *w, int R, int NT, int ow, const float *x, int ldx, float *y, int ldy, \
-                      int o)                                                                                       \
+    TGT INL void NAME(const struct dsv4_linear *w, int R, int NT, bool PF, int ow, const float *x, int ldx, float *y, \
+                      int ldy, int o)                                                                              \
     {                                                                                                              \
         int            K = w->n_in, nb = K / 32;                                                                   \
         const uint8_t *wr[4], *er[4];                                                                              \
@@ -124,7 +126,7 @@ INL void i4_prefetch4(const struct dsv4_linear *w, int ow, int kb)
         }                                                                                                          \
         for (int b = 0; b < nb; b++) {                                                                             \
             const float *tp[4];                                                                                    \
-            if (R == 4) i4_prefetch4(w, ow, b * 32);                                                               \
+            if (PF) i4_prefetch4(w, ow, b * 32);                                                                   \
             for (int t = 0; t < NT; t++) tp[t] = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b / 4];                    \
             for (int r = 0; r < R; r++) { /* one row's decode live at a time: 4 registers, not 16 */               \
                 struct i4_w wd = i4_load(wr[r] + (size_t)b * 16);                                                  \
@@ -237,10 +239,20 @@ static void i4_gemm(const struct dsv4_linear *w, int o0, int q1, int nt, const f
         float       *yt = y + (size_t)t0 * (size_t)ldy;                                                            \
         int          ow = o + w->row_off;                                                                          \
         switch (nt - t0 < 4 ? nt - t0 : 4) {                                                                       \
-        case 1: ROWS(w, R, 1, ow, xt, ldx, yt, ldy, o); break;                                                     \
-        case 2: ROWS(w, R, 2, ow, xt, ldx, yt, ldy, o); break;                                                     \
-        case 3: ROWS(w, R, 3, ow, xt, ldx, yt, ldy, o); break;                                                     \
-        default: ROWS(w, R, 4, ow, xt, ldx, yt, ldy, o); break;                                                    \
+        case 1: ROWS(w, R, 1, R == 4, ow, xt, ldx, yt, ldy, o); break;                                             \
+        case 2: ROWS(w, R, 2, R == 4, ow, xt, ldx, yt, ldy, o); break;                                             \
+        case 3:                                                                                                    \
+            if (R == 4) { /* two pairs of rows: 6 accumulators each */                                             \
+                ROWS(w, 2, 3, true, ow, xt, ldx, yt, ldy, o);                                                      \
+                ROWS(w, 2, 3, false, ow + 2, xt, ldx, yt, ldy, o + 2);                                             \
+            } else ROWS(w, R, 3, false, ow, xt, ldx, yt, ldy, o);                                                  \
+            break;                                                                                                 \
+        default:                                                                                                   \
+            if (R == 4) {                                                                                          \
+                ROWS(w, 2, 4, true, ow, xt, ldx, yt, ldy, o);                                                      \
+                ROWS(w, 2, 4, false, ow + 2, xt, ldx, yt, ldy, o + 2);                                             \
+            } else ROWS(w, R, 4, false, ow, xt, ldx, yt, ldy, o);                                                  \
+            break;                                                                                                 \
         }                                                                                                          \
     }
 
