@@ -207,7 +207,7 @@ $(BUILD)/tools/cmd_bench.o: DEFS += -DDSV4_GIT_REV=\"$(shell git describe --alwa
 ifeq ($(ARCH),x86_64)
 $(BUILD)/src/backend/cpu/x86_avx2.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
 $(BUILD)/src/backend/cpu/x86_fp4_exact.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c
-$(BUILD)/src/backend/cpu/x86_avx512.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
+$(BUILD)/src/backend/cpu/x86_avx512.o $(BUILD)/src/backend/cpu/x86_fp4_exact512.o: ALL_CFLAGS += -O3 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
 $(BUILD)/src/backend/cpu/x86_avx512bf16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_i16.o $(BUILD)/src/backend/cpu/x86_avx512bf16_attn.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16
 $(BUILD)/src/backend/cpu/x86_amx_i16.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mamx-tile -mamx-bf16
 endif

@@ -201,20 +201,15 @@ done:
     dsv4_engine_close(e[1]);
 }
 
-/* The avx2-int sub-level (exact FP4 block sums, src/backend/cpu/fp4_exact.h): its logits do
- * not depend on the chunk or on the GEMV/GEMM crossover, and they are close to the avx2
- * level's (often the same bits: the experts' outputs are rounded to bf16; test_fp4_exact.c
+/* A -int sub-level (exact FP4 block sums, src/backend/cpu/fp4_exact.h): its logits do not
+ * depend on the chunk or on the GEMV/GEMM crossover, and they are close to its base level's (often the same bits: the experts' outputs are rounded to bf16; test_fp4_exact.c
  * shows the projections themselves differ). */
-static void test_fp4x_invariance(struct test_ctx *t)
+static void fp4x_invariance_at(struct test_ctx *t, const char *dir, const char *sub, const char *base)
 {
-    if (!DSV4_HAVE_X86 || dsv4_cpu_detect() < DSV4_CPU_AVX2) {
-        test_skip(t, TEST_SKIP_MACHINE, "the avx2-int sub-level needs an x86 CPU with AVX2");
-        return;
-    }
-    char dir[256];
-    if (!make_model(t, "tiny-a", 11, "tiny-a", dir, sizeof(dir))) return;
-    static const char *const opts[3] = { "level=avx2-int,gemm_min=1,1,1", "level=avx2-int,gemm_min=64,64,64",
-                                         "level=avx2" };
+    char opts[3][64];
+    snprintf(opts[0], sizeof(opts[0]), "level=%s,gemm_min=1,1,1", sub);
+    snprintf(opts[1], sizeof(opts[1]), "level=%s,gemm_min=64,64,64", sub);
+    snprintf(opts[2], sizeof(opts[2]), "level=%s", base);
     dsv4_engine *e[3] = { NULL, NULL, NULL };
     float       *lg[3] = { NULL, NULL, NULL };
     int          T = 53;
@@ -237,11 +232,11 @@ static void test_fp4x_invariance(struct test_ctx *t)
     }
     struct dsv4_engine_settings es;
     dsv4_engine_settings(e[0], &es);
-    CHECKF(!strcmp(es.level, "avx2-int"), "the engine reports level %s", es.level);
-    CHECKF(memcmp(lg[0], lg[1], (size_t)T * V * sizeof(float)) == 0, "avx2-int: the GEMM and the GEMV logits differ");
+    CHECKF(!strcmp(es.level, sub), "the engine reports level %s", es.level);
+    CHECKF(memcmp(lg[0], lg[1], (size_t)T * V * sizeof(float)) == 0, "%s: the GEMM and the GEMV logits differ", sub);
     for (int c = 1; c <= 7; c += 6) {
         float *l = run_chunked(t, e[0], toks, T, c, NULL);
-        CHECKF(l && memcmp(l, lg[0], (size_t)T * V * sizeof(float)) == 0, "avx2-int: logits at chunk %d differ", c);
+        CHECKF(l && memcmp(l, lg[0], (size_t)T * V * sizeof(float)) == 0, "%s: logits at chunk %d differ", sub, c);
         free(l);
     }
     double dmax = 0, amax = 0;
@@ -249,13 +244,26 @@ static void test_fp4x_invariance(struct test_ctx *t)
         dmax = fmax(dmax, fabs((double)lg[0][i] - lg[2][i]));
         amax = fmax(amax, fabs((double)lg[2][i]));
     }
-    CHECKF(dmax < 0.05 * amax, "avx2-int is far from avx2: max difference %g of logits up to %g", dmax, amax);
+    CHECKF(dmax < 0.05 * amax, "%s is far from %s: max difference %g of logits up to %g", sub, base, dmax, amax);
 done:
     for (int i = 0; i < 3; i++) {
         free(lg[i]);
         dsv4_engine_close(e[i]);
     }
     free(toks);
+}
+
+static void test_fp4x_invariance(struct test_ctx *t)
+{
+    if (!DSV4_HAVE_X86 || dsv4_cpu_detect() < DSV4_CPU_AVX2) {
+        test_skip(t, TEST_SKIP_MACHINE, "the -int sub-levels need an x86 CPU with AVX2");
+        return;
+    }
+    char dir[256];
+    if (!make_model(t, "tiny-a", 11, "tiny-a", dir, sizeof(dir))) return;
+    fp4x_invariance_at(t, dir, "avx2-int", "avx2");
+    if (dsv4_cpu_detect() >= DSV4_CPU_AVX512) fp4x_invariance_at(t, dir, "avx512-int", "avx512");
+    else test_not_here(t, "avx512-int");
 }
 
 static void test_chunk_invariance_tiny_a(struct test_ctx *t)

@@ -103,7 +103,8 @@ static void test_layout(struct test_ctx *t)
 #if DSV4_HAVE_X86
 typedef void (*dot_fn)(const struct dsv4_linear *, int, int, int, const float *, int, float *, int, int);
 
-/* The kernels this CPU runs: plain AVX2 always, the VNNI variants where they exist. */
+/* The kernels this CPU runs: plain AVX2 always, the VNNI variants and the zmm ones (two rows a
+ * vector, avx512-int) where they exist. */
 static int dot_variants(dot_fn *fn, const char **name)
 {
     int n = 0;
@@ -113,6 +114,9 @@ static int dot_variants(dot_fn *fn, const char **name)
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u)) fn[n] = dsv4_fp4x_dot_vnni, name[n++] = "avx-vnni";
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
         fn[n] = dsv4_fp4x_dot_v512, name[n++] = "avx512-vnni";
+    if (dsv4_cpu_detect() >= DSV4_CPU_AVX512) fn[n] = dsv4_fp4x_dot_z512, name[n++] = "zmm avx512bw";
+    if (dsv4_cpu_detect() >= DSV4_CPU_AVX512 && __builtin_cpu_supports("avx512vnni"))
+        fn[n] = dsv4_fp4x_dot_z512v, name[n++] = "zmm avx512-vnni";
     return n;
 }
 #endif
@@ -125,10 +129,10 @@ static void test_kernels_same_bits(struct test_ctx *t)
         return;
     }
     dsv4_fp4x_init();
-    dot_fn      fn[3];
-    const char *name[3];
+    dot_fn      fn[5];
+    const char *name[5];
     int         n_fn = dot_variants(fn, name);
-    if (n_fn < 3) test_not_here(t, "a VNNI variant");
+    if (n_fn < 5) test_not_here(t, "a VNNI or zmm variant");
     static const struct {
         int rows, n_in, row_off, o0, o1;
     } shapes[] = { { 1, 32, 0, 0, 1 }, { 7, 96, 0, 0, 7 }, { 13, 288, 4, 1, 9 }, { 37, 256, 0, 0, 37 },

@@ -247,11 +247,16 @@ static void test_every_level(struct test_ctx *t)
             check_fixture(t, fixtures[f], dsv4_cpu_level_name((enum dsv4_cpu_level)l), f == 0 ? chunked : once,
                           f == 0 ? 2 : 1);
     test_levels_not_here(t, top, DSV4_CPU_AVX512BF16);
-    /* the avx2-int sub-level (its own FP4 numerics: exact block sums) within the same bounds */
-    if (DSV4_HAVE_X86 && top >= DSV4_CPU_AVX2)
+    /* the -int sub-levels (their own FP4 numerics: exact block sums) within the same bounds */
+    static const char *const sub[2] = { "avx2-int", "avx512-int" };
+    for (int i = 0; i < 2; i++) {
+        if (!DSV4_HAVE_X86 || top < (i ? DSV4_CPU_AVX512 : DSV4_CPU_AVX2)) {
+            test_not_here(t, sub[i]);
+            continue;
+        }
         for (size_t f = 0; f < sizeof(fixtures) / sizeof(fixtures[0]); f++)
-            check_fixture(t, fixtures[f], "avx2-int", f == 0 ? chunked : once, f == 0 ? 2 : 1);
-    else test_not_here(t, "avx2-int");
+            check_fixture(t, fixtures[f], sub[i], f == 0 ? chunked : once, f == 0 ? 2 : 1);
+    }
 }
 
 /* The Vulkan backend (on lavapipe in CI) against the reference, with the fast levels'

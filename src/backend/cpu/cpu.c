@@ -87,12 +87,12 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool 
         *ref   = true;
         return DSV4_OK;
     }
-    if (strcmp(env, DSV4_CPU_FP4X_NAME) == 0) {
+    if (strcmp(env, DSV4_CPU_FP4X_NAME) == 0 || strcmp(env, DSV4_CPU_FP4X512_NAME) == 0) {
+        enum dsv4_cpu_level want = env[3] == '5' ? DSV4_CPU_AVX512 : DSV4_CPU_AVX2;
         if (!dsv4_cpu_fp4x_built())
             return dsv4_err_set(err, DSV4_EUNSUPPORTED, "level %s is not built for this architecture", env);
-        if (best < DSV4_CPU_AVX2)
-            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", env);
-        *level = DSV4_CPU_AVX2;
+        if (best < want) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", env);
+        *level = want;
         *fp4x  = true;
         return DSV4_OK;
     }
@@ -110,7 +110,7 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool 
     }
     if (dsv4_cpu_fp4x_built()) {
         size_t u = strlen(names);
-        snprintf(names + u, sizeof(names) - u, ", %s", DSV4_CPU_FP4X_NAME);
+        snprintf(names + u, sizeof(names) - u, ", %s, %s", DSV4_CPU_FP4X_NAME, DSV4_CPU_FP4X512_NAME);
     }
     return dsv4_err_set(err, DSV4_EINVAL, "CPU level '%s' is not one of %s", env, names);
 }
@@ -207,17 +207,19 @@ int dsv4_cpu_create_fp4x(struct dsv4_cpu **out, int n_threads, struct dsv4_err *
 
 const char *dsv4_cpu_name(const struct dsv4_cpu *cpu)
 {
-    return cpu->ref ? "ref" : cpu->fp4x ? DSV4_CPU_FP4X_NAME : dsv4_cpu_level_name(cpu->level);
+    if (cpu->fp4x) return cpu->level >= DSV4_CPU_AVX512 ? DSV4_CPU_FP4X512_NAME : DSV4_CPU_FP4X_NAME;
+    return cpu->ref ? "ref" : dsv4_cpu_level_name(cpu->level);
 }
 
-/* The avx2-int table: the avx2 level's, with the FP4 projections of fp4_exact.h on the best
- * integer dot product this CPU has (all three give the same bits). */
+/* The -int tables: the avx2 or avx512 level's, with the FP4 projections of fp4_exact.h on the
+ * best integer dot product this CPU has at that width (all give the same bits). */
 static void fp4x_table(struct dsv4_cpu *cpu)
 {
 #if DSV4_HAVE_X86
     dsv4_fp4x_init();
-    cpu->kx            = dsv4_kernels_avx2;
-    cpu->kx.name       = DSV4_CPU_FP4X_NAME;
+    bool zmm           = cpu->level >= DSV4_CPU_AVX512;
+    cpu->kx            = zmm ? dsv4_kernels_avx512 : dsv4_kernels_avx2;
+    cpu->kx.name       = zmm ? DSV4_CPU_FP4X512_NAME : DSV4_CPU_FP4X_NAME;
     cpu->kx.quant_fp4x = dsv4_fp4x_quant_avx2;
     __builtin_cpu_init();
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -226,6 +228,7 @@ static void fp4x_table(struct dsv4_cpu *cpu)
     if (avxvnni) cpu->kx.dot_fp4 = dsv4_fp4x_dot_vnni;
     else if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) cpu->kx.dot_fp4 = dsv4_fp4x_dot_v512;
     else cpu->kx.dot_fp4 = dsv4_fp4x_dot_avx2;
+    if (zmm) cpu->kx.dot_fp4 = __builtin_cpu_supports("avx512vnni") ? dsv4_fp4x_dot_z512v : dsv4_fp4x_dot_z512;
     cpu->k = &cpu->kx;
 #else
     (void)cpu;

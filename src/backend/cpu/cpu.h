@@ -66,11 +66,12 @@ bool dsv4_cpu_level_built(enum dsv4_cpu_level l);
 enum dsv4_cpu_level dsv4_cpu_detect(void);
 /* The level to use: detected, capped by name if given (an unknown name, or a level this
  * build lacks, is an error); "ref" selects the scalar reference ops (double precision,
- * single thread); "avx2-int" the avx2 level with the exact FP4 block sums of fp4_exact.h
- * (*fp4x set; x86 builds, AVX2 CPUs). */
+ * single thread); "avx2-int" / "avx512-int" the avx2 / avx512 level with the exact FP4 block
+ * sums of fp4_exact.h (*fp4x set; x86 builds, CPUs with the level). */
 int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool *fp4x, struct dsv4_err *err);
-/* The sub-level's name ("avx2-int"), and whether this build has it. */
-#define DSV4_CPU_FP4X_NAME "avx2-int"
+/* The sub-levels' names, and whether this build has them (x86). */
+#define DSV4_CPU_FP4X_NAME    "avx2-int"
+#define DSV4_CPU_FP4X512_NAME "avx512-int"
 enum { DSV4_FP4X_GEMM_MIN = 16 }; /* its FP4 GEMV/GEMM crossover unless --gemm-min says otherwise */
 bool dsv4_cpu_fp4x_built(void);
 
@@ -272,15 +273,20 @@ void   dsv4_amx_dotb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, co
 void   dsv4_amx_gemmb_i16(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                           uint16_t *panel);
 double dsv4_amx_peak(long n);
-/* The avx2-int sub-level's FP4 kernels (x86_fp4_exact.c): dot_fp4 on the exact-sum layout with
- * plain AVX2, AVX-VNNI or AVX-512 VNNI (VL) integer dot products (the same bits), and the
- * layout's writer (quant_fp4x). Only after the CPU check. */
+/* The -int sub-levels' FP4 kernels (x86_fp4_exact.c, x86_fp4_exact512.c): dot_fp4 on the
+ * exact-sum layout with plain AVX2, AVX-VNNI or AVX-512 VNNI (VL) integer dot products on ymm,
+ * or AVX-512 BW / VNNI on zmm (two rows per vector), all with the same bits, and the layout's
+ * writer (quant_fp4x). Only after the CPU check. */
 void dsv4_fp4x_dot_avx2(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
                         int gmin);
 void dsv4_fp4x_dot_vnni(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
                         int gmin);
 void dsv4_fp4x_dot_v512(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
                         int gmin);
+void dsv4_fp4x_dot_z512(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y, int ldy,
+                        int gmin);
+void dsv4_fp4x_dot_z512v(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y,
+                         int ldy, int gmin);
 void dsv4_fp4x_quant_avx2(const float *x, int n, float *out);
 #endif
 /* A built level's tables, for code that must not name an x86 table (tests, cpu.c): the f32
@@ -295,7 +301,7 @@ struct dsv4_strict_mem;
 struct dsv4_cpu {
     enum dsv4_cpu_level         level;
     bool                        ref;   /* level "ref": the reference op table */
-    bool                        fp4x;  /* level "avx2-int": k is kx, the avx2 table with fp4_exact.h's FP4 */
+    bool                        fp4x;  /* avx2-int / avx512-int: k is kx, the level's table with fp4_exact.h's FP4 */
     const struct dsv4_kernels  *k;   /* f32 kernels of the level (avx512 for the higher ones) */
     struct dsv4_kernels         kx;  /* the avx2-int table (fp4x), else unused */
     const struct dsv4_kernels  *kb;  /* bf16-activation kernels, or NULL */
@@ -328,7 +334,8 @@ int  dsv4_cpu_create(struct dsv4_cpu **out, const char *level_name, const char *
                      struct dsv4_err *err);
 int  dsv4_cpu_create_at(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, int n_threads,
                         struct dsv4_err *err);
-/* The avx2-int sub-level (tests): DSV4_EUNSUPPORTED where the build or the CPU lacks it. */
+/* The avx2-int sub-level (tests): DSV4_EUNSUPPORTED where the build or the CPU lacks it. Its
+ * name as dsv4_cpu_name gives it: "avx2-int" or "avx512-int" (level avx512 and fp4x). */
 int  dsv4_cpu_create_fp4x(struct dsv4_cpu **out, int n_threads, struct dsv4_err *err);
 /* The level's name as the options give it: "ref", a level's name, or "avx2-int". */
 const char *dsv4_cpu_name(const struct dsv4_cpu *cpu);

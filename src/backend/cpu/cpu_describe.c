@@ -15,9 +15,9 @@ const char *dsv4_cpu_level_at(int i, bool *here)
 {
     int n_built = 0;
     while (n_built < DSV4_CPU_LEVELS && dsv4_cpu_level_built((enum dsv4_cpu_level)n_built)) n_built++;
-    if (i == n_built && dsv4_cpu_fp4x_built()) { /* the sub-level, after the levels */
-        *here = dsv4_cpu_detect() >= DSV4_CPU_AVX2;
-        return DSV4_CPU_FP4X_NAME;
+    if ((i == n_built || i == n_built + 1) && dsv4_cpu_fp4x_built()) { /* the sub-levels, after the levels */
+        *here = dsv4_cpu_detect() >= (i == n_built ? DSV4_CPU_AVX2 : DSV4_CPU_AVX512);
+        return i == n_built ? DSV4_CPU_FP4X_NAME : DSV4_CPU_FP4X512_NAME;
     }
     if (i < 0 || i >= DSV4_CPU_LEVELS || !dsv4_cpu_level_built((enum dsv4_cpu_level)i)) return NULL;
     *here = i <= (int)dsv4_cpu_detect();
@@ -60,11 +60,15 @@ static int linear(const struct dsv4_cpu *cpu, char *buf, size_t cap)
         if (k->quant_fp4x) {
             snprintf(buf, cap,
                      "%s: FP4 with exact block sums (fp4_exact.h): GEMV on %s integer dot products, 4 rows x up to 4 "
-                     "tokens, below %d tokens, then f32 GEMM of 4 rows x 2 tokens on the same sums (the same bits); "
-                     "FP8/BF16/F32 as avx2 (GEMM from %d / %d / %d tokens); FP8 activation quantiser avx2 (reference "
-                     "bits)",
-                     k->name, k->dot_fp4 == dsv4_fp4x_dot_vnni ? "AVX-VNNI" : k->dot_fp4 == dsv4_fp4x_dot_v512 ? "AVX-512 VNNI" : "AVX2",
-                     gmin[1], gmin[0], gmin[2], gmin[3]);
+                     "tokens, below %d tokens, then an f32 GEMM on the same sums (the same bits); FP8/BF16/F32 as %s "
+                     "(GEMM from %d / %d / %d tokens); FP8 activation quantiser %s (reference bits)",
+                     k->name,
+                     k->dot_fp4 == dsv4_fp4x_dot_vnni    ? "ymm AVX-VNNI"
+                     : k->dot_fp4 == dsv4_fp4x_dot_v512  ? "ymm AVX-512 VNNI"
+                     : k->dot_fp4 == dsv4_fp4x_dot_z512v ? "zmm AVX-512 VNNI (two rows a vector)"
+                     : k->dot_fp4 == dsv4_fp4x_dot_z512  ? "zmm AVX-512 BW (two rows a vector)"
+                                                         : "ymm AVX2",
+                     gmin[1], dsv4_cpu_level_name(cpu->level), gmin[0], gmin[2], gmin[3], dsv4_cpu_level_name(cpu->level));
             return 0;
         }
 #endif
