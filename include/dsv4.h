@@ -93,8 +93,9 @@ struct dsv4_engine_params {
      *                "avx512", "avx512bf16", "amx" cap it (a level above the CPU's runs the
      *                CPU's best; one this build lacks is DSV4_EUNSUPPORTED); "ref" = the
      *                double-precision reference ops (bit-exact with the Python reference);
-     *                "avx2-int" = avx2 with exact FP4 block sums on integer dot products
-     *                (its own bits; docs/PERF.md "The avx2-int sub-level")
+     *                "avx2-int" / "avx512-int" = avx2 / avx512 with exact FP4 block sums
+     *                on integer dot products (their own bits; docs/PERF.md "The avx2-int and
+     *                avx512-int sub-levels")
      *   gemm_min=A,B,C  the token counts (FP8, FP4, BF16) from which the avx2/avx512/neon f32
      *                kernels take their GEMM instead of the GEMV (the same bits either way;
      *                this engine's own); default: measured for this core (docs/PERF.md)

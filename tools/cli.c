@@ -398,7 +398,7 @@ static bool set_ep_dispatch(const struct cli_opt *o, const char *cmd, const char
 static const struct cli_opt ENGINE_OPTS[] = {
     { "--threads", NULL, "N", "CPU threads (default: all)", CLI_INT, EP(n_threads), 0, 4096, NULL },
     { "--cpu-level", NULL, "L",
-      "ref|scalar|avx2|avx512|avx512bf16|amx|neon, or avx2-int (avx2 with exact FP4\nblock sums); default: the best; env DSV4_CPU; backend option level=L",
+      "ref|scalar|avx2|avx512|avx512bf16|amx|neon, or avx2-int / avx512-int (exact FP4\nblock sums); default: the best; env DSV4_CPU; backend option level=L",
       CLI_CALL, EP(backend_opts), 0, 0, set_backend_opt },
     { "--gemm-min", NULL, "A,B,C",
       "FP8,FP4,BF16 token counts from which the f32 kernels take the GEMM\n(default: measured for this core; env "

@@ -246,8 +246,8 @@ static int create(struct dsv4_cpu **out, enum dsv4_cpu_level level, bool ref, bo
     int rc = dsv4_cpu_gemm_min(level, gemm_min, gmin, err);
     if (rc) return rc;
     /* avx2-int's FP4 GEMV (integer dot products, decoded every 4 tokens) keeps up with its f32
-     * GEMM (5 FP operations per 4 products) to about 16 tokens (docs/PERF.md, "The avx2-int
-     * sub-level"); the same bits either way */
+     * GEMM (5 FP operations per 4 products) to about 16 tokens, and so does avx512-int's
+     * (docs/PERF.md, "The avx2-int and avx512-int sub-levels"); the same bits either way */
     if (fp4x && !(gemm_min && *gemm_min)) gmin[1] = DSV4_FP4X_GEMM_MIN;
     struct dsv4_cpu *cpu = calloc(1, sizeof(*cpu));
     if (!cpu) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory");

@@ -145,7 +145,7 @@ struct dsv4_kernels {
      * 128 with a power-of-two scale (the last block may be short), the dequantised values
      * (exact) as f32. NULL: plain C in ops_fast.c. */
     void (*quant_f32)(const float *x, int n, float *out);
-    /* The avx2-int sub-level (fp4_exact.h; NULL on every other table): one row quantised as
+    /* The -int sub-levels (fp4_exact.h; NULL on every other table): one row quantised as
      * quant_f32 does and written in the exact-sum layout its dot_fp4 reads (n % 32 == 0,
      * dsv4_fp4x_floats(n) floats). FP4 projections on quantised activations take it. */
     void (*quant_fp4x)(const float *x, int n, float *out);

@@ -1,6 +1,6 @@
 /*
- * fp4_exact.h - the numerics of the "-int" sub-levels' FP4 projections (avx2-int), shared by
- * their kernels (x86_fp4_exact.c), their plain-C reference and activation layout
+ * fp4_exact.h - the numerics of the "-int" sub-levels' FP4 projections (avx2-int, avx512-int), shared by
+ * their kernels (x86_fp4_exact.c, x86_fp4_exact512.c), their plain-C reference and activation layout
  * (fp4_exact.c), the fast ops (ops_fast.c) and the tests.
  *
  * Why: an FP4 row has e2m1 weights with an e8m0 scale per 32 inputs, and its activations are
@@ -9,8 +9,8 @@
  * round after every product (one f32 FMA each); these levels sum exactly and round once per
  * block and lane, which lets the one-token GEMV run on integer dot products (VPMADDWD, or
  * VPDPWSSD with AVX-VNNI / AVX-512 VNNI) with a one-byte-shuffle decode of the nibbles, and
- * the many-token GEMM on f32 FMAs, with the same bits (docs/PERF.md, "The avx2-int
- * sub-level").
+ * the many-token GEMM on f32 FMAs, with the same bits (docs/PERF.md, "The avx2-int and
+ * avx512-int sub-levels").
  *
  * The numerics, for output row o and token t (the definition every path computes):
  *   - w2[k] = 2 x e2m1 code value, an integer in [-12, 12];
