@@ -94,8 +94,9 @@ struct dsv4_engine_params {
      *                CPU's best; one this build lacks is DSV4_EUNSUPPORTED); "ref" = the
      *                double-precision reference ops (bit-exact with the Python reference);
      *                "avx2-int" / "avx512-int" = avx2 / avx512 with exact FP4 block sums
-     *                on integer dot products (their own bits; docs/PERF.md "The avx2-int and
-     *                avx512-int sub-levels")
+     *                on integer dot products (their own bits; avx512-int is avx2-int on a
+     *                CPU without AVX-512; docs/PERF.md "The avx2-int and avx512-int
+     *                sub-levels")
      *   gemm_min=A,B,C  the token counts (FP8, FP4, BF16) from which the avx2/avx512/neon f32
      *                kernels take their GEMM instead of the GEMV (the same bits either way;
      *                this engine's own); default: measured for this core (docs/PERF.md)

@@ -91,7 +91,11 @@ int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool 
         enum dsv4_cpu_level want = env[3] == '5' ? DSV4_CPU_AVX512 : DSV4_CPU_AVX2;
         if (!dsv4_cpu_fp4x_built())
             return dsv4_err_set(err, DSV4_EUNSUPPORTED, "level %s is not built for this architecture", env);
-        if (best < want) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", env);
+        if (best < DSV4_CPU_AVX2)
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this CPU does not support the %s level", env);
+        /* capped as the levels are: avx512-int on a CPU without AVX-512 is avx2-int, whose FP4
+         * bits are the same (an expert rank on such a CPU still opens) */
+        if (best < want) want = DSV4_CPU_AVX2;
         *level = want;
         *fp4x  = true;
         return DSV4_OK;

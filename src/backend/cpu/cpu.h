@@ -67,7 +67,8 @@ enum dsv4_cpu_level dsv4_cpu_detect(void);
 /* The level to use: detected, capped by name if given (an unknown name, or a level this
  * build lacks, is an error); "ref" selects the scalar reference ops (double precision,
  * single thread); "avx2-int" / "avx512-int" the avx2 / avx512 level with the exact FP4 block
- * sums of fp4_exact.h (*fp4x set; x86 builds, CPUs with the level). */
+ * sums of fp4_exact.h (*fp4x set; x86 builds with AVX2; avx512-int is capped to avx2-int on a
+ * CPU without AVX-512, as the levels are capped). */
 int dsv4_cpu_pick(const char *name, enum dsv4_cpu_level *level, bool *ref, bool *fp4x, struct dsv4_err *err);
 /* The sub-levels' names, and whether this build has them (x86). */
 #define DSV4_CPU_FP4X_NAME    "avx2-int"

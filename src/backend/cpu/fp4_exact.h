@@ -56,8 +56,11 @@ static inline size_t dsv4_fp4x_floats(int n)
 static inline size_t dsv4_fp4x_f_off(int n) { return (size_t)n; }
 static inline size_t dsv4_fp4x_e_off(int n) { return 2 * (size_t)n; }
 
-/* sc(i) = 2^(i - 128) for i = e_w + ex, clamped to the table (2^-149 .. 2^127 and the zeros and
- * infinities beyond): the one function both paths take the block scale from. */
+/* sc(i) = 2^(i - 128) for i = e_w + ex (0 below 2^-149, inf above 2^127): the one table every
+ * path takes the block scale from. The layout writers keep ex in [-166, 110] (ilogb of a
+ * finite float, minus 17), so e_w + ex + DSV4_FP4X_SC_OFF lies in [154, 685] and the kernels
+ * index the table directly; dsv4_fp4x_sc_index (the reference's) also clamps, which rows from
+ * those writers never need. */
 enum { DSV4_FP4X_SC_OFF = 320, DSV4_FP4X_SC_LEN = 2 * DSV4_FP4X_SC_OFF + 256 };
 extern const float *dsv4_fp4x_sc;   /* [DSV4_FP4X_SC_LEN], index i + DSV4_FP4X_SC_OFF */
 void dsv4_fp4x_init(void);          /* fills the table; idempotent, thread-safe (pthread_once) */
