@@ -483,11 +483,11 @@ static int decode_steps(struct bench_run *R, int ctx, int B, double *t_total, do
             for (int x = 0; x < c->n_exp; x++) u += R->rl.used[(size_t)il * (size_t)c->n_exp + (size_t)x];
             bytes += u * expert_bytes(R->m, il);
             /* cached rows attended: window + compressed */
-            int r = c->ratio[il], rows = c->window;
-            if (r == 4) rows += (ctx / 4 < c->idx_topk ? ctx / 4 : c->idx_topk);
-            else if (r) rows += ctx / r;
+            const struct dsv4_layer_kind *k = &c->kind[il];
+            int comp = k->ratio ? ctx / k->ratio : 0, rows = k->window;
+            rows += k->indexer && k->idx_topk < comp ? k->idx_topk : comp;
             bytes += (double)B * rows * (double)R->sts[0].row_bytes;
-            if (r == 4) bytes += (double)B * (ctx / 4) * (double)R->sts[0].idx_bytes;
+            if (k->indexer) bytes += (double)B * comp * (double)R->sts[0].idx_bytes;
         }
         *bytes_total += bytes;
     }

@@ -19,9 +19,27 @@ static double mib(double b)
     return b / (1024.0 * 1024.0);
 }
 
-static const char *kind_name(int r)
+static const char *kind_name(const struct dsv4_layer_kind *k)
 {
-    return r == 0 ? "SWA" : r == 4 ? "CSA" : "HCA";
+    return k->ratio == 0 ? "SWA" : k->indexer ? "CSA" : "HCA";
+}
+
+/* The compressed layers: the ratio of the first with the indexer (CSA) and of the first
+ * without (HCA), 0 when there is none. */
+static void print_compression(const struct dsv4_config *c)
+{
+    int csa = 0, hca = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct dsv4_layer_kind *k = &c->kind[il];
+        if (k->indexer && !csa) csa = k->ratio;
+        if (k->ratio && !k->indexer && !hca) hca = k->ratio;
+    }
+    printf("compression  ");
+    if (csa)
+        printf("CSA ratio %d with indexer (%d heads x %d, top-%d)", csa, c->n_idx_head, c->d_idx_head, c->idx_topk);
+    else printf("no indexer layers");
+    if (hca) printf(", HCA ratio %d", hca);
+    printf("\n");
 }
 
 static void print_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
@@ -37,18 +55,11 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
            c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
     printf("layers       %d SWA, %d CSA, %d HCA: ", st->n_swa, st->n_csa, st->n_hca);
     for (int il = 0; il < c->n_layer + c->n_mtp; il++)
-        printf("%s%s%s", il ? " " : "", il == c->n_layer ? "| MTP " : "", kind_name(c->ratio[il]));
+        printf("%s%s%s", il ? " " : "", il == c->n_layer ? "| MTP " : "", kind_name(&c->kind[il]));
     printf("\n");
     printf("attention    %d heads x %d (rope %d, nope %d), q_lora %d, output %d groups x %d, window %d\n",
            c->n_head, c->d_head, c->d_rope, c->d_nope, c->q_lora_rank, c->o_groups, c->o_lora_rank, c->window);
-    printf("compression  CSA ratio 4 with indexer (%d heads x %d, top-%d)", c->n_idx_head, c->d_idx_head,
-           c->idx_topk);
-    for (int il = 0; il < c->n_layer; il++)
-        if (c->ratio[il] > 4) {
-            printf(", HCA ratio %d", c->ratio[il]);
-            break;
-        }
-    printf("\n");
+    print_compression(c);
     printf("rope         theta %g (SWA layers), %g for compressed layers", c->rope_theta, c->compress_rope_theta);
     if (c->yarn)
         printf(" with YaRN x%g (original %d, beta %g/%g)", c->rope_factor, c->original_seq_len, c->beta_fast,
@@ -127,7 +138,8 @@ static void print_json(const char *dir, const struct dsv4_config *c, const struc
     json_object_set_new(o, "tensors", json_integer((json_int_t)ck->n_tensors));
     json_object_set_new(o, "bytes", json_integer((json_int_t)st->bytes_total));
     json_t *layers = json_array();
-    for (int il = 0; il < c->n_layer + c->n_mtp; il++) json_array_append_new(layers, json_string(kind_name(c->ratio[il])));
+    for (int il = 0; il < c->n_layer + c->n_mtp; il++)
+        json_array_append_new(layers, json_string(kind_name(&c->kind[il])));
     json_object_set_new(o, "layers", layers);
     json_object_set_new(o, "n_layer", json_integer(c->n_layer));
     json_object_set_new(o, "d_model", json_integer(c->d_model));

@@ -270,28 +270,30 @@ struct dsv4_backend_ops {
     void (*indexer_scores)(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                            const struct dsv4_kv_rows *keys, int n_keys, float *score);
 
-    /* The indexer's selection for every row of a CSA layer (ratio 4) over the step (desc):
-     * row r (position p of sequence s) scores its n_done = (p + 1) / 4 completed keys (s's
-     * pages, keys at keys_off, page_tokens / 4 a page, key_bytes each) as indexer_scores with
-     * q[r * n_head * d ..] and w[r * n_head ..], keeps the topk best (higher score first, ties
-     * to the lower id) and writes their ids in ascending order to sel[r * topk ..] and
-     * min(topk, n_done) to n_sel[r]. */
-    void (*indexer_topk)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+    /* The indexer's selection for every row of a layer with an indexer over the step (desc),
+     * its keys one per `ratio` positions: row r (position p of sequence s) scores its
+     * n_done = (p + 1) / ratio completed keys (s's pages, keys at keys_off, page_tokens /
+     * ratio a page, key_bytes each) as indexer_scores with q[r * n_head * d ..] and
+     * w[r * n_head ..], keeps the topk best (higher score first, ties to the lower id) and
+     * writes their ids in ascending order to sel[r * topk ..] and min(topk, n_done) to
+     * n_sel[r]. */
+    void (*indexer_topk)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                          const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                          int *n_sel);
 
     /* The KV compressor's token loop over every sequence of the step (docs/MODEL.md §R3.6):
      * row r (position p of sequence s, slot p % ratio) stores its values a[r] and gate
-     * logits g[r] + ape[slot] (rows of `width` = coff * d, coff 2 with overlap at ratio 4,
-     * else 1) into s's frontier kv/sc [coff * ratio, width] (f32 at slot + kv_off and
-     * slot + sc_off; with overlap, rows ratio.. are the current block); a row that completes
+     * logits g[r] + ape[slot] (rows of `width` = coff * d, coff 2 with overlap, else 1; the
+     * layer's kind says which, model/layer_kind.h) into s's frontier kv/sc [coff * ratio,
+     * width] (f32 at slot + kv_off and slot + sc_off; with overlap, rows ratio.. are the
+     * current block); a row that completes
      * a block pools the frontier per channel (softmax of the gates over the block's
      * candidates, in double; with overlap the previous block through the first d channels)
      * into the next row of out[., d], rounded to bf16, and with overlap the current block
      * becomes the previous one. Rows written: each sequence's completed blocks in order, the
      * sequences one after the other (dsv4_step_block0). */
-    void (*compress)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                     const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
+    void (*compress)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                     const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
 
     /* Encodes rows of x (stride ldx) in `fmt` (d wide) into the step's sequences as dst says
      * (struct dsv4_store_dst). DSV4_ROW_FP8 expects the nope part FP8-simulated (lossless
@@ -469,6 +471,8 @@ struct dsv4_plan_dims {
     int max_attn_rows; /* cached rows one query attends to */
     int d_model, hc, n_head, d_head, d_rope, q_lora_rank, o_groups, o_lora_rank;
     int n_exp, n_exp_used, d_ff_exp, n_idx_head, d_idx_head, idx_topk;
+    int idx_ratio;     /* the smallest ratio of the layers with an indexer (0: none): a query
+                          scores at most max_ctx / idx_ratio keys */
 };
 
 /* What a buffer holds, for the backend's pools and memory accounting. */

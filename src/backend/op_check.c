@@ -28,9 +28,9 @@ enum { MAX_SLOTS = 8, MAX_WEIGHTS = 48 };
 
 /* The widths of the presets of tools/gen.c (preset_shape): one row per preset. */
 const struct chk_model chk_models[3] = {
-    { "tiny-a", 256, 4, 128, 64, 128, 2, 64, 16, 4, 128, 4, 8, 2, 128, 4, 16 },
-    { "tiny-b", 256, 4, 128, 64, 128, 2, 64, 128, 4, 128, 16, 8, 2, 128, 4, 128 },
-    { "flash", 4096, 64, 512, 64, 1024, 8, 1024, 128, 64, 128, 512, 256, 6, 2048, 4, 128 },
+    { "tiny-a", 256, 4, 128, 64, 128, 2, 64, 16, 4, 128, 4, 8, 2, 128, 4, 16, 4 },
+    { "tiny-b", 256, 4, 128, 64, 128, 2, 64, 128, 4, 128, 16, 8, 2, 128, 4, 128, 4 },
+    { "flash", 4096, 64, 512, 64, 1024, 8, 1024, 128, 64, 128, 512, 256, 6, 2048, 4, 128, 4 },
 };
 
 enum slot_kind { SLOT_F32, SLOT_INT, SLOT_BYTES };
@@ -198,7 +198,7 @@ void chk_fill_bf16(struct chk *h, float *x, size_t n, float amp)
 
 struct dsv4_plan_dims chk_dims(void)
 {
-    return (struct dsv4_plan_dims){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    return (struct dsv4_plan_dims){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
 }
 
 /* ------------------------------------------------------------------ reporting */

@@ -96,6 +96,7 @@ struct chk_model {
     const char *name;
     int         d_model, n_head, d_head, d_rope, q_lora, o_groups, o_lora, window;
     int         n_idx_head, d_idx, topk, n_exp, n_used, d_ff, hc, hca_ratio;
+    int         csa_ratio; /* the ratio of its layers with an indexer (overlapping compressor) */
 };
 extern const struct chk_model chk_models[3]; /* tiny-a, tiny-b, flash-shaped */
 

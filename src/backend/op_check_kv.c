@@ -54,7 +54,7 @@ static void write_row(struct dsv4_backend *ref, enum dsv4_row_fmt fmt, int d, in
 
 /* A step of sequences (p0, rows each) over one layer kind. */
 struct attn_case {
-    int model, ratio_kind; /* ratio_kind 0: window only, 1: CSA (ratio 4, selected rows), 2: HCA */
+    int model, ratio_kind; /* ratio_kind 0: window only, 1: CSA (csa_ratio, selected rows), 2: HCA */
     enum dsv4_row_fmt fmt;
     int n_seqs;
     int pn[CHK_STEP_MAX_SEQS][2];
@@ -150,7 +150,7 @@ static void attention_sel(struct chk *h, const struct chk_step *f, int topk, str
     int nr = f->desc.n_rows, *sel = chk_alloc(h, sizeof(int) * (size_t)nr * topk);
     int *n_sel = chk_alloc(h, sizeof(int) * (size_t)nr);
     for (int r = 0; r < nr; r++) {
-        int done = (f->pos[r] + 1) / 4, k = done < topk ? done : topk, m = 0;
+        int done = (f->pos[r] + 1) / src->ratio, k = done < topk ? done : topk, m = 0;
         for (int j = 0; j < done && m < k; j++) /* pick k of done, in order (selection sampling) */
             if (chk_u64(h) % (uint64_t)(done - j) < (uint64_t)(k - m)) sel[r * topk + m++] = j;
         n_sel[r] = m;
@@ -162,7 +162,8 @@ static void attention_case(struct chk *h, const struct attn_case *c)
 {
     const struct chk_model *M = &chk_models[c->model];
     int H = M->n_head, D = M->d_head, R = M->d_rope, W = M->window, last = 0;
-    int ratio = c->ratio_kind == 0 ? 0 : c->ratio_kind == 1 ? 4 : M->hca_ratio, topk = c->ratio_kind == 1 ? M->topk : 0;
+    int ratio = c->ratio_kind == 0 ? 0 : c->ratio_kind == 1 ? M->csa_ratio : M->hca_ratio;
+    int topk  = c->ratio_kind == 1 ? M->topk : 0;
     int rb = dsv4_row_bytes(c->fmt, D, R);
     for (int s = 0; s < c->n_seqs; s++) last = last > c->pn[s][0] + c->pn[s][1] - 1 ? last : c->pn[s][0] + c->pn[s][1] - 1;
     int n_comp = ratio ? (last + 1) / ratio : 0, max_rows = W + (topk ? (n_comp < topk ? n_comp : topk) : n_comp);
@@ -210,7 +211,7 @@ static void attention_case(struct chk *h, const struct attn_case *c)
 static void run_attention(struct chk *h)
 {
     for (int m = 0; m < 3; m++) {
-        int W = chk_models[m].window, P = 5 * 4; /* CSA's page: 5 rows of 4 positions */
+        int W = chk_models[m].window, P = 5 * chk_models[m].csa_ratio; /* CSA's page: 5 rows */
         for (int kind = 0; kind < 3; kind++) {
             /* decode past the window, a chunk straddling ring and chunk rows, a first chunk;
              * then a step of them: a decode row, a chunk across a block and a page boundary
@@ -275,7 +276,7 @@ static void run_indexer_scores(struct chk *h)
  * keys, and a best-k choice under the reference's scores within the scores' tolerance (a
  * backend's own scores may order near-ties the other way). */
 struct topk_check {
-    int          n_q, topk;
+    int          n_q, topk, ratio; /* ratio: positions per key */
     const int   *pos;        /* [n_q] each row's position */
     float       *ref_scores; /* [n_q][max_done] from the reference run */
     int          max_done;
@@ -314,7 +315,7 @@ static void topk_compare(struct chk *h, void *ud)
         }
         const int *g = gs + (size_t)t * c->topk, *r = rs + (size_t)t * c->topk;
         differ += memcmp(g, r, sizeof(int) * (size_t)gn[t]) != 0;
-        topk_row(h, t, (c->pos[t] + 1) / 4, g, gn[t], c->ref_scores + (size_t)t * c->max_done);
+        topk_row(h, t, (c->pos[t] + 1) / c->ratio, g, gn[t], c->ref_scores + (size_t)t * c->max_done);
     }
     chk_note(h, (size_t)c->n_q, differ, 0, 0);
 }
@@ -325,12 +326,12 @@ static void topk_inputs(struct chk *h, struct dsv4_backend *ref, const struct ch
                         const float *q, const float *w, struct topk_check *tc)
 {
     for (int s = 0; s < f->desc.n_seqs; s++) {
-        struct dsv4_kv_rows keys = dsv4_step_page_rows(&f->desc, s, 64, 4, kb);
-        int                 done = (f->seq[s].p0 + f->seq[s].n) / 4;
+        struct dsv4_kv_rows keys = dsv4_step_page_rows(&f->desc, s, 64, tc->ratio, kb);
+        int                 done = (f->seq[s].p0 + f->seq[s].n) / tc->ratio;
         write_keys(h, ref, &keys, done, d);
         for (int t = 0; t < f->seq[s].n; t++) {
             size_t r = (size_t)(f->seq[s].row0 + t);
-            int    n = (f->pos[r] + 1) / 4;
+            int    n = (f->pos[r] + 1) / tc->ratio;
             if (n > 0)
                 ref->ops->indexer_scores(ref, H, d, q + r * H * d, w + r * H, &keys, n,
                                          tc->ref_scores + r * (size_t)tc->max_done);
@@ -341,21 +342,22 @@ static void topk_inputs(struct chk *h, struct dsv4_backend *ref, const struct ch
 static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], int pr)
 {
     const struct chk_model *M = &chk_models[model];
-    int H = M->n_idx_head, d = M->d_idx, K = M->topk, kb = dsv4_idx_key_bytes(d), last = 0;
+    int H = M->n_idx_head, d = M->d_idx, K = M->topk, kb = dsv4_idx_key_bytes(d), last = 0, ratio = M->csa_ratio;
     for (int s = 0; s < n_seqs; s++) last = last > pn[s][0] + pn[s][1] ? last : pn[s][0] + pn[s][1];
-    int n_keys = last / 4 > 0 ? last / 4 : 1;
+    int n_keys = last / ratio > 0 ? last / ratio : 1;
     struct chk_step f; /* keys at byte 64 of a page of pr keys */
-    chk_step_make(h, &f, n_seqs, pn, 64, 4 * pr, 64 + (size_t)pr * kb + 32);
+    chk_step_make(h, &f, n_seqs, pn, 64, ratio * pr, 64 + (size_t)pr * kb + 32);
     uint8_t *arena = f.arena; /* the case's: each run reads its own copy (chk_in) */
     int nq = f.desc.n_rows;
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = nq, dims.max_ctx = last, dims.n_idx_head = H, dims.d_idx_head = d, dims.idx_topk = K;
+    dims.idx_ratio = ratio;
     chk_case(h, &dims, "%s top-%d, %d sequence%s, positions %d..%d%s, pages of %d", M->name, K, n_seqs,
              n_seqs > 1 ? "s" : "", pn[0][0], pn[0][0] + pn[0][1] - 1, n_seqs > 1 ? ", ..." : "", pr);
     float *q = chk_floats(h, (size_t)nq * H * d), *w = chk_floats(h, (size_t)nq * H);
     chk_fill_bf16(h, q, (size_t)nq * H * d, 1.0f);
     for (int i = 0; i < nq * H; i++) w[i] = dsv4_round_bf16((float)fabs(chk_uniform(h)) + 0.01f);
-    struct topk_check tc = { nq, K, f.pos, chk_floats(h, (size_t)nq * n_keys), n_keys };
+    struct topk_check tc = { nq, K, ratio, f.pos, chk_floats(h, (size_t)nq * n_keys), n_keys };
     chk_custom(h, topk_compare, &tc);
     for (struct dsv4_backend *be; (be = chk_next(h));) {
         if (chk_is_reference(h)) topk_inputs(h, be, &f, kb, H, d, q, w, &tc);
@@ -363,7 +365,7 @@ static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], 
         int *n_sel = chk_out_int(h, 1, (size_t)nq, NULL);
         chk_step_rebase(&f, chk_in(h, arena)); /* the keys' pages: backend memory */
         be->ops->step_begin(be, &f.desc);
-        be->ops->indexer_topk(be, &f.desc, H, d, chk_in(h, q), chk_in(h, w), 64, kb, K, sel, n_sel);
+        be->ops->indexer_topk(be, &f.desc, ratio, H, d, chk_in(h, q), chk_in(h, w), 64, kb, K, sel, n_sel);
     }
 }
 

@@ -13,8 +13,10 @@
 /* ------------------------------------------------------------------ compressor */
 
 struct comp_case {
-    int ratio, d, n_seqs;
-    int pn[CHK_STEP_MAX_SEQS][2];
+    int  ratio;
+    bool overlap;
+    int  d, n_seqs;
+    int  pn[CHK_STEP_MAX_SEQS][2];
 };
 
 /* Every sequence's frontier as earlier tokens left it: values bf16, gates uniform. */
@@ -29,7 +31,7 @@ static void fill_frontiers(struct chk *h, const struct chk_step *f, size_t kv_of
 
 static void compress_case(struct chk *h, const struct comp_case *c)
 {
-    int ratio = c->ratio, d = c->d, coff = ratio == 4 ? 2 : 1, rows = coff * ratio, last = 0;
+    int ratio = c->ratio, d = c->d, coff = c->overlap ? 2 : 1, rows = coff * ratio, last = 0;
     size_t W = (size_t)(coff * d), fr = (size_t)rows * W * sizeof(float);
     size_t kv_off = 64, sc_off = 64 + ((fr + 63) & ~(size_t)63) + 32; /* garbage around both */
     struct chk_step f;
@@ -41,9 +43,9 @@ static void compress_case(struct chk *h, const struct comp_case *c)
     }
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = nr, dims.max_ctx = last, dims.d_head = d;
-    chk_case(h, &dims, "ratio %d d %d, %d sequence%s, positions %d..%d%s (%d blocks)", ratio, d, c->n_seqs,
-             c->n_seqs > 1 ? "s" : "", c->pn[0][0], c->pn[0][0] + c->pn[0][1] - 1, c->n_seqs > 1 ? ", ..." : "",
-             blocks);
+    chk_case(h, &dims, "ratio %d%s d %d, %d sequence%s, positions %d..%d%s (%d blocks)", ratio,
+             c->overlap ? " overlapping" : "", d, c->n_seqs, c->n_seqs > 1 ? "s" : "", c->pn[0][0],
+             c->pn[0][0] + c->pn[0][1] - 1, c->n_seqs > 1 ? ", ..." : "", blocks);
     float *a = chk_floats(h, (size_t)nr * W), *g = chk_floats(h, (size_t)nr * W), *ape = chk_floats(h, (size_t)ratio * W);
     chk_fill_bf16(h, a, (size_t)nr * W, 2.0f);
     for (size_t i = 0; i < (size_t)nr * W; i++) g[i] = (float)chk_uniform(h) * 3.0f;
@@ -54,31 +56,35 @@ static void compress_case(struct chk *h, const struct comp_case *c)
         chk_step_rebase(&f, chk_out_bytes(h, 0, f.bytes, arena0));
         float *out = chk_out_f32(h, 1, (size_t)(blocks > 0 ? blocks : 1) * d, CHK_EXACT, NULL, NULL);
         be->ops->step_begin(be, &f.desc);
-        be->ops->compress(be, &f.desc, ratio, d, chk_in(h, a), chk_in(h, g), chk_in(h, ape), kv_off, sc_off, out);
+        be->ops->compress(be, &f.desc, ratio, c->overlap, d, chk_in(h, a), chk_in(h, g), chk_in(h, ape), kv_off,
+                          sc_off, out);
     }
 }
 
 void chk_run_compress(struct chk *h)
 {
     const struct chk_model *M = chk_models;
-    /* each layer kind's compressors (the kv rows' d_head and, at ratio 4, the indexer's
-     * keys), awkward widths and ratios; chunks that complete no block, one, several, or start
-     * at position 0; then steps of a decode row, a chunk across block boundaries, a first
-     * chunk */
+    /* each layer kind's compressors (the kv rows' d_head and, with the CSA layers' overlap,
+     * the indexer's keys), awkward widths and ratios, overlap at other ratios and none at
+     * the CSA ratio; chunks that complete no block, one, several, or start at position 0;
+     * then steps of a decode row, a chunk across block boundaries, a first chunk */
+    int                    C = M[0].csa_ratio;
     const struct comp_case cases[] = {
-        { 4, 17, 1, { { 0, 11 } } },
-        { 3, 31, 1, { { 5, 7 } } },
-        { 4, M[0].d_head, 1, { { 0, 17 } } },
-        { 4, M[0].d_idx, 1, { { 21, 1 } } },
-        { 4, M[0].d_head, 1, { { 23, 1 } } },
-        { M[0].hca_ratio, M[0].d_head, 1, { { 0, 40 } } },
-        { M[1].hca_ratio, M[1].d_head, 1, { { 100, 31 } } },
-        { 4, M[2].d_head, 1, { { 6, 3 } } },
-        { M[2].hca_ratio, M[2].d_head, 1, { { 125, 5 } } },
-        { 4, M[2].d_idx, 1, { { 3, 9 } } },
-        { 4, M[0].d_head, 3, { { 23, 1 }, { 6, 9 }, { 0, 3 } } },
-        { M[0].hca_ratio, M[0].d_head, 3, { { 15, 1 }, { 30, 5 }, { 0, 17 } } },
-        { 4, M[2].d_idx, 3, { { 2099, 1 }, { 254, 5 }, { 0, 4 } } },
+        { C, true, 17, 1, { { 0, 11 } } },
+        { 3, false, 31, 1, { { 5, 7 } } },
+        { 2, true, 33, 1, { { 1, 6 } } },
+        { C, false, 20, 1, { { 2, 9 } } },
+        { C, true, M[0].d_head, 1, { { 0, 17 } } },
+        { C, true, M[0].d_idx, 1, { { 21, 1 } } },
+        { C, true, M[0].d_head, 1, { { 23, 1 } } },
+        { M[0].hca_ratio, false, M[0].d_head, 1, { { 0, 40 } } },
+        { M[1].hca_ratio, false, M[1].d_head, 1, { { 100, 31 } } },
+        { M[2].csa_ratio, true, M[2].d_head, 1, { { 6, 3 } } },
+        { M[2].hca_ratio, false, M[2].d_head, 1, { { 125, 5 } } },
+        { M[2].csa_ratio, true, M[2].d_idx, 1, { { 3, 9 } } },
+        { C, true, M[0].d_head, 3, { { 23, 1 }, { 6, 9 }, { 0, 3 } } },
+        { M[0].hca_ratio, false, M[0].d_head, 3, { { 15, 1 }, { 30, 5 }, { 0, 17 } } },
+        { M[2].csa_ratio, true, M[2].d_idx, 3, { { 2099, 1 }, { 254, 5 }, { 0, 4 } } },
     };
     for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) compress_case(h, &cases[s]);
 }

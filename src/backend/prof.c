@@ -289,18 +289,19 @@ static void p_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
     TIMED(DSV4_OP_INDEXER_SCORES, n_keys, P(be)->inner->indexer_scores(be, n_head, d, q, w, keys, n_keys, score));
 }
 
-static void p_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+static void p_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                            int *n_sel)
 {
     TIMED(DSV4_OP_INDEXER_TOPK, desc->n_rows,
-          P(be)->inner->indexer_topk(be, desc, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel));
+          P(be)->inner->indexer_topk(be, desc, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel));
 }
 
-static void p_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+static void p_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                       const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
-    TIMED(DSV4_OP_COMPRESS, desc->n_rows, P(be)->inner->compress(be, desc, ratio, d, a, g, ape, kv_off, sc_off, out));
+    TIMED(DSV4_OP_COMPRESS, desc->n_rows,
+          P(be)->inner->compress(be, desc, ratio, overlap, d, a, g, ape, kv_off, sc_off, out));
 }
 
 static void p_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,

@@ -9,8 +9,9 @@
  *                                     later query still reads (docs/SPECULATIVE.md)
  *     ckv/csc, ikv/isc                compressor frontiers: values and gate logits (gate + ape)
  *                                     of the tokens of the incomplete block; with overlap
- *                                     (ratio 4) rows 0..3 hold the previous complete block
- *                                     and rows 4..7 the current one
+ *                                     (the layer kind's, model/layer_kind.h) rows
+ *                                     0..ratio-1 hold the previous complete block and rows
+ *                                     ratio..2*ratio-1 the current one
  *     mtp_x  [hc, d_model]            (MTP only) final streams of position mtp_pos
  *     mtp_h  [hc, d_model]            (MTP only) the MTP block's output streams of the last
  *                                     draft row, the input of a chained draft
@@ -18,7 +19,7 @@
  *   every layer, laid out layer after layer:
  *     comp   [page_tokens / ratio, row_bytes]   compressed rows; row j covers positions
  *                                               j*ratio..(j+1)*ratio-1
- *     idx    [page_tokens / 4, idx_bytes]       indexer key rows (CSA layers only)
+ *     idx    [page_tokens / ratio, idx_bytes]   indexer key rows (layers with an indexer)
  *   page_tokens is a power of two that every compression ratio divides (256 by default), so a
  *   compressed block never straddles two pages and a full page is final: nothing writes into
  *   it once the sequence has moved past it (the prefix cache shares such pages read-only).
@@ -70,12 +71,12 @@ void *dsv4_kv_mem_alloc(const struct dsv4_kv_mem *m, size_t bytes);
 void  dsv4_kv_mem_free(const struct dsv4_kv_mem *m, void *p, size_t bytes);
 
 struct dsv4_layer_state {
-    int      ratio;
+    struct dsv4_layer_kind kind; /* the layer's (dims->kind[il]): ratio, overlap (coff), indexer */
     uint8_t *ring;      /* [ring_rows, row_bytes] */
     float   *ckv, *csc; /* [coff*ratio, coff*d_head] */
-    float   *ikv, *isc; /* [coff*ratio, coff*d_idx_head] (CSA only) */
+    float   *ikv, *isc; /* [coff*ratio, coff*d_idx_head] (with an indexer) */
     size_t   comp_off;  /* byte offset in a page of [page_tokens / ratio, row_bytes] */
-    size_t   idx_off;   /* byte offset in a page of [page_tokens / 4, idx_bytes] (CSA only) */
+    size_t   idx_off;   /* byte offset in a page of [page_tokens / ratio, idx_bytes] (with an indexer) */
 };
 
 struct dsv4_seq_state {

@@ -26,11 +26,11 @@ static int n_states_of(const struct dsv4_kv_dims *c, bool mtp)
     return c->n_layer + (mtp ? 1 : 0);
 }
 
-/* Frontier rows x floats per row of one compressor. */
-static size_t frontier_floats(int ratio, int d)
+/* Frontier rows x floats per row of one compressor of a layer of kind k. */
+static size_t frontier_floats(const struct dsv4_layer_kind *k, int d)
 {
-    int coff = ratio == 4 ? 2 : 1;
-    return (size_t)(coff * ratio) * (size_t)(coff * d);
+    int coff = dsv4_kind_coff(k);
+    return (size_t)(coff * k->ratio) * (size_t)(coff * d);
 }
 
 /*
@@ -45,31 +45,32 @@ static void walk(const struct dsv4_kv_dims *c, enum dsv4_row_fmt fmt, bool mtp, 
     memset(sz, 0, sizeof(*sz));
     for (int il = 0; il < n; il++) {
         struct dsv4_layer_state *ls = st ? &st->layers[il] : NULL;
-        int                      r  = c->ratio[il];
+        const struct dsv4_layer_kind *k = &c->kind[il];
+        int                      r  = k->ratio;
         size_t ring = sz->slot, ckv = 0, csc = 0, ikv = 0, isc = 0, comp = 0, idx = 0;
         sz->slot += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
         sz->snap += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
         if (r) {
-            size_t fb = sizeof(float) * frontier_floats(r, c->d_head);
+            size_t fb = sizeof(float) * frontier_floats(k, c->d_head);
             ckv = sz->slot, sz->slot += align64(fb);
             csc = sz->slot, sz->slot += align64(fb);
             comp = sz->page, sz->page += align64((size_t)(page_tokens / r) * rb);
-            if (r == 4) {
-                size_t ifb = sizeof(float) * frontier_floats(r, c->d_idx_head);
+            if (k->overlap) sz->snap += 2 * align64(fb / 2); /* the previous-block rows: half */
+            if (k->indexer) {
+                size_t ifb = sizeof(float) * frontier_floats(k, c->d_idx_head);
                 ikv = sz->slot, sz->slot += align64(ifb);
                 isc = sz->slot, sz->slot += align64(ifb);
-                idx = sz->page, sz->page += align64((size_t)(page_tokens / 4) * ib);
-                /* previous-block rows of both frontiers: half of each */
-                sz->snap += 2 * align64(fb / 2) + 2 * align64(ifb / 2);
+                idx = sz->page, sz->page += align64((size_t)(page_tokens / r) * ib);
+                if (k->overlap) sz->snap += 2 * align64(ifb / 2);
             }
         }
         if (!ls) continue;
-        ls->ratio    = r;
+        ls->kind     = *k;
         ls->ring     = slot + ring;
         ls->ckv      = r ? (float *)(void *)(slot + ckv) : NULL;
         ls->csc      = r ? (float *)(void *)(slot + csc) : NULL;
-        ls->ikv      = r == 4 ? (float *)(void *)(slot + ikv) : NULL;
-        ls->isc      = r == 4 ? (float *)(void *)(slot + isc) : NULL;
+        ls->ikv      = k->indexer ? (float *)(void *)(slot + ikv) : NULL;
+        ls->isc      = k->indexer ? (float *)(void *)(slot + isc) : NULL;
         ls->comp_off = comp;
         ls->idx_off  = idx;
     }
@@ -106,7 +107,7 @@ bool dsv4_kv_page_tokens_ok(const struct dsv4_kv_dims *dims, int page_tokens)
 {
     if (page_tokens < 4 || page_tokens > (1 << 20) || (page_tokens & (page_tokens - 1))) return false;
     for (int il = 0; il < dims->n_layer + dims->n_mtp; il++)
-        if (dims->ratio[il] && page_tokens % dims->ratio[il]) return false;
+        if (dims->kind[il].ratio && page_tokens % dims->kind[il].ratio) return false;
     return true;
 }
 
@@ -246,9 +247,9 @@ void dsv4_seq_state_copy(struct dsv4_seq_state *dst, const struct dsv4_seq_state
     dst->mtp_pos = src->mtp_pos;
 }
 
-static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, int ratio, int d)
+static void reset_frontier(const struct dsv4_kv_mem *m, float *kv, float *sc, const struct dsv4_layer_kind *k, int d)
 {
-    size_t n = frontier_floats(ratio, d);
+    size_t n = frontier_floats(k, d);
     kv_fill(m, kv, 0.0f, n);
     kv_fill(m, sc, -INFINITY, n);
 }
@@ -259,9 +260,9 @@ void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_kv_dims *
     st->mtp_pos = 0;
     for (int il = 0; il < st->n_states; il++) {
         struct dsv4_layer_state *ls = &st->layers[il];
-        if (!ls->ratio) continue;
-        reset_frontier(&st->kvmem, ls->ckv, ls->csc, ls->ratio, dims->d_head);
-        if (ls->ratio == 4) reset_frontier(&st->kvmem, ls->ikv, ls->isc, ls->ratio, dims->d_idx_head);
+        if (!ls->kind.ratio) continue;
+        reset_frontier(&st->kvmem, ls->ckv, ls->csc, &ls->kind, dims->d_head);
+        if (ls->kind.indexer) reset_frontier(&st->kvmem, ls->ikv, ls->isc, &ls->kind, dims->d_idx_head);
     }
 }
 
@@ -281,11 +282,12 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
     for (int il = 0; il < n; il++) {
         const struct dsv4_layer_state *ls = &st->layers[il];
         PART(ls->ring, (size_t)st->ring_rows * (size_t)st->row_bytes);
-        if (ls->ratio == 4) {
-            size_t fb = sizeof(float) * frontier_floats(4, st->d_head) / 2;
-            size_t ib = sizeof(float) * frontier_floats(4, st->d_idx_head) / 2;
-            PART(ls->ckv, fb);
-            PART(ls->csc, fb);
+        if (!ls->kind.overlap) continue; /* only an overlapping frontier keeps rows past a block */
+        size_t fb = sizeof(float) * frontier_floats(&ls->kind, st->d_head) / 2;
+        PART(ls->ckv, fb);
+        PART(ls->csc, fb);
+        if (ls->kind.indexer) {
+            size_t ib = sizeof(float) * frontier_floats(&ls->kind, st->d_idx_head) / 2;
             PART(ls->ikv, ib);
             PART(ls->isc, ib);
         }

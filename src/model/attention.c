@@ -45,7 +45,7 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     int nI = c->n_idx_head, dI = c->d_idx_head;
     enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
     be->ops->linear(be, &L->idx.wq_b, R, S->qr, c->q_lora_rank, S->qi, nI * dI, act, DSV4_OUT_BF16);
-    be->ops->rope(be, R, nI, dI, S->qi, S->pos, dsv4_layer_rope(m, L->ratio), false);
+    be->ops->rope(be, R, nI, dI, S->qi, S->pos, dsv4_layer_rope(m, L->kind.ratio), false);
     be->ops->hadamard(be, R * nI, dI, S->qi);
     be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32);
     be->ops->linear(be, &L->idx.weights_proj, R, S->u, c->d_model, S->wi, nI, DSV4_ACT_NONE, DSV4_OUT_BF16);
@@ -53,33 +53,35 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     be->ops->scale(be, (size_t)R * (size_t)nI, S->wi, wscale);
 }
 
-/* The indexer's choice for every row (CSA layers), into the step's isel / n_isel (row r's
- * slice at r * idx_topk), and its dump: the selected set, -1 padded to index_topk, as
- * floats. */
+/* The indexer's choice for every row (layers with an indexer), over the keys of the layer's
+ * index source, into the step's isel / n_isel (row r's slice at r * idx_topk), and its dump:
+ * the selected set, -1 padded to index_topk, as floats. */
 static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_seq_state *st,
-                           const struct dsv4_layer_state *ls, int il)
+                           const struct dsv4_layer_kind *k, int il)
 {
-    const struct dsv4_config *c  = &m->cfg;
-    struct dsv4_backend      *be = &S->be;
-    be->ops->indexer_topk(be, &S->desc, c->n_idx_head, c->d_idx_head, S->qi, S->wi, ls->idx_off, st->idx_bytes,
-                          c->idx_topk, S->isel, S->n_isel);
+    const struct dsv4_config      *c    = &m->cfg;
+    struct dsv4_backend           *be   = &S->be;
+    const struct dsv4_layer_state *keys = &st->layers[k->index_source];
+    be->ops->indexer_topk(be, &S->desc, keys->kind.ratio, c->n_idx_head, c->d_idx_head, S->qi, S->wi, keys->idx_off,
+                          st->idx_bytes, k->idx_topk, S->isel, S->n_isel);
     if (!S->dump.fn) return;
     for (int s = 0; s < S->n_seqs; s++)
         for (int t = 0; t < S->seq_n[s]; t++) {
             /* read back: the selection is backend memory */
             float  fsel[4096];
-            int    sel[4096], n_sel, w = c->idx_topk < 4096 ? c->idx_topk : 4096;
+            int    sel[4096], n_sel, w = k->idx_topk < 4096 ? k->idx_topk : 4096;
             size_t r = (size_t)(S->seq_row0[s] + t);
             dsv4_dump_read(S, &n_sel, S->n_isel + r, sizeof(int));
-            dsv4_dump_read(S, sel, S->isel + r * (size_t)c->idx_topk, sizeof(int) * (size_t)w);
+            dsv4_dump_read(S, sel, S->isel + r * (size_t)k->idx_topk, sizeof(int) * (size_t)w);
             for (int i = 0; i < w; i++) fsel[i] = i < n_sel ? (float)sel[i] : -1.0f;
             dsv4_dump(S, "idx_topk", il, s, S->seq_pos0[s] + t, 1, w, fsel);
         }
 }
 
 /* Attention of every row of the step, each of the four ops one call for all the sequences:
- * the chunks' rows are encoded into staging, the indexer picks compressed rows (CSA), every
- * query attends, then each ring keeps its sequence's last `window` rows. */
+ * the chunks' rows are encoded into staging, the indexer picks compressed rows (of the
+ * layer's kv source), every query attends, then each ring keeps its sequence's last `window`
+ * rows. */
 static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
                         int il)
 {
@@ -87,22 +89,24 @@ static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const s
     struct dsv4_backend          *be = &S->be;
     const struct dsv4_seq_state  *st = layout_seq(S);
     const struct dsv4_layer_state *ls = &st->layers[state];
+    const struct dsv4_layer_kind  *k  = &L->kind;
     float  scale = (float)pow(c->d_head, -0.5);
     struct dsv4_store_dst stage = { .to = DSV4_STORE_STEP, .rows = S->staging, .row_bytes = st->row_bytes };
     be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &stage);
-    struct dsv4_attn_src src = { .window = c->window, .ratio = L->ratio, .ring_rows = st->ring_rows,
+    struct dsv4_attn_src src = { .window = k->window, .ratio = k->ratio, .ring_rows = st->ring_rows,
                                  .row_bytes = st->row_bytes, .ring_off = dsv4_kv_slot_off(st, ls->ring),
-                                 .comp_off = ls->comp_off, .chunk = S->staging };
-    if (L->ratio == 4) {
-        indexer_select(m, S, st, ls, il);
+                                 .chunk = S->staging };
+    if (k->ratio) src.comp_off = st->layers[k->kv_source].comp_off;
+    if (k->indexer) {
+        indexer_select(m, S, st, k, il);
         src.sel        = S->isel;
         src.n_sel      = S->n_isel;
-        src.sel_stride = c->idx_topk;
+        src.sel_stride = k->idx_topk;
     }
     be->ops->attention(be, &S->desc, c->n_head, c->d_head, c->d_rope, S->q, &src, st->fmt, L->attn_sink, scale, S->o);
     /* the ring keeps the last `window` rows (after every query of the chunk has read it), at
      * position % ring_rows */
-    struct dsv4_store_dst ring = { .to = DSV4_STORE_RING, .off = src.ring_off, .window = c->window,
+    struct dsv4_store_dst ring = { .to = DSV4_STORE_RING, .off = src.ring_off, .window = k->window,
                                    .ring_rows = st->ring_rows, .row_bytes = st->row_bytes };
     be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &ring);
 }
@@ -114,7 +118,7 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     struct dsv4_backend      *be = &S->be;
     int il = L->il, H = c->n_head, D = c->d_head, HD = H * D;
     enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
-    const struct dsv4_rope_table *rope = dsv4_layer_rope(m, L->ratio);
+    const struct dsv4_rope_table *rope = dsv4_layer_rope(m, L->kind.ratio);
 
     /* q: low-rank projection, q_norm, per-head RMS, RoPE on the last d_rope dims */
     be->ops->linear(be, &L->wq_a, R, S->u, c->d_model, S->qr, c->q_lora_rank, act, DSV4_OUT_BF16);
@@ -136,11 +140,11 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
         dsv4_dump_dev(S, "kv", il, s, S->seq_pos0[s], S->seq_n[s], D, S->kv + (size_t)r0 * (size_t)D);
     }
     /* compressed rows (and indexer keys) of the completed blocks, then the indexer queries */
-    if (L->has_indexer) {
+    if (L->kind.indexer) {
         run_compressor(m, S, &L->idx.comp, true, state, il, R);
         indexer_queries(m, S, L, R);
     }
-    if (L->has_comp) run_compressor(m, S, &L->comp, false, state, il, R);
+    if (L->kind.ratio) run_compressor(m, S, &L->comp, false, state, il, R);
     attend_step(m, S, L, state, il);
     /* undo the query-position rotation of the output, then the grouped output projection */
     be->ops->rope(be, R, H, D, S->o, S->pos, rope, true);

@@ -50,8 +50,8 @@ void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const s
                                       S->cg + off, S->seq_n[s], S->seq_pos0[s]);
         }
     }
-    be->ops->compress(be, &S->desc, r, d, S->ca, S->cg, cw->ape, dsv4_kv_slot_off(st, kv), dsv4_kv_slot_off(st, sc),
-                      S->crows);
+    be->ops->compress(be, &S->desc, r, cw->overlap, d, S->ca, S->cg, cw->ape, dsv4_kv_slot_off(st, kv),
+                      dsv4_kv_slot_off(st, sc), S->crows);
     int rows = block_positions(S, r);
     if (!rows) return;
     be->ops->rmsnorm(be, rows, d, S->crows, d, cw->norm, c->norm_eps, S->crows, d);

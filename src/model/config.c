@@ -156,7 +156,7 @@ static void fill_kv_dims(struct dsv4_config *c)
     d->d_head     = c->d_head;
     d->d_rope     = c->d_rope;
     d->d_idx_head = c->d_idx_head;
-    memcpy(d->ratio, c->ratio, sizeof(d->ratio));
+    memcpy(d->kind, c->kind, sizeof(d->kind));
 }
 
 static void parse_rope(struct cfg_parse *p, struct dsv4_config *c)
@@ -335,7 +335,10 @@ int dsv4_config_parse(struct dsv4_config *c, const char *text, size_t len, const
     if (p.rc) goto out;
     c->d_nope = c->d_head - c->d_rope;
     check_shapes(&p, c, n_kv);
-    if (p.rc == DSV4_OK) fill_kv_dims(c);
+    if (p.rc == DSV4_OK) {
+        dsv4_layer_kinds_build(c);
+        fill_kv_dims(c);
+    }
 out:
     json_decref(root);
     return p.rc;

@@ -93,7 +93,7 @@ int dsv4_model_kv_identity(const struct dsv4_model *m, const char *compute, bool
     putv(&t, "snap_bytes", (long long)snap_bytes);
     const int dims[] = { k->n_layer, k->n_mtp, k->window, k->d_model, k->hc, k->d_head, k->d_rope, k->d_idx_head };
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) putv(&t, "dim", dims[i]);
-    for (int il = 0; il < k->n_layer + k->n_mtp; il++) putv(&t, "ratio", k->ratio[il]);
+    for (int il = 0; il < k->n_layer + k->n_mtp; il++) putv(&t, "ratio", k->kind[il].ratio);
     put_config(&t, m);
     for (size_t i = 0; i < m->ck.n_tensors; i++) {
         const struct dsv4_tensor *tn = &m->ck.tensors[i];

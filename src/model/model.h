@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "io/io.h"
 #include "kv/kv_dims.h"
+#include "model/layer_kind.h"
 
 
 
@@ -58,6 +59,7 @@ struct dsv4_config {
     bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */
     enum dsv4_wfmt wfmt;     /* format of the quantised dense projections (FP8 or BF16) */
     enum dsv4_wfmt expert_wfmt; /* routed experts: FP4, FP8 or BF16 */
+    struct dsv4_layer_kind kind[DSV4_MAX_LAYERS]; /* each layer's kind, n_layer + n_mtp used (layer_kind.h) */
     struct dsv4_kv_dims kv;  /* the widths above that the KV state is laid out by (src/kv reads only these) */
 };
 
@@ -68,16 +70,14 @@ int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *
 /* The same from a config.json file named by path (no checkpoint beside it needed). */
 int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err);
 
-static inline bool dsv4_layer_is_csa(const struct dsv4_config *c, int il) { return c->ratio[il] == 4; }
-static inline bool dsv4_layer_has_comp(const struct dsv4_config *c, int il) { return c->ratio[il] != 0; }
-
 /* ------------------------------------------------------------------ weights */
 
 
 struct dsv4_compressor_w {
     int                ratio;
+    bool               overlap;  /* the layer kind's (layer_kind.h) */
     int                d_out;    /* Dc: d_head (main) or d_idx_head (indexer) */
-    int                coff;     /* 2 when overlapping (ratio 4), else 1 */
+    int                coff;     /* 2 when overlapping, else 1 */
     const float       *ape;      /* [ratio, coff*d_out] f32 */
     struct dsv4_linear wkv;      /* [coff*d_out, d_model] bf16 */
     struct dsv4_linear wgate;    /* [coff*d_out, d_model] bf16 */
@@ -93,8 +93,7 @@ struct dsv4_indexer_w {
 
 struct dsv4_layer_w {
     int   il;
-    int   ratio;
-    bool  is_mtp;
+    struct dsv4_layer_kind kind;                     /* cfg.kind[il] */
     const uint16_t *attn_norm, *ffn_norm;            /* [d_model] bf16 */
     const float    *hc_attn_fn, *hc_ffn_fn;          /* [(2+hc)*hc, hc*d_model] */
     const float    *hc_attn_base, *hc_ffn_base;      /* [(2+hc)*hc] */
@@ -107,9 +106,8 @@ struct dsv4_layer_w {
     const uint16_t    *kv_norm;                      /* [d_head] */
     struct dsv4_linear wo_a;                         /* [o_groups*o_lora_rank, n_head*d_head/o_groups] */
     struct dsv4_linear wo_b;                         /* [d_model, o_groups*o_lora_rank] */
-    bool                     has_comp, has_indexer;
-    struct dsv4_compressor_w comp;
-    struct dsv4_indexer_w    idx;
+    struct dsv4_compressor_w comp;                   /* kind.ratio != 0 */
+    struct dsv4_indexer_w    idx;                    /* kind.indexer */
     struct dsv4_linear gate;                         /* [n_exp, d_model] bf16 */
     const int64_t     *tid2eid;                      /* [vocab, n_exp_used] (hash layers) */
     const float       *gate_bias;                    /* [n_exp] (score-routed layers) */

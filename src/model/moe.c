@@ -15,7 +15,7 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
     int d = c->d_model, k = c->n_exp_used;
-    bool hash = !L->is_mtp && L->il < c->n_hash_layer;
+    bool hash = L->kind.hash_routed;
     be->ops->router(be, R, S->u, &L->gate, hash ? NULL : L->gate_bias, hash ? L->tid2eid : NULL, S->tok, c->n_exp, k,
                     c->route_scale, S->ids, S->rw, S->router_scratch);
     if (S->dump.fn)
@@ -33,7 +33,7 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
     /* the group table stays on the backend: `experts` reads the count, the host never does */
     be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
     if (m->ep) /* expert parallelism (src/dist/ep.h): the other ranks' experts run meanwhile */
-        dsv4_ep_experts_begin(m->ep, be, L, L->is_mtp ? c->n_layer : L->il, R, S->u, S->ids, S->rw, S->grp, S->xe,
+        dsv4_ep_experts_begin(m->ep, be, L, L->kind.mtp ? c->n_layer : L->il, R, S->u, S->ids, S->rw, S->grp, S->xe,
                               S->row_w, S->ye, S->exp_scratch);
     else
         be->ops->experts(be, L->experts, c->n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,

@@ -9,8 +9,8 @@
  *   - compressed rows and indexer keys of blocks a rejected row completed: garbage in the
  *     pages, rewritten when the block completes again, before any query reads it;
  *   - compressor frontiers: the slots of the rejected positions and, when a rejected row
- *     completed a block, the pooled state (the ratio-4 compressor moves its current block to
- *     the previous-block rows; a ratio-128 block's slots are reused by the next block). These
+ *     completed a block, the pooled state (an overlapping compressor moves its current block
+ *     to the previous-block rows; another's block slots are reused by the next block). These
  *     are the only state that must come back: the rows the chunk overwrites are saved before
  *     its compress op, restored, and the kept rows' inputs replayed through the same op, so
  *     the frontier holds exactly what a chunk of the kept rows would have left;
@@ -29,12 +29,12 @@ static size_t a64(size_t v)
     return (v + 63) & ~(size_t)63;
 }
 
-/* Frontier rows a chunk of n rows can overwrite: every row of the overlapping (ratio 4)
- * compressor, whose completion moves rows; the n slots of the others (n <= ratio). */
-static int saved_rows(int ratio, int n)
+/* Frontier rows a chunk of n rows can overwrite: every row of an overlapping compressor
+ * (both blocks), whose completion moves rows; the n slots of the others (n <= ratio). */
+static int saved_rows(const struct dsv4_layer_kind *k, int n)
 {
-    if (ratio == 4) return 8;
-    return n < ratio ? n : ratio;
+    if (k->overlap) return 2 * k->ratio;
+    return n < k->ratio ? n : k->ratio;
 }
 
 /* Lays out (base != NULL) or measures the undo memory: per compressor saved kv/sc rows and
@@ -48,12 +48,12 @@ static size_t layout(const struct dsv4_config *c, int n_max, uint8_t *base, stru
         off += a64(sizeof(float) * (size_t)(floats));                                                             \
     } while (0)
     for (int il = 0; il < c->n_layer; il++) {
-        int r = c->ratio[il];
-        if (!r) continue;
-        for (int k = 0; k < (r == 4 ? 2 : 1); k++) {
+        const struct dsv4_layer_kind *kind = &c->kind[il];
+        if (!kind->ratio) continue;
+        for (int k = 0; k < (kind->indexer ? 2 : 1); k++) {
             struct dsv4_spec_comp  tmp, *sc = base ? &u->comp[2 * il + k] : &tmp;
-            int                    d = k ? c->d_idx_head : c->d_head, width = (r == 4 ? 2 : 1) * d;
-            int                    rows = saved_rows(r, n_max);
+            int                    d = k ? c->d_idx_head : c->d_head, width = dsv4_kind_coff(kind) * d;
+            int                    rows = saved_rows(kind, n_max);
             TAKE(sc->kv, (size_t)rows * (size_t)width);
             TAKE(sc->sc, (size_t)rows * (size_t)width);
             TAKE(sc->a, (size_t)n_max * (size_t)width);
@@ -103,11 +103,11 @@ void dsv4_spec_undo_free(struct dsv4_spec_undo *u)
     memset(u, 0, sizeof(*u));
 }
 
-/* Row i of the saved rows <-> the frontier row it came from: every row for ratio 4, the slot
- * of position p0 + i otherwise. */
-static int frontier_row(int ratio, int p0, int i)
+/* Row i of the saved rows <-> the frontier row it came from: every row with overlap, the
+ * slot of position p0 + i otherwise. */
+static int frontier_row(const struct dsv4_layer_kind *k, int p0, int i)
 {
-    return ratio == 4 ? i : (p0 + i) % ratio;
+    return k->overlap ? i : (p0 + i) % k->ratio;
 }
 
 static void copy_floats(struct dsv4_step *S, float *dst, const float *src, size_t n)
@@ -120,13 +120,12 @@ void dsv4_spec_save_compressor(struct dsv4_step *S, struct dsv4_spec_undo *u, in
                                const struct dsv4_layer_state *ls, int d, const float *a, const float *g, int n, int p0)
 {
     struct dsv4_spec_comp *sc = &u->comp[2 * il + (is_indexer ? 1 : 0)];
-    int    r = ls->ratio, width = (r == 4 ? 2 : 1) * d;
-    size_t W = (size_t)width;
+    size_t W = (size_t)(dsv4_kind_coff(&ls->kind) * d);
     const float *kv = is_indexer ? ls->ikv : ls->ckv, *gs = is_indexer ? ls->isc : ls->csc;
     DSV4_ASSERT(n <= u->n_max && p0 == u->p0 && n == u->n);
-    sc->rows = saved_rows(r, n);
+    sc->rows = saved_rows(&ls->kind, n);
     for (int i = 0; i < sc->rows; i++) {
-        size_t f = (size_t)frontier_row(r, p0, i) * W;
+        size_t f = (size_t)frontier_row(&ls->kind, p0, i) * W;
         copy_floats(S, sc->kv + (size_t)i * W, kv + f, W);
         copy_floats(S, sc->sc + (size_t)i * W, gs + f, W);
     }
@@ -140,18 +139,18 @@ static void rewind_compressor(const struct dsv4_model *m, struct dsv4_step *S, c
                               const struct dsv4_compressor_w *cw, int il, bool is_indexer)
 {
     struct dsv4_spec_comp *sc = &u->comp[2 * il + (is_indexer ? 1 : 0)];
-    int    r = ls->ratio, d = cw->d_out;
+    int    d = cw->d_out;
     size_t W = (size_t)(cw->coff * d);
     float *kv = is_indexer ? ls->ikv : ls->ckv, *gs = is_indexer ? ls->isc : ls->csc;
     for (int i = 0; i < sc->rows; i++) {
-        size_t f = (size_t)frontier_row(r, u->p0, i) * W;
+        size_t f = (size_t)frontier_row(&ls->kind, u->p0, i) * W;
         copy_floats(S, kv + f, sc->kv + (size_t)i * W, W);
         copy_floats(S, gs + f, sc->sc + (size_t)i * W, W);
     }
     /* the pooled rows of blocks the kept rows complete are already in the pages: only the
      * frontier is wanted, S->crows takes the pooled output */
-    S->be.ops->compress(&S->be, desc, r, d, sc->a, sc->g, cw->ape, dsv4_kv_slot_off(st, kv), dsv4_kv_slot_off(st, gs),
-                        S->crows);
+    S->be.ops->compress(&S->be, desc, cw->ratio, cw->overlap, d, sc->a, sc->g, cw->ape, dsv4_kv_slot_off(st, kv),
+                        dsv4_kv_slot_off(st, gs), S->crows);
     (void)m;
 }
 
@@ -170,9 +169,9 @@ void dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struct 
         for (int il = 0; il < c->n_layer; il++) {
             const struct dsv4_layer_w *L  = &m->w.layers[il];
             struct dsv4_layer_state   *ls = &st->layers[il];
-            if (!ls->ratio) continue;
-            if (L->has_indexer) rewind_compressor(m, S, &desc, u, st, ls, &L->idx.comp, il, true);
-            if (L->has_comp) rewind_compressor(m, S, &desc, u, st, ls, &L->comp, il, false);
+            if (!ls->kind.ratio) continue;
+            if (L->kind.indexer) rewind_compressor(m, S, &desc, u, st, ls, &L->idx.comp, il, true);
+            rewind_compressor(m, S, &desc, u, st, ls, &L->comp, il, false);
         }
     }
     st->pos = u->p0 + keep;

@@ -9,10 +9,10 @@
 #include "model/model.h"
 
 /* Frontier state of one compressor: coff*ratio slots of coff*d_out values and gates, f32. */
-static uint64_t comp_state_bytes(int ratio, int d_out)
+static uint64_t comp_state_bytes(const struct dsv4_layer_kind *k, int d_out)
 {
-    int coff = ratio == 4 ? 2 : 1;
-    return (uint64_t)coff * (uint64_t)ratio * (uint64_t)coff * (uint64_t)d_out * 2 * sizeof(float);
+    uint64_t coff = (uint64_t)dsv4_kind_coff(k);
+    return coff * (uint64_t)k->ratio * coff * (uint64_t)d_out * 2 * sizeof(float);
 }
 
 void dsv4_kv_sizes(const struct dsv4_config *c, bool with_mtp, struct dsv4_kv_sizes *s)
@@ -21,14 +21,14 @@ void dsv4_kv_sizes(const struct dsv4_config *c, bool with_mtp, struct dsv4_kv_si
     uint64_t row  = dsv4_kv_row_bytes(c);
     int      nl   = c->n_layer + (with_mtp ? c->n_mtp : 0);
     for (int il = 0; il < nl; il++) {
-        int r = c->ratio[il];
-        s->fixed_per_seq += (uint64_t)(c->window + DSV4_SPEC_MAX_DRAFT) * row;
-        if (r == 0) continue;
-        s->fixed_per_seq += comp_state_bytes(r, c->d_head);
-        s->bytes_per_token += (double)row / r;
-        if (r == 4) {
-            s->fixed_per_seq += comp_state_bytes(r, c->d_idx_head);
-            s->bytes_per_token += (double)dsv4_idx_row_bytes(c) / r;
+        const struct dsv4_layer_kind *k = &c->kind[il];
+        s->fixed_per_seq += (uint64_t)(k->window + DSV4_SPEC_MAX_DRAFT) * row;
+        if (k->ratio == 0) continue;
+        s->fixed_per_seq += comp_state_bytes(k, c->d_head);
+        s->bytes_per_token += (double)row / k->ratio;
+        if (k->indexer) {
+            s->fixed_per_seq += comp_state_bytes(k, c->d_idx_head);
+            s->bytes_per_token += (double)dsv4_idx_row_bytes(c) / k->ratio;
         }
     }
 }
@@ -81,8 +81,8 @@ void dsv4_model_stats(const struct dsv4_config *c, const struct dsv4_checkpoint 
         st->active_params += act;
     }
     for (int il = 0; il < c->n_layer; il++) {
-        if (c->ratio[il] == 0) st->n_swa++;
-        else if (c->ratio[il] == 4) st->n_csa++;
+        if (c->kind[il].ratio == 0) st->n_swa++;
+        else if (c->kind[il].indexer) st->n_csa++;
         else st->n_hca++;
     }
 }

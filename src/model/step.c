@@ -20,16 +20,28 @@ static int imax(int a, int b)
     return a > b ? a : b;
 }
 
-/* Largest number of cached rows one query attends to. */
+/* Largest number of cached rows one query attends to: the window and the compressed rows
+ * (all of them, or what the indexer keeps). */
 static int max_attn_rows(const struct dsv4_config *c, int max_ctx)
 {
     int most = 0;
     for (int il = 0; il < c->n_layer; il++) {
-        int r = c->ratio[il];
-        if (r == 4) most = imax(most, imax(0, c->idx_topk < max_ctx / 4 ? c->idx_topk : max_ctx / 4));
-        else if (r) most = imax(most, max_ctx / r);
+        const struct dsv4_layer_kind *k = &c->kind[il];
+        if (!k->ratio) continue;
+        int rows = max_ctx / k->ratio;
+        most     = imax(most, k->indexer ? imax(0, k->idx_topk < rows ? k->idx_topk : rows) : rows);
     }
     return c->window + most;
+}
+
+/* The smallest ratio of the layers with an indexer (0: none): a query scores at most
+ * max_ctx / it keys. */
+static int idx_ratio(const struct dsv4_config *c)
+{
+    int least = 0;
+    for (int il = 0; il < c->n_layer; il++)
+        if (c->kind[il].indexer && (!least || c->kind[il].ratio < least)) least = c->kind[il].ratio;
+    return least;
 }
 
 /* The widths a backend sizes its scratch by. */
@@ -40,7 +52,8 @@ static struct dsv4_plan_dims plan_dims(const struct dsv4_config *c, int R, int m
                                     .d_rope = c->d_rope, .q_lora_rank = c->q_lora_rank, .o_groups = c->o_groups,
                                     .o_lora_rank = c->o_lora_rank, .n_exp = c->n_exp, .n_exp_used = c->n_exp_used,
                                     .d_ff_exp = c->d_ff_exp, .n_idx_head = c->n_idx_head,
-                                    .d_idx_head = c->d_idx_head, .idx_topk = c->idx_topk };
+                                    .d_idx_head = c->d_idx_head, .idx_topk = c->idx_topk,
+                                    .idx_ratio = idx_ratio(c) };
 }
 
 /* Lays out both parts (dev: backend buffers, host: metadata) from base pointers, or only

@@ -171,16 +171,17 @@ static void bind_linear(struct binder *b, struct dsv4_linear *l, const char *pre
     l->scale_f32 = s && s->dtype == DSV4_DTYPE_F32;
 }
 
-static void bind_compressor(struct binder *b, struct dsv4_compressor_w *c, const char *prefix, int ratio,
-                            int d_out)
+static void bind_compressor(struct binder *b, struct dsv4_compressor_w *c, const char *prefix,
+                            const struct dsv4_layer_kind *k, int d_out)
 {
     const struct dsv4_config *cfg = b->cfg;
     char                      n[160];
-    c->ratio = ratio;
-    c->d_out = d_out;
-    c->coff  = ratio == 4 ? 2 : 1;
+    c->ratio   = k->ratio;
+    c->overlap = k->overlap;
+    c->d_out   = d_out;
+    c->coff    = dsv4_kind_coff(k);
     snprintf(n, sizeof(n), "%s.ape", prefix);
-    c->ape = expect_data(b, n, DT(F32), 2, ratio, (int64_t)c->coff * d_out);
+    c->ape = expect_data(b, n, DT(F32), 2, c->ratio, (int64_t)c->coff * d_out);
     snprintf(n, sizeof(n), "%s.wkv", prefix);
     bind_linear(b, &c->wkv, n, DSV4_WFMT_BF16, c->coff * d_out, cfg->d_model);
     snprintf(n, sizeof(n), "%s.wgate", prefix);
@@ -216,13 +217,12 @@ static void bind_hc(struct binder *b, const char *p, const char *which, const fl
 }
 
 /* One block: p is "layers.N." or "mtp.0.". */
-static void bind_layer(struct binder *b, struct dsv4_layer_w *L, const char *p, int il, bool is_mtp)
+static void bind_layer(struct binder *b, struct dsv4_layer_w *L, const char *p, int il)
 {
     const struct dsv4_config *c = b->cfg;
     char                      n[160];
-    L->il     = il;
-    L->ratio  = c->ratio[il];
-    L->is_mtp = is_mtp;
+    L->il   = il;
+    L->kind = c->kind[il];
 #define NAME(suffix) (snprintf(n, sizeof(n), "%s%s", p, suffix), n)
     L->attn_norm = expect_data(b, NAME("attn_norm.weight"), DT(BF16), 1, c->d_model, 0);
     L->ffn_norm  = expect_data(b, NAME("ffn_norm.weight"), DT(BF16), 1, c->d_model, 0);
@@ -237,18 +237,16 @@ static void bind_layer(struct binder *b, struct dsv4_layer_w *L, const char *p, 
     bind_linear(b, &L->wo_a, NAME("attn.wo_a"), c->wfmt, c->o_groups * c->o_lora_rank,
                 c->n_head * c->d_head / c->o_groups);
     bind_linear(b, &L->wo_b, NAME("attn.wo_b"), c->wfmt, c->d_model, c->o_groups * c->o_lora_rank);
-    L->has_comp    = L->ratio != 0;
-    L->has_indexer = L->ratio == 4;
-    if (L->has_comp) bind_compressor(b, &L->comp, NAME("attn.compressor"), L->ratio, c->d_head);
-    if (L->has_indexer) {
+    if (L->kind.ratio) bind_compressor(b, &L->comp, NAME("attn.compressor"), &L->kind, c->d_head);
+    if (L->kind.indexer) {
         bind_linear(b, &L->idx.wq_b, NAME("attn.indexer.wq_b"), c->wfmt, c->n_idx_head * c->d_idx_head,
                     c->q_lora_rank);
         bind_linear(b, &L->idx.weights_proj, NAME("attn.indexer.weights_proj"), DSV4_WFMT_BF16,
                     c->n_idx_head, c->d_model);
-        bind_compressor(b, &L->idx.comp, NAME("attn.indexer.compressor"), L->ratio, c->d_idx_head);
+        bind_compressor(b, &L->idx.comp, NAME("attn.indexer.compressor"), &L->kind, c->d_idx_head);
     }
     bind_linear(b, &L->gate, NAME("ffn.gate"), DSV4_WFMT_BF16, c->n_exp, c->d_model);
-    if (!is_mtp && il < c->n_hash_layer)
+    if (L->kind.hash_routed)
         L->tid2eid = expect_data(b, NAME("ffn.gate.tid2eid"), DT(I64), 2, c->vocab_size, c->n_exp_used);
     else
         L->gate_bias = expect_data(b, NAME("ffn.gate.bias"), DT(F32), 1, c->n_exp, 0);
@@ -263,7 +261,7 @@ static void bind_layer(struct binder *b, struct dsv4_layer_w *L, const char *p, 
         snprintf(ep, sizeof(ep), "%sffn.experts.%d", p, e);
         bind_expert(b, &L->experts[e], ep, c->expert_wfmt);
     }
-    if (is_mtp) {
+    if (L->kind.mtp) {
         bind_linear(b, &L->e_proj, NAME("e_proj"), c->wfmt, c->d_model, c->d_model);
         bind_linear(b, &L->h_proj, NAME("h_proj"), c->wfmt, c->d_model, c->d_model);
         L->enorm    = expect_data(b, NAME("enorm.weight"), DT(BF16), 1, c->d_model, 0);
@@ -325,7 +323,7 @@ static void bind_main(struct binder *b, struct dsv4_weights *w)
     for (int il = 0; il < cfg->n_layer && !b->oom; il++) {
         char p[32];
         snprintf(p, sizeof(p), "layers.%d.", il);
-        bind_layer(b, &w->layers[il], p, il, false);
+        bind_layer(b, &w->layers[il], p, il);
         check_tid2eid(b, &w->layers[il]);
     }
 }
@@ -344,7 +342,7 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
     rep->mtp_absent = !any_mtp;
     if (cfg->n_mtp > 0 && any_mtp && !b.oom) {
         int before = rep->n_problems;
-        bind_layer(&b, &w->mtp, "mtp.0.", cfg->n_layer, true);
+        bind_layer(&b, &w->mtp, "mtp.0.", cfg->n_layer);
         w->has_mtp = rep->n_problems == before;
     }
     for (size_t i = 0; i < ck->n_tensors; i++) {
@@ -377,7 +375,7 @@ int dsv4_weights_layout(const struct dsv4_config *cfg, bool with_mtp, dsv4_layou
     dsv4_arena_init(&arena, 1 << 16);
     struct binder b = { cfg, NULL, &arena, &rep, NULL, 0, false, fn, ud };
     bind_main(&b, &w);
-    if (with_mtp && cfg->n_mtp > 0 && !b.oom) bind_layer(&b, &w.mtp, "mtp.0.", cfg->n_layer, true);
+    if (with_mtp && cfg->n_mtp > 0 && !b.oom) bind_layer(&b, &w.mtp, "mtp.0.", cfg->n_layer);
     int rc = b.oom ? dsv4_err_set(err, DSV4_ENOMEM, "out of memory listing the weights")
              : rep.n_problems ? dsv4_err_set(err, DSV4_EFORMAT, "%s", rep.problems[0].text)
                               : DSV4_OK;
@@ -458,8 +456,8 @@ void dsv4_weights_each_tensor(struct dsv4_weights *w, const struct dsv4_config *
         visit((const void **)&L->attn_sink, f * (size_t)c->n_head, fn, ud);
         visit((const void **)&L->q_norm, h * (size_t)c->q_lora_rank, fn, ud);
         visit((const void **)&L->kv_norm, h * (size_t)c->d_head, fn, ud);
-        if (L->has_comp) each_compressor_tensor(&L->comp, fn, ud);
-        if (L->has_indexer) each_compressor_tensor(&L->idx.comp, fn, ud);
+        if (L->kind.ratio) each_compressor_tensor(&L->comp, fn, ud);
+        if (L->kind.indexer) each_compressor_tensor(&L->idx.comp, fn, ud);
         visit((const void **)&L->tid2eid, sizeof(int64_t) * (size_t)c->vocab_size * (size_t)c->n_exp_used, fn, ud);
         visit((const void **)&L->gate_bias, f * (size_t)c->n_exp, fn, ud);
         visit((const void **)&L->enorm, h * d, fn, ud);

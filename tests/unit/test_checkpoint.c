@@ -359,6 +359,61 @@ static void test_config_errors(struct test_ctx *t)
     CHECK(dsv4_config_parse(&cfg, "[]", 2, "c.json", &err) == DSV4_EFORMAT);
 }
 
+/* One layer's kind against what its letter in `want` says: W window only, C CSA (overlapping
+ * compressor, indexer keeping topk, its own kv and index source), H HCA (its own kv source,
+ * no overlap, no indexer), M the MTP block (window only); hash_routed for il < n_hash. */
+static void expect_kind(struct test_ctx *t, const struct dsv4_config *c, int il, char want, int n_hash, int topk)
+{
+    const struct dsv4_layer_kind *k = &c->kind[il];
+    bool csa = want == 'C', comp = want == 'C' || want == 'H';
+    CHECKF(k->ratio == c->ratio[il], "layer %d: ratio %d, compress_ratios says %d", il, k->ratio, c->ratio[il]);
+    CHECKF((k->ratio != 0) == comp, "layer %d (%c): ratio %d", il, want, k->ratio);
+    CHECKF(k->overlap == csa && k->indexer == csa, "layer %d (%c): overlap %d indexer %d", il, want, k->overlap,
+           k->indexer);
+    CHECKF(k->idx_topk == (csa ? topk : 0), "layer %d (%c): idx_topk %d", il, want, k->idx_topk);
+    CHECKF(k->kv_source == (comp ? il : -1) && k->index_source == (csa ? il : -1),
+           "layer %d (%c): kv source %d, index source %d", il, want, k->kv_source, k->index_source);
+    CHECKF(k->window == c->window && !k->engram, "layer %d: window %d engram %d", il, k->window, k->engram);
+    CHECKF(k->mtp == (want == 'M') && k->hash_routed == (want != 'M' && il < n_hash),
+           "layer %d (%c): mtp %d hash_routed %d", il, want, k->mtp, k->hash_routed);
+    CHECK(dsv4_kind_coff(k) == (csa ? 2 : 1));
+}
+
+/* The layer kinds the config builds (model/layer_kind.h) on the tiny presets and the
+ * official V4-Flash config: every layer's description follows its compress ratio, and the
+ * KV layer's copy (cfg.kv) is the same. */
+static void test_layer_kinds(struct test_ctx *t)
+{
+    struct {
+        const char *preset, *want; /* a letter per layer, expect_kind */
+        int         window, topk;
+    } cases[] = { { "tiny-a", "WCHCM", 16, 4 }, { "tiny-b", "WCHCM", 128, 16 } };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gen_opts o;
+        gen_opts_default(&o);
+        o.preset = cases[i].preset;
+        char dir[512], name[64];
+        snprintf(name, sizeof(name), "kinds-%s", cases[i].preset);
+        gen_dir(t, &o, name, dir, sizeof(dir));
+        struct dsv4_config c;
+        struct dsv4_err    err;
+        CHECKF(dsv4_config_load(&c, dir, &err) == DSV4_OK, "%s: %s", dir, err.msg);
+        CHECK(c.n_layer + c.n_mtp == (int)strlen(cases[i].want) && c.window == cases[i].window);
+        for (int il = 0; il < c.n_layer + c.n_mtp; il++)
+            expect_kind(t, &c, il, cases[i].want[il], c.n_hash_layer, cases[i].topk);
+        CHECK(c.ratio[2] == (i ? 128 : 16) && !memcmp(c.kv.kind, c.kind, sizeof(c.kind)));
+    }
+    /* V4-Flash (docs/MODEL.md §R1.3): 0, 0, then 4 / 128 alternating to layer 42, MTP 0 */
+    struct dsv4_config c;
+    struct dsv4_err    err;
+    CHECKF(dsv4_config_load_file(&c, "models/configs/v4-flash.json", &err) == DSV4_OK, "%s", err.msg);
+    CHECK(c.n_layer == 43 && c.n_mtp == 1 && c.n_hash_layer == 3);
+    for (int il = 0; il < c.n_layer + c.n_mtp; il++) {
+        char want = il == c.n_layer ? 'M' : il < 2 ? 'W' : il % 2 == 0 ? 'C' : 'H';
+        expect_kind(t, &c, il, want, c.n_hash_layer, c.idx_topk);
+    }
+}
+
 static void test_inspect_cli(struct test_ctx *t)
 {
     const char *bin = getenv("DSV4_BIN");
@@ -458,6 +513,7 @@ const struct test_case test_group_checkpoint[] = {
     { "shards_index_missing_truncated", test_shards },
     { "refused_shard_named_by_inspect", test_refused_shard_inspect },
     { "config_errors_name_field", test_config_errors },
+    { "layer_kinds_from_config", test_layer_kinds },
     { "inspect_cli", test_inspect_cli },
     { "bench_cli_all_levels", test_bench_cli },
     { NULL, NULL },

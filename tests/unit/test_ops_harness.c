@@ -140,19 +140,19 @@ static void fo_attention(struct dsv4_backend *be, const struct dsv4_step_desc *d
     dsv4_cpu_fast_ops.attention(be, &one, n_head, d_head, d_rope, q, src, fmt, sink, scale, o);
 }
 
-static void fo_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+static void fo_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                             const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                             int *n_sel)
 {
     struct dsv4_step_desc one = first_seq(desc);
-    dsv4_cpu_fast_ops.indexer_topk(be, &one, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel);
+    dsv4_cpu_fast_ops.indexer_topk(be, &one, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel);
 }
 
-static void fo_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                        const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+static void fo_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                        const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
     struct dsv4_step_desc one = first_seq(desc);
-    dsv4_cpu_fast_ops.compress(be, &one, ratio, d, a, g, ape, kv_off, sc_off, out);
+    dsv4_cpu_fast_ops.compress(be, &one, ratio, overlap, d, a, g, ape, kv_off, sc_off, out);
 }
 
 static void fo_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,

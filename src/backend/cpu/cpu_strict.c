@@ -182,21 +182,22 @@ static void s_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
     inner(be)->indexer_scores(&b, n_head, d, T(q), T(w), &k, n_keys, T(score));
 }
 
-static void s_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d, const float *q,
-                           const float *w, size_t keys_off, int key_bytes, int topk, int *sel, int *n_sel)
+static void s_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
+                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                           int *n_sel)
 {
     struct dsv4_backend   b = ctx(be);
     struct dsv4_step_desc dd;
-    inner(be)->indexer_topk(&b, desc_of(be, desc, &dd), n_head, d, T(q), T(w), keys_off, key_bytes, topk, T(sel),
-                            T(n_sel));
+    inner(be)->indexer_topk(&b, desc_of(be, desc, &dd), ratio, n_head, d, T(q), T(w), keys_off, key_bytes, topk,
+                            T(sel), T(n_sel));
 }
 
-static void s_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+static void s_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                       const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
     struct dsv4_backend   b = ctx(be);
     struct dsv4_step_desc dd;
-    inner(be)->compress(&b, desc_of(be, desc, &dd), ratio, d, T(a), T(g), T(ape), kv_off, sc_off, T(out));
+    inner(be)->compress(&b, desc_of(be, desc, &dd), ratio, overlap, d, T(a), T(g), T(ape), kv_off, sc_off, T(out));
 }
 
 static void s_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,

@@ -130,9 +130,8 @@ void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const in
 
 /* Per-channel softmax pooling of the frontier into out[d]: f32(sum softmax(g) * a), in
  * double as the reference. */
-static void pool(const float *skv, const float *ssc, int ratio, int d, float *out)
+static void pool(const float *skv, const float *ssc, int ratio, bool overlap, int d, float *out)
 {
-    bool overlap = ratio == 4;
     int  width   = overlap ? 2 * d : d;
     int  n       = overlap ? 2 * ratio : ratio;
     DSV4_ASSERT(n <= 256);
@@ -155,11 +154,10 @@ static void pool(const float *skv, const float *ssc, int ratio, int d, float *ou
 }
 
 /* One sequence's token loop; returns the rows written. */
-static int compress_seq(int ratio, int d, int n, int p0, const float *a, const float *g, const float *ape, float *kv,
-                        float *sc, float *out)
+static int compress_seq(int ratio, bool overlap, int d, int n, int p0, const float *a, const float *g, const float *ape,
+                        float *kv, float *sc, float *out)
 {
     int    done    = 0;
-    bool   overlap = ratio == 4;
     int    width   = (overlap ? 2 : 1) * d;
     size_t W       = (size_t)width;
     for (int t = 0; t < n; t++) {
@@ -171,7 +169,7 @@ static int compress_seq(int ratio, int d, int n, int p0, const float *a, const f
             sd[i] = gt[i] + ap[i];
         }
         if ((p + 1) % ratio != 0) continue;
-        pool(kv, sc, ratio, d, out);
+        pool(kv, sc, ratio, overlap, d, out);
         for (int i = 0; i < d; i++) out[i] = dsv4_round_bf16(out[i]);
         out += d;
         done++;
@@ -183,17 +181,17 @@ static int compress_seq(int ratio, int d, int n, int p0, const float *a, const f
     return done;
 }
 
-void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                       const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
     (void)be;
-    size_t W = (size_t)((ratio == 4 ? 2 : 1) * d);
+    size_t W = (size_t)((overlap ? 2 : 1) * d);
     for (int s = 0; s < desc->n_seqs; s++) {
         const struct dsv4_step_seq *q = &desc->seq[s];
         if (!q->n) continue;
         size_t r0 = (size_t)q->row0 * W;
         float *kv = (float *)(void *)(q->slot + kv_off), *sc = (float *)(void *)(q->slot + sc_off);
-        out += (size_t)compress_seq(ratio, d, q->n, q->p0, a + r0, g + r0, ape, kv, sc, out) * (size_t)d;
+        out += (size_t)compress_seq(ratio, overlap, d, q->n, q->p0, a + r0, g + r0, ape, kv, sc, out) * (size_t)d;
     }
 }
 
@@ -370,11 +368,11 @@ static void top_k(const float *sc, int n, int k, int *sel)
 }
 
 /* One sequence's rows (the per-sequence op of before the step descriptor). */
-static void topk_seq(struct dsv4_backend *be, int n_q, int p0, int n_head, int d, const float *q, const float *w,
-                     const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+static void topk_seq(struct dsv4_backend *be, int n_q, int p0, int ratio, int n_head, int d, const float *q,
+                     const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
 {
     for (int t = 0; t < n_q; t++) {
-        int  n_done = (p0 + t + 1) / 4, k = topk < n_done ? topk : n_done;
+        int  n_done = (p0 + t + 1) / ratio, k = topk < n_done ? topk : n_done;
         int *st     = sel + (size_t)t * (size_t)topk;
         n_sel[t]    = k;
         if (k == n_done) { /* every completed key is kept: no scores needed */
@@ -389,17 +387,17 @@ static void topk_seq(struct dsv4_backend *be, int n_q, int p0, int n_head, int d
     }
 }
 
-void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                            int *n_sel)
 {
     for (int s = 0; s < desc->n_seqs; s++) {
         const struct dsv4_step_seq *p = &desc->seq[s];
         if (!p->n) continue;
-        struct dsv4_kv_rows keys = dsv4_step_page_rows(desc, s, keys_off, 4, key_bytes);
+        struct dsv4_kv_rows keys = dsv4_step_page_rows(desc, s, keys_off, ratio, key_bytes);
         size_t              r0   = (size_t)p->row0;
-        topk_seq(be, p->n, p->p0, n_head, d, q + r0 * (size_t)n_head * (size_t)d, w + r0 * (size_t)n_head, &keys, topk,
-                 sel + r0 * (size_t)topk, n_sel + r0);
+        topk_seq(be, p->n, p->p0, ratio, n_head, d, q + r0 * (size_t)n_head * (size_t)d, w + r0 * (size_t)n_head,
+                 &keys, topk, sel + r0 * (size_t)topk, n_sel + r0);
     }
 }
 
@@ -410,7 +408,7 @@ void dsv4_cpu_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *d
 
 size_t dsv4_cpu_data_scratch_floats(const struct dsv4_plan_dims *dims)
 {
-    size_t keys = (size_t)dims->max_ctx / 4 + 1;
+    size_t keys = dims->idx_ratio > 0 ? (size_t)(dims->max_ctx / dims->idx_ratio) + 1 : 1;
     size_t attn = ptr_floats((size_t)dims->max_attn_rows);
     size_t topk = round16(keys) + ptr_floats(keys);
     return attn > topk ? attn : topk;

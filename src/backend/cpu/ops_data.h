@@ -21,11 +21,11 @@ void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, con
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,
                           const float *shared, float *f);
 void dsv4_cpu_step_begin(struct dsv4_backend *be, const struct dsv4_step_desc *desc);
-void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
+void dsv4_cpu_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                       const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
 void dsv4_cpu_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
                          int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
-void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                            int *n_sel);
 

@@ -293,14 +293,14 @@ VkDeviceAddress dsv4_vk_step_addr(struct dsv4_vk *v, const struct dsv4_step_desc
 void *dsv4_vk_step_work(struct dsv4_vk *v, size_t bytes);
 void  dsv4_vk_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *desc, enum dsv4_row_fmt fmt, int d,
                          int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
-void  dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                       const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
+void  dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                       const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out);
 void  dsv4_vk_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
                         const float *q, const struct dsv4_attn_src *src, enum dsv4_row_fmt fmt, const float *sink,
                         float scale, float *o);
 void  dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const float *q, const float *w,
                              const struct dsv4_kv_rows *keys, int n_keys, float *score);
-void  dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+void  dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                            int *n_sel);
 /* vk_weights.c: the uploaded weights */

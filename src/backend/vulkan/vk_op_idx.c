@@ -12,7 +12,7 @@ enum { VKB_TOPK_WORK = 64 << 20, VKB_IDX_MAX_D = 1024, VKB_IDX_MAX_HEADS = 256 }
 /* idx_scores.comp's push constants */
 struct idx_pc {
     uint64_t step, keys, page_bytes;
-    uint32_t mode, q0, w0, pg0, o0, n_head, d, page_rows, key_bytes, n_keys, r0, nr, topk;
+    uint32_t mode, q0, w0, pg0, o0, n_head, d, page_rows, key_bytes, n_keys, r0, nr, topk, ratio;
 };
 
 static bool idx_shape_ok(struct dsv4_vk *v, int n_head, int d, const char *op)
@@ -38,7 +38,7 @@ void dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const fl
     if (pool && p0 >= 0 && idx_shape_ok(v, n_head, d, "indexer_scores")) {
         struct idx_pc pc = { 0, pool + keys->off, keys->page_bytes, 0, (uint32_t)q0, (uint32_t)w0, (uint32_t)p0,
                              (uint32_t)o0, (uint32_t)n_head, (uint32_t)d, (uint32_t)keys->page_rows,
-                             (uint32_t)keys->row_bytes, (uint32_t)n_keys, 0, 1, 0 };
+                             (uint32_t)keys->row_bytes, (uint32_t)n_keys, 0, 1, 0, 0 };
         dsv4_vk_dispatch(v, "idx_scores", b, 4, &pc, sizeof(pc), dsv4_vk_groups((uint64_t)n_keys, 1), 1, 1);
     }
     pthread_mutex_unlock(&v->mu);
@@ -51,8 +51,8 @@ static void topk_piece(struct dsv4_vk *v, struct idx_pc pc, const struct vk_bind
     struct vk_bind b[4] = { qwb[0], qwb[1], qwb[0], *wb }; /* binding 2 (the page table) is not read */
     dsv4_vk_dispatch(v, "idx_scores", b, 4, &pc, sizeof(pc), dsv4_vk_groups(pc.n_keys, 1), pc.nr, 1);
     struct vk_bind t[3] = { *wb, selb[0], selb[1] };
-    struct { uint64_t step; uint32_t sc0, stride, sel0, nsel0, r0, nr, topk; } tc = {
-        pc.step, pc.o0, pc.n_keys, (uint32_t)s0, (uint32_t)n0, pc.r0, pc.nr, pc.topk
+    struct { uint64_t step; uint32_t sc0, stride, sel0, nsel0, r0, nr, topk, ratio; } tc = {
+        pc.step, pc.o0, pc.n_keys, (uint32_t)s0, (uint32_t)n0, pc.r0, pc.nr, pc.topk, pc.ratio
     };
     dsv4_vk_dispatch(v, "idx_topk", t, 3, &tc, sizeof(tc), dsv4_vk_groups(pc.nr, 1), 1, 1);
 }
@@ -60,20 +60,23 @@ static void topk_piece(struct dsv4_vk *v, struct idx_pc pc, const struct vk_bind
 void dsv4_vk_step_reserve(struct dsv4_vk *v, const struct dsv4_plan_dims *dims)
 {
     /* what indexer_topk below asks for is at most both */
-    size_t stride = (size_t)(dims->max_ctx / 4 > 1 ? dims->max_ctx / 4 : 1), rows = (size_t)dims->max_rows;
+    int    keys   = dims->idx_ratio > 0 ? dims->max_ctx / dims->idx_ratio : 0;
+    size_t stride = (size_t)(keys > 1 ? keys : 1), rows = (size_t)dims->max_rows;
     size_t bytes  = rows * stride * 4 < (size_t)VKB_TOPK_WORK ? rows * stride * 4 : (size_t)VKB_TOPK_WORK;
-    if (rows && dims->n_idx_head > 0) dsv4_vk_step_work(v, bytes);
+    if (rows && dims->n_idx_head > 0 && dims->idx_ratio > 0) dsv4_vk_step_work(v, bytes);
 }
 
-void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d,
+void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                           const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
                           int *n_sel)
 {
     struct dsv4_vk *v = be->impl;
     int             n = desc->n_rows, stride = 1;
     if (n <= 0 || topk <= 0) return;
-    for (int s = 0; s < desc->n_seqs; s++)
-        if (desc->seq[s].n && (desc->seq[s].p0 + desc->seq[s].n) / 4 > stride) stride = (desc->seq[s].p0 + desc->seq[s].n) / 4;
+    for (int s = 0; s < desc->n_seqs; s++) {
+        int done = (desc->seq[s].p0 + desc->seq[s].n) / ratio;
+        if (desc->seq[s].n && done > stride) stride = done;
+    }
     int   per  = VKB_TOPK_WORK / (stride * 4) < 1 ? 1 : VKB_TOPK_WORK / (stride * 4);
     per        = per < n ? per : n;
     per        = per < 65535 ? per : 65535; /* the scores' grid: a row each in y */
@@ -89,7 +92,7 @@ void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *
         for (int r0 = 0; r0 < n; r0 += per) {
             struct idx_pc pc = { step, keys_off, 0, 1, (uint32_t)q0, (uint32_t)w0, 0, (uint32_t)o0, (uint32_t)n_head,
                                  (uint32_t)d, 0, (uint32_t)key_bytes, (uint32_t)stride, (uint32_t)r0,
-                                 (uint32_t)(n - r0 < per ? n - r0 : per), (uint32_t)topk };
+                                 (uint32_t)(n - r0 < per ? n - r0 : per), (uint32_t)topk, (uint32_t)ratio };
             topk_piece(v, pc, qw, &wb, sb, s0, n0);
         }
     pthread_mutex_unlock(&v->mu);

@@ -42,13 +42,13 @@ void dsv4_vk_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *de
     pthread_mutex_unlock(&v->mu);
 }
 
-void dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int d, const float *a,
-                      const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
+void dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,
+                      const float *a, const float *g, const float *ape, size_t kv_off, size_t sc_off, float *out)
 {
     struct dsv4_vk *v = be->impl;
     if (desc->n_rows <= 0 || desc->n_seqs <= 0 || d <= 0) return;
     int    blocks = step_blocks(desc, ratio);
-    size_t w = (size_t)(ratio == 4 ? 2 : 1) * (size_t)d, rows = (size_t)desc->n_rows * w * 4;
+    size_t w = (size_t)(overlap ? 2 : 1) * (size_t)d, rows = (size_t)desc->n_rows * w * 4;
     pthread_mutex_lock(&v->mu);
     struct vk_bind  b[4];
     VkDeviceAddress step = dsv4_vk_step_addr(v, desc, "compress");
@@ -59,9 +59,9 @@ void dsv4_vk_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc
     if (step && a0 >= 0 && g0 >= 0 && e0 >= 0 && o0 >= 0 && desc->n_seqs <= 65535) {
         struct {
             uint64_t step, kv_off, sc_off;
-            uint32_t a0, g0, e0, o0, ratio, d;
+            uint32_t a0, g0, e0, o0, ratio, d, overlap;
         } pc = { step, kv_off, sc_off, (uint32_t)a0, (uint32_t)g0, (uint32_t)e0, (uint32_t)o0, (uint32_t)ratio,
-                 (uint32_t)d };
+                 (uint32_t)d, overlap ? 1u : 0u };
         dsv4_vk_dispatch(v, "compress", b, 4, &pc, sizeof(pc), (uint32_t)(d + 63) / 64, (uint32_t)desc->n_seqs, 1);
     }
     pthread_mutex_unlock(&v->mu);

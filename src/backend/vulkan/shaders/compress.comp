@@ -16,12 +16,12 @@ layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer G { float g[]; };
 layout(std430, set = 0, binding = 2) readonly buffer E { float ape[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer O { float o[]; };
-layout(push_constant) uniform P { uint64_t step, kv_off, sc_off; uint a0, g0, ape0, o0, ratio, d; } p;
+layout(push_constant) uniform P { uint64_t step, kv_off, sc_off; uint a0, g0, ape0, o0, ratio, d, overlap; } p;
 
 // The pooled value of channel ch of the frontier (kv, sc; rows of w), n candidates.
 float pool(FloatRef kv, FloatRef sc, uint ch, uint n, uint w)
 {
-    bool   ov = p.ratio == 4u;
+    bool   ov = p.overlap != 0u;
     double m  = -1.0LF / 0.0LF;
     for (uint i = 0u; i < n; i++) {
         double gi = double(sc.f[i * w + (ov && i >= p.ratio ? p.d + ch : ch)]);
@@ -52,7 +52,7 @@ void main()
     uint    ch = gl_GlobalInvocationID.x, s = gl_WorkGroupID.y;
     if (ch >= p.d || int(s) >= st.n_seqs) return;
     Seq  q  = st.seq[s];
-    bool ov = p.ratio == 4u;
+    bool ov = p.overlap != 0u;
     uint w = ov ? 2u * p.d : p.d, nc = ov ? 2u : 1u, ob = block0(st, int(s));
     FloatRef kv = FloatRef(q.slot + p.kv_off), sc = FloatRef(q.slot + p.sc_off);
     for (int t = 0; t < q.n; t++) {

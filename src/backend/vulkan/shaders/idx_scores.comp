@@ -19,6 +19,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P {
     uint64_t step, keys, page_bytes; // keys: mode 0 the pool's address plus the rows' offset, mode 1 keys_off
     uint mode, q0, w0, pg0, o0, n_head, d, page_rows, key_bytes, n_keys, r0, nr, topk; // n_keys: mode 1 the stride
+    uint ratio; // mode 1: positions per key
 } p;
 
 shared float sk[1024];
@@ -31,13 +32,13 @@ void main()
     Seq     sq;
     if (p.mode == 1u) {
         sq = st.seq[step_int(p.step, st.rowseq + r)];
-        n  = uint(sq.p0 + int(r) - sq.row0 + 1) / 4u;
+        n  = uint(sq.p0 + int(r) - sq.row0 + 1) / p.ratio;
         if (n <= p.topk) return;
         qr += r * p.n_head * p.d, wr += r * p.n_head;
     }
     for (uint j = gl_WorkGroupID.x; j < n; j += gl_NumWorkGroups.x) {
         uint64_t a = p.mode == 1u
-            ? page_row(p.step, sq, st.page_bytes, p.keys, st.page_tokens / 4, int(p.key_bytes), int(j))
+            ? page_row(p.step, sq, st.page_bytes, p.keys, st.page_tokens / int(p.ratio), int(p.key_bytes), int(j))
             : p.keys + uint64_t(pg[p.pg0 + j / p.page_rows]) * p.page_bytes +
                   uint64_t(j % p.page_rows) * uint64_t(p.key_bytes);
         for (uint i = lid; i < p.d; i += 64u) sk[i] = row_elem(a, FMT_IDX_FP4, p.d, 0u, i);

@@ -13,7 +13,8 @@ layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer SC { float sc[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer SEL { int sel[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer NS { int n_sel[]; };
-layout(push_constant) uniform P { uint64_t step; uint sc0, stride, sel0, nsel0, r0, nr, topk; } p;
+// ratio: positions per key (a row's completed keys: (its position + 1) / ratio)
+layout(push_constant) uniform P { uint64_t step; uint sc0, stride, sel0, nsel0, r0, nr, topk, ratio; } p;
 
 shared uint hist[256], scan[256], s_digit, s_kk;
 
@@ -78,7 +79,7 @@ void main()
     StepRef st = StepRef(p.step);
     uint    lid = gl_LocalInvocationID.x;
     for (uint y = gl_WorkGroupID.x; y < p.nr; y += gl_NumWorkGroups.x) {
-        uint r = p.r0 + y, done = uint(step_int(p.step, st.pos + r) + 1) / 4u, k = min(p.topk, done);
+        uint r = p.r0 + y, done = uint(step_int(p.step, st.pos + r) + 1) / p.ratio, k = min(p.topk, done);
         if (lid == 0u) n_sel[p.nsel0 + r] = int(k);
         uint out0 = p.sel0 + r * p.topk;
         if (k == done) {
