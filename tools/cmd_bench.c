@@ -642,6 +642,55 @@ done:
     return rc;
 }
 
+/* Whether `name` is one of the comma-separated entries of `list`. */
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+/* --cpu-level all (list NULL: every level this machine runs, lowest first) or a list
+ * (A,B,...: those levels, in the backend's order), then one summary table. A listed level
+ * the backend does not know or this machine lacks is an error before anything runs. */
+static int bench_levels(struct bench_opts *o, const struct dsv4_engine_params *epp, const char *list)
+{
+    struct dsv4_engine_params       ep = *epp;
+    struct level_sum                sums[16];
+    int                             n_sum = 0, rc = 0, n_listed = 0;
+    bool                            here;
+    const char                     *name;
+    const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
+    for (int l = 0; list && kind && kind->level && (name = kind->level(l, &here)); l++)
+        if (in_list(list, name)) {
+            if (!here) {
+                fprintf(stderr, "dsv4 bench: --cpu-level %s: this machine lacks level %s\n", list, name);
+                return 1;
+            }
+            n_listed++;
+        }
+    int n_entries = list ? 1 : 0;
+    for (const char *p = list; p && *p; p++) n_entries += *p == ',';
+    if (n_listed != n_entries) {
+        fprintf(stderr, "dsv4 bench: --cpu-level %s: a level is unknown to this backend or repeated (dsv4 ops lists "
+                        "them)\n", list);
+        return 1;
+    }
+    for (int l = 0; kind && kind->level && (name = kind->level(l, &here)) && n_sum < 16; l++) {
+        if (!here || (list && !in_list(list, name))) continue;
+        if (!cli_backend_opt(&ep, "level", name)) /* the last level= wins */
+            return 1;
+        printf("\n=== level %s ===\n", name);
+        memset(&sums[n_sum], 0, sizeof(sums[n_sum]));
+        snprintf(sums[n_sum].level, sizeof(sums[n_sum].level), "%s", name);
+        if ((rc = bench_model(o, &ep, &sums[n_sum]))) break;
+        n_sum++;
+    }
+    print_summary(sums, n_sum, o);
+    return rc;
+}
+
 /* The command line: the lists as given, and the --gemm spec (which runs alone). */
 struct bench_args {
     const char *dir, *csv, *ctx_s, *batch_s, *gemm;
@@ -675,7 +724,7 @@ int cmd_bench(int argc, char **argv)
                                         "usage: dsv4 bench -m DIR [options]   prefill and decode rows per context and batch\n"
                                         "       dsv4 bench --gemm SPEC [options]   one projection alone\n",
                                         groups, 2,
-                                        "\n--cpu-level all: every level this machine runs, then a summary table\n" };
+                                        "\n--cpu-level all: every level this machine runs, then a summary table; --cpu-level A,B,...: those\nlevels (e.g. all but scalar on a large model), then the table\n" };
     int rc = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;
     if (a.gemm) return bench_gemm(a.gemm, &ep);
@@ -692,30 +741,12 @@ int cmd_bench(int argc, char **argv)
     ep.log       = cli_log_stderr;
     ep.log_ud    = (void *)"bench";
     struct bench_opts o = { dir, csv, ctxs, n_ctx, batches, n_batch, steps, chunk, false, spec_k };
-    char level[32];
-    if (!dsv4_backend_opt_get(ep.backend_opts, "level", level, sizeof(level)) || strcmp(level, "all") != 0) {
+    char level[256];
+    if (!dsv4_backend_opt_get(ep.backend_opts, "level", level, sizeof(level)) ||
+        (strcmp(level, "all") != 0 && !strchr(level, ',')))
         rc = bench_model(&o, &ep, NULL);
-    } else {
-        /* every level this machine runs, lowest first, then one summary table */
-        struct level_sum sums[16];
-        int              n_sum = 0;
-        bool                            here;
-        const char                     *name;
-        const struct dsv4_backend_kind *kind = dsv4_backend_find(ep.backend);
-        for (int l = 0; kind && kind->level && (name = kind->level(l, &here)) && n_sum < 16; l++) {
-            if (!here) continue;
-            if (!cli_backend_opt(&ep, "level", name)) { /* the last level= wins */
-                rc = 1;
-                break;
-            }
-            printf("\n=== level %s ===\n", name);
-            memset(&sums[n_sum], 0, sizeof(sums[n_sum]));
-            snprintf(sums[n_sum].level, sizeof(sums[n_sum].level), "%s", name);
-            if ((rc = bench_model(&o, &ep, &sums[n_sum]))) break;
-            n_sum++;
-        }
-        print_summary(sums, n_sum, &o);
-    }
+    else
+        rc = bench_levels(&o, &ep, strcmp(level, "all") ? level : NULL);
     free(ctxs);
     free(batches);
     return rc;

@@ -449,6 +449,49 @@ static void test_inspect_cli(struct test_ctx *t)
     free(out);
 }
 
+/* `dsv4 bench --cpu-level A,B`: exactly the listed levels, in the backend's order, and one
+ * summary line each; a list with an unknown or repeated level is refused before any runs. */
+static void test_bench_level_list(struct test_ctx *t)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    if (!bin) return;
+    const char *lv[8], *name;
+    int         n = 0;
+    bool        here;
+    for (int l = 0; (name = dsv4_cpu_level_at(l, &here)) && n < 8; l++)
+        if (here) lv[n++] = name;
+    if (n < 3) {
+        test_skip(t, TEST_SKIP_MACHINE, "this machine runs fewer than three CPU levels");
+        return;
+    }
+    char cmd[1400], *out = NULL;
+    /* the last and the first level this machine runs, listed in reverse: the middle one must not run */
+    snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --ctx-list 16 --batch-list 1 --decode-steps 1 --threads 2 "
+                               "--cpu-level %s,%s", bin, t->tmpdir, lv[n - 1], lv[0]);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc == 0, "bench exit %d:\n%s", rc, out);
+    char first[64], last[64], middle[64];
+    snprintf(first, sizeof(first), "=== level %s ===", lv[0]);
+    snprintf(last, sizeof(last), "=== level %s ===", lv[n - 1]);
+    snprintf(middle, sizeof(middle), "=== level %s ===", lv[1]);
+    const char *a = out ? strstr(out, first) : NULL, *b = out ? strstr(out, last) : NULL;
+    CHECKF(a && b && a < b, "blocks for %s then %s expected:\n%s", lv[0], lv[n - 1], out);
+    CHECKF(out && !strstr(out, middle), "level %s ran but was not listed", lv[1]);
+    const char *sum = out ? strstr(out, "summary at ctx 16") : NULL;
+    CHECKF(sum != NULL, "no summary table:\n%s", out);
+    free(out);
+    const char *bad[] = { "nosuch", "dup" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "%s bench -m %s/tiny-a --ctx-list 16 --batch-list 1 --decode-steps 1 --cpu-level %s,%s",
+                 bin, t->tmpdir, lv[0], i ? lv[0] : bad[i]);
+        rc = test_run(cmd, &out);
+        CHECKF(rc != 0 && out && strstr(out, "unknown to this backend or repeated") && !strstr(out, "=== level"),
+               "list with %s: exit %d\n%s", i ? "a repeated level" : "an unknown level", rc, out);
+        free(out);
+    }
+}
+
 /* `dsv4 bench --cpu-level all` on tiny-a: every level this machine runs gets its block, a
  * summary line and its CSV rows (the figures themselves are benchmarks, not checked). */
 static void test_bench_cli(struct test_ctx *t)
@@ -516,5 +559,6 @@ const struct test_case test_group_checkpoint[] = {
     { "layer_kinds_from_config", test_layer_kinds },
     { "inspect_cli", test_inspect_cli },
     { "bench_cli_all_levels", test_bench_cli },
+    { "bench_cli_level_list", test_bench_level_list },
     { NULL, NULL },
 };
