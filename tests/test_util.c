@@ -1,4 +1,5 @@
 /* test_util.c - small file and process helpers for the tests. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,4 +129,15 @@ void test_levels_not_here(struct test_ctx *t, int top, int highest)
 {
     for (int l = top + 1; l <= highest && dsv4_cpu_level_built((enum dsv4_cpu_level)l); l++)
         test_not_here(t, dsv4_cpu_level_name((enum dsv4_cpu_level)l));
+}
+
+void test_quant_e4m3_row(const float *x, int n, float *q)
+{
+    for (int b = 0; b < n; b += 128) {
+        int   e    = b + 128 < n ? b + 128 : n;
+        float amax = 0;
+        for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
+        float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
+        for (int k = b; k < e; k++) q[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(x[k] / s)) * s;
+    }
 }

@@ -16,19 +16,6 @@
 #include <cpuid.h>
 #endif
 
-/* x quantised in place by the activation quantiser's rule (e4m3 per 128 with a power-of-two
- * scale; ops_fast.c quantise_row), dequantised. */
-static void quantise_e4m3(float *x, int n)
-{
-    for (int b = 0; b < n; b += 128) {
-        int   e = b + 128 < n ? b + 128 : n;
-        float amax = 0;
-        for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
-        float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
-        for (int k = b; k < e; k++) x[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(x[k] / s)) * s;
-    }
-}
-
 /* Activations as the FP8/FP4 projections get them: e4m3 per 128 with a power-of-two scale,
  * dequantised (the quantiser's plain-C rule), over magnitudes from 2^-25 to 2^14, with exact
  * zeros, subnormal e4m3 codes and a block of zeros. */
@@ -38,7 +25,7 @@ static void quantised_row(unsigned long long *seed, float *x, int n)
     for (int i = 0; i < n; i++) x[i] = test_rand_f32(seed) * mag * (i % 9 == 0 ? 1e-3f : 1.0f) * (i % 31 == 5 ? 0 : 1);
     if (n >= 256)
         for (int i = 128; i < 256; i++) x[i] = 0;
-    quantise_e4m3(x, n);
+    test_quant_e4m3_row(x, n, x);
 }
 
 /* A random FP4 projection: codes of every kind, e8m0 scales 2^-12 .. 2^-4. */
@@ -241,7 +228,7 @@ static void test_linear_op(struct test_ctx *t)
     for (int i = 0; i < MAXT * K; i++) x[i] = test_rand_f32(&seed) * (i % 13 == 0 ? 8.0f : 1.0f);
     for (int tk = 0; tk < MAXT; tk++) {
         memcpy(q, x + (size_t)tk * K, sizeof(float) * K);
-        quantise_e4m3(q, K);
+        test_quant_e4m3_row(q, K, q);
         dsv4_fp4x_layout_ref(q, K, lay + (size_t)tk * (size_t)ld);
     }
     dsv4_fp4x_dot_ref(&L.l, 0, N, MAXT, lay, ld, want, N);

@@ -929,17 +929,6 @@ static void test_i16_kernels(struct test_ctx *t)
  * tested exhaustively): through fast linear on a 128 x 128 FP8 identity (y = the quantised
  * x exactly, several rows at once so the rows are quantised in parallel), and the bf16
  * levels' row quantiser directly on awkward lengths (partial last blocks). */
-static void quant_ref_row(const float *x, int n, float *q)
-{
-    for (int b = 0; b < n; b += 128) {
-        int   e    = b + 128 < n ? b + 128 : n;
-        float amax = 0;
-        for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
-        float s = dsv4_act_scale(amax, 448.0f, 1e-4f);
-        for (int k = b; k < e; k++) q[k] = dsv4_f32_from_e4m3(dsv4_e4m3_from_f32(x[k] / s)) * s;
-    }
-}
-
 static void fill_quant_input(unsigned long long *seed, float *x, int n)
 {
     float mag = ldexpf(1.0f, (int)(test_rand_u64(seed) % 40) - 25);
@@ -976,7 +965,7 @@ static void test_fast_quantiser(struct test_ctx *t)
         for (int it = 0; it < 400 && !bad; it++) {
             for (int row = 0; row < NT; row++) fill_quant_input(&seed, x + row * 128, 128);
             fast.ops->linear(&fast, &r.l, NT, x, 128, y, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
-            for (int row = 0; row < NT; row++) quant_ref_row(x + row * 128, 128, q + row * 128);
+            for (int row = 0; row < NT; row++) test_quant_e4m3_row(x + row * 128, 128, q + row * 128);
             for (int i = 0; i < NT * 128; i++) bad |= y[i] != q[i]; /* the sum turns -0 into +0 */
             CHECKF(!bad, "%s: quantised activations differ (iteration %d)", dsv4_cpu_level_name(cpu->level), it);
         }
@@ -988,7 +977,7 @@ static void test_fast_quantiser(struct test_ctx *t)
                 float *qb = malloc(sizeof(float) * (size_t)(n + 1));
                 fill_quant_input(&seed, xa, n);
                 if (n > 5) xa[5] = -INFINITY; /* saturates its block (scale 1), as the codec */
-                quant_ref_row(xa, n, qa);
+                test_quant_e4m3_row(xa, n, qa);
                 qb[n] = 12345.0f;
                 cpu->k->quant_f32(xa, n, qb);
                 int diff = -1;
@@ -1010,7 +999,7 @@ static void test_fast_quantiser(struct test_ctx *t)
                 uint16_t *b = malloc(2 * (size_t)n + 64);
                 fill_quant_input(&seed, xa, n);
                 if (n > 5) xa[5] = NAN; /* a NaN neither sets the scale nor crashes (448 like the codec path) */
-                quant_ref_row(xa, n, qa);
+                test_quant_e4m3_row(xa, n, qa);
                 b[n] = 0xbeef;
                 cpu->kb->quant_bf16(xa, n, b);
                 int diff = -1;
