@@ -1,6 +1,7 @@
 /* groups.h - every test group, in run order. One line per group: X(name). Each group's
  * file defines `const struct test_case test_group_<name>[]`, ending with {NULL, NULL}. */
 X(numfmt)
+X(engram)
 X(safetensors)
 X(checkpoint)
 X(ranks)
