@@ -3,6 +3,7 @@
 X(numfmt)
 X(safetensors)
 X(checkpoint)
+X(v41)
 X(ranks)
 X(tok)
 X(kernels)
