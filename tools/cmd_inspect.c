@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "inspect_ranks.h"
+#include "inspect_v41.h"
 #include "model/model.h"
 
 static double mib(double b)
@@ -204,7 +205,7 @@ static const struct cli_opt INSPECT_OPTS[] = {
     { "--model", "-m", "DIR", "checkpoint directory (config.json + safetensors) or a .safetensors file", CLI_STR, IO(dir),
       0, 0, NULL },
     { "--config", NULL, "FILE", "a config.json alone (no weights): the memory plan from the shapes it implies\n"
-      "(models/configs/v4-flash.json, v4-pro.json)", CLI_STR, IO(config), 0, 0, NULL },
+      "(models/configs/v4-flash.json, v4-pro.json, v41-flash.json)", CLI_STR, IO(config), 0, 0, NULL },
     { "--tensors", NULL, NULL, "list every tensor (name, dtype, shape, shard)", CLI_FLAG, IO(tensors), 0, 0, NULL },
     { "--json", NULL, NULL, "machine-readable output", CLI_FLAG, IO(as_json), 0, 0, NULL },
     { "--ctx", NULL, "N", "context length for the memory estimate (default 4096, or the model's limit if smaller)",
@@ -239,6 +240,13 @@ static int inspect_config(const struct inspect_opts *o)
     struct rank_report rr;
     memset(&rr, 0, sizeof(rr));
     int rc = dsv4_config_load_file(&cfg, o->config, &err);
+    if (rc == DSV4_OK && cfg.arch == DSV4_ARCH_V4_1) {
+        if (!o->ranks) {
+            inspect_v41_config(o->config, &cfg, ctx_of(o, &cfg), o->seqs, o->as_json);
+            return 0;
+        }
+        rc = dsv4_err_set(&err, DSV4_EUNSUPPORTED, "--ranks: not available for DeepSeek-V4.1 configs yet (issue 41)");
+    }
     if (rc == DSV4_OK) {
         rr.p = rank_params(o, &cfg);
         if (!rr.p.n_ranks) rr.p.n_ranks = 1;
@@ -314,6 +322,7 @@ int cmd_inspect(int argc, char **argv)
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
     int rc = dsv4_config_load(&cfg, dir, &err);
+    if (rc == DSV4_OK) rc = dsv4_config_check_runnable(&cfg, &err); /* V4.1: --config FILE only, so far */
     if (rc == DSV4_OK) rc = dsv4_checkpoint_open_lenient(&ck, dir, &err);
     if (rc) {
         if (o.as_json) print_error_json(dir, err.msg);

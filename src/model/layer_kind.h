@@ -21,9 +21,14 @@ struct dsv4_layer_kind {
     bool indexer;      /* the lightning indexer keeps idx_topk compressed rows per query (its
                           keys from a compressor of the same ratio); without it a query reads
                           every completed row */
-    int  idx_topk;     /* rows the indexer keeps; 0 without one */
-    int  kv_source;    /* the layer whose compressed rows it attends over; -1 with ratio 0 */
-    int  index_source; /* the layer whose indexer keys its selection scores; -1 without one */
+    int  idx_topk;     /* rows the selection keeps; 0 without one */
+    int  kv_source;    /* the layer whose compressed rows it attends over (il: it compresses them
+                          itself); -1 with ratio 0 */
+    int  index_source; /* the layer whose indexer selects the rows it attends over (il: its own
+                          indexer); -1 without a selection. V4: il or -1. V4.1: the latest index
+                          source, whose keys come from the latest kv source */
+    int  cand_source;  /* V4.1: the layer whose candidate blocks pre-filter its indexer's scores
+                          (il: it picks them); -1 without (every V4 layer) */
     bool engram;       /* an Engram lookup on the streams before the block */
     bool hash_routed;  /* routed experts chosen by token id (ffn.gate.tid2eid), not by score */
     bool mtp;          /* an MTP block (after the main stack), not a main layer */
@@ -38,7 +43,7 @@ static inline int dsv4_kind_coff(const struct dsv4_layer_kind *k)
 struct dsv4_config;
 
 /* Fills cfg->kind[0 .. n_layer + n_mtp) from the validated fields of cfg (compress_ratios,
- * sliding_window, index_topk, num_hash_layers, num_nextn_predict_layers). */
+ * sliding_window, index_topk, num_hash_layers, num_nextn_predict_layers), by cfg->arch. */
 void dsv4_layer_kinds_build(struct dsv4_config *cfg);
 
 #endif /* DSV4_LAYER_KIND_H */

@@ -20,7 +20,49 @@
 
 
 
+/* Which release a config describes: its field names, its layer kinds (layer_kind.c) and
+ * what the engine can do with it (docs/MODEL.md "DeepSeek-V4.1"). Not dsv4_revision, which
+ * picks between numerics of the V4 release. */
+enum dsv4_arch {
+    DSV4_ARCH_V4   = 0, /* DeepseekV4ForCausalLM, model_type deepseek_v4 */
+    DSV4_ARCH_V4_1 = 1, /* DeepseekV41ForCausalLM, model_type deepseek_v41 (text_config): config and
+                           inspect --config only, the forward is not implemented yet (issue 41) */
+};
+
+enum { DSV4_MAX_ENGRAM_LAYERS = 16, DSV4_MAX_DSPARK_TARGETS = 16 };
+
+/* The fields only DeepSeek-V4.1 has (its text_config; docs/MODEL.md "DeepSeek-V4.1"). The
+ * per-layer roles they imply (kv / index / candidate source, Engram) are in cfg.kind[]. */
+struct dsv4_v41_config {
+    int     n_kv_src;          /* kv_source_layer_ids: the layers that compress KV (and own index keys) */
+    int     kv_src[DSV4_MAX_LAYERS];
+    int     n_idx_src;         /* index_source_layer_ids: the layers that run an indexer */
+    int     idx_src[DSV4_MAX_LAYERS];
+    int     cand_source;       /* candidate_source_layer_id; -1: no candidate pre-filter */
+    int     cand_topk_blocks;  /* candidate_topk_blocks: blocks each query keeps */
+    int     cand_block;        /* candidate_block_size: compressed rows per block */
+    double  gate_temp;         /* gate_temp: router logits divided by it (1 when absent) */
+    int     n_engram;          /* engram_layer_ids entries */
+    int     engram_layer[DSV4_MAX_ENGRAM_LAYERS];
+    int64_t engram_rows[DSV4_MAX_ENGRAM_LAYERS]; /* engram_num_embeddings: table rows per layer */
+    int     engram_max_ngram;  /* engram_max_ngram_size: n-grams of 2 .. this per position */
+    int     engram_vocab;      /* engram_vocab_size: where each bucket's prime search starts */
+    int     engram_n_head;     /* engram_n_heads: buckets per n-gram size */
+    int     engram_d_head;     /* engram_head_dim: width of a table row (FP8, scale per 32) */
+    int     engram_pad_id;     /* engram_pad_token_id: fills n-gram slots before the sequence */
+    int     engram_cvocab;     /* engram_compressed_vocab_size: size of the token map's range */
+    int     dspark_block;      /* dspark_block_size: tokens a stage drafts at once; 0 without DSpark */
+    int     dspark_noise_id;   /* dspark_noise_token_id: fills the draft block after its first token */
+    int     n_dspark_target;
+    int     dspark_target[DSV4_MAX_DSPARK_TARGETS]; /* dspark_target_layer_ids: main layers whose input feeds stage 0 */
+    int     dspark_markov_rank;/* dspark_markov_rank: width of the Markov head's embedding */
+    int     dspark_n_exp;      /* dspark_n_routed_experts (n_routed_experts when 0 or absent) */
+    int     dspark_n_exp_used; /* dspark_num_experts_per_tok (num_experts_per_tok when 0 or absent) */
+};
+
 struct dsv4_config {
+    enum dsv4_arch arch;     /* the release the config describes */
+    int   fp8_block;         /* FP8 weight block edge and activation group: 128 (V4), 32 (V4.1) */
     int   vocab_size;
     int   d_model;           /* hidden_size */
     int   n_layer;           /* num_hidden_layers (main stack) */
@@ -54,13 +96,14 @@ struct dsv4_config {
     int   hc_sinkhorn_iters;
     double hc_eps;
     double norm_eps;         /* rms_norm_eps */
-    int   n_mtp;             /* num_nextn_predict_layers (0 or 1 supported) */
+    int   n_mtp;             /* num_nextn_predict_layers: V4 its MTP block (0 or 1), V4.1 its DSpark stages */
     int   bos_id, eos_id;
     bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */
     enum dsv4_wfmt wfmt;     /* format of the quantised dense projections (FP8 or BF16) */
     enum dsv4_wfmt expert_wfmt; /* routed experts: FP4, FP8 or BF16 */
     struct dsv4_layer_kind kind[DSV4_MAX_LAYERS]; /* each layer's kind, n_layer + n_mtp used (layer_kind.h) */
     struct dsv4_kv_dims kv;  /* the widths above that the KV state is laid out by (src/kv reads only these) */
+    struct dsv4_v41_config v41; /* arch DSV4_ARCH_V4_1 only */
 };
 
 /* Parses and validates a HF config.json text. err names the field at fault. */
@@ -69,6 +112,10 @@ int dsv4_config_parse(struct dsv4_config *cfg, const char *json_text, size_t len
 int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err);
 /* The same from a config.json file named by path (no checkpoint beside it needed). */
 int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err);
+/* DSV4_OK when the engine can run the model cfg describes; DSV4_EUNSUPPORTED with a message
+ * naming why not (a DeepSeek-V4.1 config: its forward is not implemented yet, issue 41).
+ * Loading for a run checks it before any tensor is bound. */
+int dsv4_config_check_runnable(const struct dsv4_config *cfg, struct dsv4_err *err);
 
 /* ------------------------------------------------------------------ weights */
 
@@ -188,6 +235,22 @@ struct dsv4_model_stats {
 
 void dsv4_model_stats(const struct dsv4_config *cfg, const struct dsv4_checkpoint *ck,
                       struct dsv4_model_stats *st);
+
+/* The sizes of a DeepSeek-V4.1 model from its config alone (stats_v41.c says how each figure
+ * is derived from the official code's tensor shapes): its text model, vision tower aside. */
+struct dsv4_v41_sizes {
+    uint64_t n_tensors;
+    uint64_t params, bytes;               /* every tensor (Engram tables and DSpark stages included) */
+    uint64_t engram_params, engram_bytes; /* of which the Engram tables (mapped, read by row) */
+    uint64_t dspark_params, dspark_bytes; /* of which the DSpark stages */
+    uint64_t bytes_per_token;             /* weights a decoded token reads (batch 1, no DSpark), Engram rows apart */
+    uint64_t expert_bytes_per_token;      /* of which routed experts */
+    uint64_t engram_bytes_per_token;      /* the Engram table rows a token reads */
+    uint64_t active_params;               /* parameters a token touches (Engram rows included) */
+    uint64_t kv_fixed_per_seq;            /* window rings and compressor partial groups */
+    double   kv_bytes_per_position;       /* compressed KV and index keys of the kv sources */
+};
+void dsv4_v41_sizes(const struct dsv4_config *cfg, struct dsv4_v41_sizes *s);
 
 
 /* ------------------------------------------------------------------ KV state sizes */

@@ -333,6 +333,8 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
 {
     memset(w, 0, sizeof(*w));
     memset(rep, 0, sizeof(*rep));
+    int rc = dsv4_config_check_runnable(cfg, err); /* V4.1: no tensor names to bind by yet */
+    if (rc) return rc;
     struct binder b = { cfg, ck, arena, rep, calloc(ck->n_tensors + 1, 1), 0, false, NULL, NULL };
     if (!b.used) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory binding weights");
     bind_main(&b, w);

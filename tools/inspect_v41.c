@@ -1,0 +1,135 @@
+/*
+ * inspect_v41.c - `dsv4 inspect --config FILE` for a DeepSeek-V4.1 config: its layers and
+ * their kinds (kv / index / candidate source, Engram), the parameters and bytes of its
+ * tensors with the Engram tables apart, bytes read per decoded token, KV per sequence and
+ * the memory for --ctx / --seqs (src/model/stats_v41.c derives each figure).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "inspect_v41.h"
+
+static double gib(double b)
+{
+    return b / (1024.0 * 1024.0 * 1024.0);
+}
+
+/* One layer's line: its ratio, where its compressed rows and selection come from, its
+ * candidate role and Engram. */
+static void print_layer(const struct dsv4_config *c, int il)
+{
+    const struct dsv4_layer_kind *k = &c->kind[il];
+    char kv[32] = "-", ix[48] = "-", cand[40] = "";
+    if (k->kv_source == il) snprintf(kv, sizeof(kv), "compresses");
+    else if (k->kv_source >= 0) snprintf(kv, sizeof(kv), "rows of %d", k->kv_source);
+    if (k->indexer) snprintf(ix, sizeof(ix), "indexer (top-%d)", k->idx_topk);
+    else if (k->index_source >= 0) snprintf(ix, sizeof(ix), "selection of %d", k->index_source);
+    if (k->cand_source == il) snprintf(cand, sizeof(cand), "  picks candidate blocks");
+    else if (k->cand_source >= 0) snprintf(cand, sizeof(cand), "  within candidates of %d", k->cand_source);
+    char line[200];
+    int  n = snprintf(line, sizeof(line), "  %-8s %3d  %-10s ratio %d  kv %-12s index %-18s%s%s",
+                      k->mtp ? "dspark" : "layer", k->mtp ? il - c->n_layer : il, k->ratio ? "compressed" : "window",
+                      k->ratio, kv, ix, cand, k->engram ? "  engram" : "");
+    while (n > 0 && line[n - 1] == ' ') line[--n] = '\0'; /* no padding after the last column */
+    printf("%s\n", line);
+}
+
+static void print_model(const char *path, const struct dsv4_config *c)
+{
+    const struct dsv4_v41_config *v = &c->v41;
+    printf("config       %s: DeepSeek-V4.1, %d layers + %d DSpark stages, d_model %d, vocab %d, max context %d\n",
+           path, c->n_layer, c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
+    printf("attention    %d heads x %d (rope %d), q_lora %d (q norm on it only), output %d groups x %d, window %d\n",
+           c->n_head, c->d_head, c->d_rope, c->q_lora_rank, c->o_groups, c->o_lora_rank, c->window);
+    printf("indexer      %d heads x %d, top-%d", c->n_idx_head, c->d_idx_head, c->idx_topk);
+    if (v->cand_source >= 0)
+        printf("; candidate pre-filter from layer %d: %d blocks of %d rows", v->cand_source, v->cand_topk_blocks,
+               v->cand_block);
+    printf("\nmoe          %d routed (top-%d, %s) + %d shared, d_ff %d, no hash routing, route scale %g, gate temp %g\n",
+           c->n_exp, c->n_exp_used, c->expert_wfmt == DSV4_WFMT_FP4 ? "fp4-e2m1/32" : dsv4_wfmt_name(c->expert_wfmt),
+           c->n_exp_shared, c->d_ff_exp, c->route_scale, v->gate_temp);
+    printf("projections  %s\n", c->fp8 ? "fp8-e4m3, e8m0 scale per 32x32 block, activations per 32" : "bf16");
+    if (v->n_engram) {
+        printf("engram       %d layers, n-grams 2..%d x %d heads, rows of %d fp8 (scale per 32), tables of",
+               v->n_engram, v->engram_max_ngram, v->engram_n_head, v->engram_d_head);
+        for (int l = 0; l < v->n_engram; l++) printf(" %lld", (long long)v->engram_rows[l]);
+        printf(" rows\n");
+    }
+    if (c->n_mtp)
+        printf("dspark       %d stages, block %d, from layers' inputs", c->n_mtp, v->dspark_block);
+    for (int i = 0; c->n_mtp && i < v->n_dspark_target; i++) printf(" %d", v->dspark_target[i]);
+    if (c->n_mtp)
+        printf(", markov rank %d, %d experts top-%d\n", v->dspark_markov_rank, v->dspark_n_exp, v->dspark_n_exp_used);
+    printf("layers\n");
+    for (int il = 0; il < c->n_layer + c->n_mtp; il++) print_layer(c, il);
+}
+
+static void print_sizes(const struct dsv4_v41_sizes *s, long long ctx, long long seqs)
+{
+    double kv = ((double)s->kv_fixed_per_seq + s->kv_bytes_per_position * (double)ctx) * (double)seqs;
+    printf("\nweights      %llu tensors, %.2f GiB (%.1f GB), %.2fB parameters, as the release stores them "
+           "(computed from the config; vision tower not counted)\n",
+           (unsigned long long)s->n_tensors, gib((double)s->bytes), (double)s->bytes / 1e9, (double)s->params / 1e9);
+    printf("             Engram tables %.2f GiB (%.2fB parameters), DSpark stages %.2f GiB, the rest %.2f GiB\n",
+           gib((double)s->engram_bytes), (double)s->engram_params / 1e9, gib((double)s->dspark_bytes),
+           gib((double)(s->bytes - s->engram_bytes - s->dspark_bytes)));
+    printf("per token    %.2f MiB of weights read per decoded token (routed experts %.2f MiB) + %.1f KiB of Engram "
+           "rows, %.2fB active parameters\n",
+           (double)s->bytes_per_token / 1048576.0, (double)s->expert_bytes_per_token / 1048576.0,
+           (double)s->engram_bytes_per_token / 1024.0, (double)s->active_params / 1e9);
+    printf("kv state     %.1f KiB fixed per sequence (window rings, compressor partial groups), %.1f bytes per "
+           "position\n",
+           (double)s->kv_fixed_per_seq / 1024.0, s->kv_bytes_per_position);
+    printf("memory       --ctx %lld --seqs %lld: weights %.2f GiB (mapped; the Engram tables %.2f GiB of it, read "
+           "by row) + KV %.1f MiB\n",
+           ctx, seqs, gib((double)s->bytes), gib((double)s->engram_bytes), kv / 1048576.0);
+}
+
+static json_t *layers_json(const struct dsv4_config *c)
+{
+    json_t *a = json_array();
+    for (int il = 0; il < c->n_layer + c->n_mtp; il++) {
+        const struct dsv4_layer_kind *k = &c->kind[il];
+        json_array_append_new(a, json_pack("{s:i, s:b, s:i, s:i, s:i, s:b, s:i, s:b}", "layer", il, "dspark", k->mtp,
+                                           "ratio", k->ratio, "kv_source", k->kv_source, "index_source",
+                                           k->index_source, "indexer", k->indexer, "cand_source", k->cand_source,
+                                           "engram", k->engram));
+    }
+    return a;
+}
+
+static void print_json(const char *path, const struct dsv4_config *c, const struct dsv4_v41_sizes *s, long long ctx,
+                       long long seqs)
+{
+    double  kv = ((double)s->kv_fixed_per_seq + s->kv_bytes_per_position * (double)ctx) * (double)seqs;
+    json_t *o  = json_pack("{s:s, s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "config", path, "ok", 1, "arch",
+                           "deepseek_v41", "tensors", (json_int_t)s->n_tensors, "bytes", (json_int_t)s->bytes,
+                           "params", (json_int_t)s->params, "engram_bytes", (json_int_t)s->engram_bytes,
+                           "engram_params", (json_int_t)s->engram_params, "dspark_bytes", (json_int_t)s->dspark_bytes);
+    json_object_set_new(o, "layers", layers_json(c));
+    json_object_set_new(o, "bytes_per_token", json_integer((json_int_t)s->bytes_per_token));
+    json_object_set_new(o, "expert_bytes_per_token", json_integer((json_int_t)s->expert_bytes_per_token));
+    json_object_set_new(o, "engram_bytes_per_token", json_integer((json_int_t)s->engram_bytes_per_token));
+    json_object_set_new(o, "active_params", json_integer((json_int_t)s->active_params));
+    json_object_set_new(o, "kv_fixed_bytes_per_seq", json_integer((json_int_t)s->kv_fixed_per_seq));
+    json_object_set_new(o, "kv_bytes_per_position", json_real(s->kv_bytes_per_position));
+    json_object_set_new(o, "memory_estimate", json_pack("{s:I, s:I, s:I, s:f}", "ctx", (json_int_t)ctx, "seqs",
+                                                        (json_int_t)seqs, "weights_bytes", (json_int_t)s->bytes,
+                                                        "kv_bytes", kv));
+    char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (txt) puts(txt);
+    free(txt);
+    json_decref(o);
+}
+
+void inspect_v41_config(const char *path, const struct dsv4_config *c, long long ctx, long long seqs, bool as_json)
+{
+    struct dsv4_v41_sizes s;
+    dsv4_v41_sizes(c, &s);
+    if (as_json) {
+        print_json(path, c, &s, ctx, seqs);
+        return;
+    }
+    print_model(path, c);
+    print_sizes(&s, ctx, seqs);
+}
