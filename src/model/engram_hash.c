@@ -7,7 +7,7 @@
  *                compressed_vocab) // 2, each value v made odd as 2v + 1 (np_random.c draws
  *                exactly what numpy draws). Kept as integers: they reach about 2^46 for
  *                V4.1-Flash, but id * multiplier approaches 2^63, past a double's exact range.
- *   primes       EngramLayout.build: for each (layer, order) the search restarts above
+ *   primes       EngramLayout.from_args: for each (layer, order) the search restarts above
  *                vocab_size - 1 and takes the next n_heads primes that no earlier (layer,
  *                order, head) took; a column's rows start after the previous column's primes.
  *   indices      NgramHashState.forward: the window of a position is its own id and the
@@ -80,7 +80,7 @@ static int build_multipliers(struct dsv4_engram_hash *h, struct dsv4_err *err)
         int rc = dsv4_pcg64_integers(&g, 0, bound, v, p->max_ngram);
         if (rc) {
             return dsv4_err_set(err, rc, "engram: compressed vocab %lld gives a multiplier bound "
-                                "below 2^32 (numpy's 32-bit draw is not reproduced)",
+                                "at most 2^32 (numpy's 32-bit draw is not reproduced)",
                                 (long long)p->compressed_vocab);
         }
         for (int k = 0; k < p->max_ngram; k++) h->mult[l][k] = v[k] * 2 + 1;

@@ -2,7 +2,7 @@
  * engram_hash.h - the row indices of DeepSeek-V4.1's Engram tables (docs/ENGRAM.md): for each
  * position, Engram layer, n-gram order (2 .. max_ngram) and head, the row of that layer's
  * table the position reads, exactly as the official inference/engram.py computes them
- * (compute_hash_multipliers, EngramLayout.build, NgramHashState.forward).
+ * (compute_hash_multipliers, EngramLayout.from_args, NgramHashState.forward).
  *
  * Inputs are compressed token ids (engram_map.h maps token ids to them) or DSV4_ENGRAM_DEAD for
  * a position that takes part in no n-gram (engram.py's token_mask False). The sequence state

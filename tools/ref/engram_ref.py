@@ -1,7 +1,7 @@
 """engram_ref.py - reference of the DeepSeek-V4.1 Engram row indices (docs/ENGRAM.md).
 
 Owns: the hash multipliers (the official inference/engram.py `compute_hash_multipliers`,
-drawn with numpy's own Generator), the prime tables (`EngramLayout.build`, primes from sympy
+drawn with numpy's own Generator), the prime tables (`EngramLayout.from_args`, primes from sympy
 as the official code takes them), the per-position row indices (`NgramHashState.forward`),
 and the fixture tests/fixtures/engram/engram_hash.json that tests/unit/test_engram_hash.c
 compares src/model/engram_hash.c against.
@@ -59,7 +59,7 @@ def multipliers(layer_ids, max_ngram_size, compressed_vocab_size):
 
 
 def primes(n_layers, max_ngram_size, n_heads, vocab_size):
-    """EngramLayout.build: for each (layer, n-gram order) the search restarts above
+    """EngramLayout.from_args: for each (layer, n-gram order) the search restarts above
     vocab_size - 1 and takes the next n_heads primes not taken by any earlier slot."""
     seen, out = set(), []
     for _ in range(n_layers):
