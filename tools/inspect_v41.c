@@ -30,6 +30,7 @@ static void print_layer(const struct dsv4_config *c, int il)
     int  n = snprintf(line, sizeof(line), "  %-8s %3d  %-10s ratio %d  kv %-12s index %-18s%s%s",
                       k->mtp ? "dspark" : "layer", k->mtp ? il - c->n_layer : il, k->ratio ? "compressed" : "window",
                       k->ratio, kv, ix, cand, k->engram ? "  engram" : "");
+    if (n >= (int)sizeof(line)) n = (int)sizeof(line) - 1; /* truncated: trim from its end */
     while (n > 0 && line[n - 1] == ' ') line[--n] = '\0'; /* no padding after the last column */
     printf("%s\n", line);
 }

@@ -272,6 +272,13 @@ static void parse_ratios(struct cfg_parse *p, struct dsv4_config *c)
         dsv4_cfg_bad(p, "compress_ratios", "is missing or not an array");
         return;
     }
+    if (need > DSV4_MAX_LAYERS) {
+        char why[160];
+        snprintf(why, sizeof(why), "num_hidden_layers + num_nextn_predict_layers is %d, at most %d are supported", need,
+                 DSV4_MAX_LAYERS);
+        dsv4_cfg_bad(p, "num_nextn_predict_layers", why);
+        return;
+    }
     if (v41 && (int)json_array_size(cr) != need) {
         char why[160];
         snprintf(why, sizeof(why), "has %zu entries, must have %d: one per main layer and DSpark stage "

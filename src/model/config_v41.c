@@ -126,9 +126,10 @@ static bool is_prime(int64_t x)
  * The rows of each Engram table as `EngramLayout.from_args` lays them out: every (n-gram
  * size, head) of every Engram layer, in order, owns a bucket range whose size is the next
  * prime above engram_vocab_size - 1 not yet handed out (`find_next_prime`), so a layer's
- * table holds the sum of its (max_ngram - 1) * n_heads primes. The release's
- * engram_num_embeddings are exactly these sums; a table of another size would put hashed ids
- * outside it (the official lookup then reads zeros).
+ * table must hold the sum of its (max_ngram - 1) * n_heads primes. The release's
+ * engram_num_embeddings are exactly these sums. A larger table is accepted (its extra rows are
+ * never hashed to, as in the official code); a smaller one is refused: hashed ids would fall
+ * outside it, where the official lookup silently reads zeros. engram_hash.c checks the same.
  */
 static void check_engram_rows(struct cfg_parse *p, const struct dsv4_v41_config *v)
 {
@@ -140,10 +141,10 @@ static void check_engram_rows(struct cfg_parse *p, const struct dsv4_v41_config 
             while (!is_prime(cand)) cand++;
             sum += cand;
         }
-        if (sum != v->engram_rows[l]) {
+        if (sum > v->engram_rows[l]) {
             char why[200];
-            snprintf(why, sizeof(why), "entry %d is %lld, the bucket primes of layer %d sum to %lld (from "
-                     "engram_vocab_size, engram_max_ngram_size and engram_n_heads)", l,
+            snprintf(why, sizeof(why), "entry %d is %lld, below the bucket primes of layer %d, which sum to %lld "
+                     "(from engram_vocab_size, engram_max_ngram_size and engram_n_heads)", l,
                      (long long)v->engram_rows[l], v->engram_layer[l], (long long)sum);
             dsv4_cfg_bad(p, "engram_num_embeddings", why);
             return;

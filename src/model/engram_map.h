@@ -12,7 +12,9 @@
 #include "dsv4.h"
 
 /* Parses the map from text (path only names it in messages). n_vocab: the number of token ids
- * it must cover (0: any length); compressed_vocab: the config's engram_compressed_vocab_size,
+ * it must cover, the tokenizer's own count (len(tokenizer) in engram.py: below the config's
+ * vocab_size, which is padded; 0: any length; the caller refuses token ids >= *n rather than
+ * indexing past the map); compressed_vocab: the config's engram_compressed_vocab_size,
  * which the ids must fill as build_compressed_token_map assigns them (each below it, the
  * largest one compressed_vocab - 1). On success *map (malloc'd; the caller frees it) and *n.
  * DSV4_EFORMAT with the reason (not JSON, not an array, an element that is not an integer, a

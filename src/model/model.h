@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "io/io.h"
 #include "kv/kv_dims.h"
+#include "model/engram_hash.h" /* DSV4_ENGRAM_MAX_LAYERS */
 #include "model/layer_kind.h"
 
 
@@ -29,7 +30,8 @@ enum dsv4_arch {
                            inspect --config only, the forward is not implemented yet (issue 41) */
 };
 
-enum { DSV4_MAX_ENGRAM_LAYERS = 16, DSV4_MAX_DSPARK_TARGETS = 16 };
+/* Engram layers: as many as the row-index code holds (engram_hash.h), so a config that parses can be hashed. */
+enum { DSV4_MAX_ENGRAM_LAYERS = DSV4_ENGRAM_MAX_LAYERS, DSV4_MAX_DSPARK_TARGETS = 16 };
 
 /* The fields only DeepSeek-V4.1 has (its text_config; docs/MODEL.md "DeepSeek-V4.1"). The
  * per-layer roles they imply (kv / index / candidate source, Engram) are in cfg.kind[]. */
