@@ -238,10 +238,14 @@ struct dsv4_backend_ops {
     void (*hadamard)(struct dsv4_backend *be, int n, int d, float *x);
 
     /* Hyper-connection pre: X[n, hc, d] -> u[n, d] (bf16), post[n, hc], comb[n, hc, hc]
-     * (docs/MODEL.md §R3.2, Sinkhorn with `iters` iterations). */
+     * (docs/MODEL.md §R3.2, Sinkhorn with `iters` iterations); u = bf16(sum_j pre_j X_j).
+     * lag NULL (V4): pre is the row's own. lag[n, hc] given (DeepSeek-V4.1's lagged
+     * hyper-connections, docs/MODEL.md §6): u collapses with the pre mix lag holds (the
+     * previous sublayer's), then lag takes this one's pre. fn NULL (V4.1's final collapse,
+     * lag given): u = bf16(sum_j lag_j X_j) only; scale, base, post, comb unused. */
     void (*hc_pre)(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                   const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
-                   float *post, float *comb);
+                   const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *lag,
+                   float *u, float *post, float *comb);
     /* Hyper-connection post: Xout[n,hc,d] = bf16(post[k] f + sum_j comb[j][k] Xres[j]). */
     void (*hc_post)(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
                     const float *post, const float *comb, float *Xout);
@@ -310,6 +314,22 @@ struct dsv4_backend_ops {
 
     /* X[r, c, :] = bf16(f32(X[r, c, :] + e[r, :])) for every stream c < hc (the MTP combine). */
     void (*add_streams)(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
+
+    /* DeepSeek-V4.1 Engram rows (docs/ENGRAM.md "The ops"): for each of n positions and each of
+     * its n_cols table rows ids[r * ld_ids + j] (an index into a table of n_rows rows of d e4m3
+     * bytes at `table`, with d / 32 e8m0 scales a row at `scale`), out[r, j * d + i] =
+     * bf16(f32(e4m3 * 2^(e - 127))); a row outside [0, n_rows) reads zeros (the official
+     * lookup's mask). The table is the mapped checkpoint: only the rows named are touched. */
+    void (*engram_rows)(struct dsv4_backend *be, int n, int n_cols, const int64_t *ids, int ld_ids,
+                        const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out);
+
+    /* DeepSeek-V4.1 Engram gate (official Engram.forward): kv[n, (hc + 1) d] holds hc keys then
+     * one value (bf16 values), w[hc, d] = q_weight * k_weight (f32). Per row r and stream c,
+     * with h = X[r, c], k = key c: rstd = rsqrt(mean h^2 + eps) rsqrt(mean k^2 + eps),
+     * dot = (sum h w_c k) rstd / sqrt(d), g = sigmoid(sign(dot) sqrt(max(|dot|, 1e-6))) and
+     * X[r, c] = bf16(h + g value) (sums in double, each factor rounded to f32). */
+    void (*engram_gate)(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
+                        float *X);
 
     /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
      * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);

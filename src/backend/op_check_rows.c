@@ -178,14 +178,14 @@ static struct chk_tol hc_tol(const struct hc_in *in)
     return (struct chk_tol){ 0.0079, 1e-6 + 16.0 * sqrt((double)in->hc * in->d) * 0x1p-24, 0, 0 };
 }
 
-static void hc_inputs(struct chk *h, struct hc_in *in, int s, bool head)
+static void hc_inputs(struct chk *h, struct hc_in *in, int s, bool head, const char *what)
 {
     in->n = hc_shapes[s][0], in->hc = hc_shapes[s][1], in->d = hc_shapes[s][2];
     in->n_mix = head ? in->hc : (2 + in->hc) * in->hc;
     size_t hd = (size_t)in->hc * in->d;
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = in->n, dims.hc = in->hc, dims.d_model = in->d;
-    chk_case(h, &dims, "n %d hc %d d %d", in->n, in->hc, in->d);
+    chk_case(h, &dims, "n %d hc %d d %d%s", in->n, in->hc, in->d, what);
     in->X    = chk_floats(h, (size_t)in->n * hd);
     in->fn   = chk_floats(h, (size_t)in->n_mix * hd);
     in->base = chk_floats(h, (size_t)in->n_mix);
@@ -196,29 +196,37 @@ static void hc_inputs(struct chk *h, struct hc_in *in, int s, bool head)
     for (int i = 0; i < 3; i++) in->scale[i] = 0.9f + 0.2f * (float)chk_uniform(h);
 }
 
+/* hc_pre in its three modes: V4 (no lag), V4.1's lagged mix (lag in and out) and V4.1's
+ * final collapse (fn NULL: lag alone; the weights, post and comb unused, so NULL here). */
 static void run_hc_pre(struct chk *h)
 {
-    for (int s = 0; s < N_HC; s++) {
-        struct hc_in in;
-        hc_inputs(h, &in, s, false);
-        /* the mixing weights go through a sigmoid and Sinkhorn in double on both sides: f32
-         * dot products move them by far less than 1e-5 */
-        struct chk_tol w = { 0, 1e-5, 0, 0 };
-        for (struct dsv4_backend *be; (be = chk_next(h));) {
-            float *u    = chk_out_f32(h, 0, (size_t)in.n * in.d, hc_tol(&in), NULL, NULL);
-            float *post = chk_out_f32(h, 1, (size_t)in.n * in.hc, w, NULL, NULL);
-            float *comb = chk_out_f32(h, 2, (size_t)in.n * in.hc * in.hc, w, NULL, NULL);
-            be->ops->hc_pre(be, in.n, in.hc, in.d, chk_in(h, in.X), chk_in(h, in.fn), chk_in(h, in.scale),
-                            chk_in(h, in.base), 20, 1e-6, 1e-6, u, post, comb);
+    for (int s = 0; s < N_HC; s++)
+        for (int mode = 0; mode < 3; mode++) {
+            struct hc_in in;
+            hc_inputs(h, &in, s, false, mode == 0 ? "" : mode == 1 ? " lagged" : " collapse only");
+            float *lag0 = chk_floats(h, (size_t)in.n * in.hc);
+            for (int i = 0; i < in.n * in.hc; i++) lag0[i] = 0.5f + 0.5f * (float)chk_uniform(h);
+            /* the mixing weights go through a sigmoid and Sinkhorn in double on both sides:
+             * f32 dot products move them by far less than 1e-5 */
+            struct chk_tol w = { 0, 1e-5, 0, 0 };
+            for (struct dsv4_backend *be; (be = chk_next(h));) {
+                float *u    = chk_out_f32(h, 0, (size_t)in.n * in.d, hc_tol(&in), NULL, NULL);
+                float *lag  = mode ? chk_out_f32(h, 1, (size_t)in.n * in.hc, w, lag0, NULL) : NULL;
+                float *post = mode < 2 ? chk_out_f32(h, 2, (size_t)in.n * in.hc, w, NULL, NULL) : NULL;
+                float *comb = mode < 2 ? chk_out_f32(h, 3, (size_t)in.n * in.hc * in.hc, w, NULL, NULL) : NULL;
+                bool   mix  = mode < 2;
+                be->ops->hc_pre(be, in.n, in.hc, in.d, chk_in(h, in.X), mix ? chk_in(h, in.fn) : NULL,
+                                mix ? chk_in(h, in.scale) : NULL, mix ? chk_in(h, in.base) : NULL, 20, 1e-6, 1e-6, lag,
+                                u, post, comb);
+            }
         }
-    }
 }
 
 static void run_hc_post(struct chk *h)
 {
     for (int s = 0; s < N_HC; s++) {
         struct hc_in in;
-        hc_inputs(h, &in, s, true);
+        hc_inputs(h, &in, s, true, "");
         int    n = in.n, hc = in.hc, d = in.d;
         float *f = chk_floats(h, (size_t)n * d), *post = chk_floats(h, (size_t)n * hc);
         float *comb = chk_floats(h, (size_t)n * hc * hc);
@@ -236,7 +244,7 @@ static void run_hc_head(struct chk *h)
 {
     for (int s = 0; s < N_HC; s++) {
         struct hc_in in;
-        hc_inputs(h, &in, s, true);
+        hc_inputs(h, &in, s, true, "");
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)in.n * in.d, hc_tol(&in), NULL, NULL);
             be->ops->hc_head(be, in.n, in.hc, in.d, chk_in(h, in.X), chk_in(h, in.fn), chk_in(h, in.scale),
@@ -303,6 +311,60 @@ static void run_add_streams(struct chk *h)
     }
 }
 
+/* Engram rows: ids inside and outside the table (zeros), e4m3 codes of every value (NaN
+ * codes included) and e8m0 scales over a wide band. */
+static void run_engram_rows(struct chk *h)
+{
+    /* n, cols, d, table rows */
+    const int shapes[][4] = { { 1, 1, 32, 1 }, { 3, 4, 64, 37 }, { 17, 6, 96, 500 }, { 2, 24, 256, 1000 } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], cols = shapes[s][1], d = shapes[s][2], rows = shapes[s][3], ld = cols + 3;
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n;
+        chk_case(h, &dims, "n %d cols %d d %d rows %d", n, cols, d, rows);
+        uint8_t *table = chk_alloc(h, (size_t)rows * d), *scale = chk_alloc(h, (size_t)rows * d / 32);
+        int64_t *ids   = chk_alloc(h, sizeof(int64_t) * (size_t)n * ld);
+        for (size_t i = 0; i < (size_t)rows * d; i++) table[i] = (uint8_t)chk_u64(h);
+        for (size_t i = 0; i < (size_t)rows * d / 32; i++) scale[i] = (uint8_t)(100 + chk_u64(h) % 50);
+        for (int i = 0; i < n * ld; i++) {
+            uint64_t u = chk_u64(h);
+            ids[i] = u % 11 == 0 ? (u % 2 ? -1 : rows + (int64_t)(u % 5)) : (int64_t)(u % (uint64_t)rows);
+        }
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * cols * d, CHK_EXACT, NULL, NULL);
+            /* ids: host metadata (the host hashes); the table: the mapped checkpoint, host memory */
+            be->ops->engram_rows(be, n, cols, ids, ld, table, scale, rows, d, y);
+        }
+    }
+}
+
+/* Engram gate: streams and keys of unit scale (dots of both signs, some near zero: the
+ * clamp), bf16 values as the projection leaves them. */
+static void run_engram_gate(struct chk *h)
+{
+    /* one bf16 rounding: a device's f32 exp may move the gate by an ulp (engram_gate.comp) */
+    const struct chk_tol gate_tol = { 0.0079, 1e-6, 0, 0 };
+    const struct chk_model *M = chk_models;
+    const int shapes[][3] = { { 1, 1, 1 }, { 3, 2, 17 }, { 5, 4, 31 }, { 17, M[0].hc, M[0].d_model },
+                              { 2, M[2].hc, M[2].d_model } };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int n = shapes[s][0], hc = shapes[s][1], d = shapes[s][2];
+        struct dsv4_plan_dims dims = chk_dims();
+        dims.max_rows = n, dims.hc = hc, dims.d_model = d;
+        chk_case(h, &dims, "n %d hc %d d %d", n, hc, d);
+        float *X = chk_floats(h, (size_t)n * hc * d), *kv = chk_floats(h, (size_t)n * (hc + 1) * d);
+        float *w = chk_floats(h, (size_t)hc * d);
+        chk_fill_bf16(h, X, (size_t)n * hc * d, 2.0f);
+        chk_fill_bf16(h, kv, (size_t)n * (hc + 1) * d, 2.0f);
+        for (int i = 0; i < hc * d; i++) w[i] = 1.0f + 0.5f * (float)chk_uniform(h);
+        if (n > 1) memset(kv + (size_t)(hc + 1) * d, 0, sizeof(float) * (size_t)d); /* a zero key: dot 0 */
+        for (struct dsv4_backend *be; (be = chk_next(h));) {
+            float *y = chk_out_f32(h, 0, (size_t)n * hc * d, gate_tol, X, NULL);
+            be->ops->engram_gate(be, n, hc, d, chk_in(h, kv), chk_in(h, w), 1e-20, y);
+        }
+    }
+}
+
 const struct chk_op chk_ops_rows[] = {
     { DSV4_OP_RMSNORM, "bit-exact", run_rmsnorm },
     { DSV4_OP_HEAD_RMS, "bit-exact", run_head_rms },
@@ -316,5 +378,7 @@ const struct chk_op chk_ops_rows[] = {
     { DSV4_OP_EMBED, "bit-exact", run_embed },
     { DSV4_OP_SCALE, "bit-exact", run_scale },
     { DSV4_OP_ADD_STREAMS, "bit-exact", run_add_streams },
+    { DSV4_OP_ENGRAM_ROWS, "bit-exact", run_engram_rows },
+    { DSV4_OP_ENGRAM_GATE, "2^-7 rel + 1e-6 (the CPU levels: bit-exact)", run_engram_gate },
     { DSV4_OP_COUNT, NULL, NULL },
 };

@@ -30,6 +30,8 @@
     X(EMBED, embed)                                                                          \
     X(SCALE, scale)                                                                          \
     X(ADD_STREAMS, add_streams)                                                              \
+    X(ENGRAM_ROWS, engram_rows)                                                              \
+    X(ENGRAM_GATE, engram_gate)                                                              \
     X(ROUTER, router)                                                                        \
     X(EXPERT, expert)                                                                        \
     X(EXPERTS, experts)                                                                      \

@@ -251,10 +251,11 @@ static void p_hadamard(struct dsv4_backend *be, int n, int d, float *x)
 }
 
 static void p_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
-                     const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
+                     const float *base, int iters, double norm_eps, double hc_eps, float *lag, float *u, float *post,
+                     float *comb)
 {
     TIMED(DSV4_OP_HC_PRE, n,
-          P(be)->inner->hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, u, post, comb));
+          P(be)->inner->hc_pre(be, n, hc, d, X, fn, scale, base, iters, norm_eps, hc_eps, lag, u, post, comb));
 }
 
 static void p_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres, const float *post,
@@ -323,6 +324,18 @@ static void p_scale(struct dsv4_backend *be, size_t n, float *x, double s)
 static void p_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X)
 {
     TIMED(DSV4_OP_ADD_STREAMS, n, P(be)->inner->add_streams(be, n, hc, d, e, X));
+}
+
+static void p_engram_rows(struct dsv4_backend *be, int n, int n_cols, const int64_t *ids, int ld_ids,
+                          const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out)
+{
+    TIMED(DSV4_OP_ENGRAM_ROWS, n, P(be)->inner->engram_rows(be, n, n_cols, ids, ld_ids, table, scale, n_rows, d, out));
+}
+
+static void p_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
+                          float *X)
+{
+    TIMED(DSV4_OP_ENGRAM_GATE, n, P(be)->inner->engram_gate(be, n, hc, d, kv, w, eps, X));
 }
 
 static void p_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,

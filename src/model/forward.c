@@ -51,7 +51,7 @@ static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct 
     float *t;
 
     be->ops->hc_pre(be, R, hc, d, *X, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_sinkhorn_iters,
-                    c->norm_eps, c->hc_eps, S->u, S->post, S->comb);
+                    c->norm_eps, c->hc_eps, NULL, S->u, S->post, S->comb);
     be->ops->rmsnorm(be, R, d, S->u, d, L->attn_norm, c->norm_eps, S->u, d);
     dump_rows(S, "attn_in", il, S->u, d);
     dsv4_attention_sublayer(m, S, L, state, R);
@@ -60,7 +60,7 @@ static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct 
     dump_rows(S, "x_attn", il, *X, hc * d);
 
     be->ops->hc_pre(be, R, hc, d, *X, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_sinkhorn_iters,
-                    c->norm_eps, c->hc_eps, S->u, S->post, S->comb);
+                    c->norm_eps, c->hc_eps, NULL, S->u, S->post, S->comb);
     be->ops->rmsnorm(be, R, d, S->u, d, L->ffn_norm, c->norm_eps, S->u, d);
     dump_rows(S, "ffn_in", il, S->u, d);
     dsv4_moe_sublayer(m, S, L, R);

@@ -698,11 +698,24 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
         for (int i = 0; i < n * hc * d; i++) X[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
         for (int i = 0; i < mix * hc * d; i++) fn[i] = test_rand_f32(&seed) * 0.05f;
         for (int i = 0; i < mix; i++) base[i] = test_rand_f32(&seed) * 0.5f;
-        fast.ops->hc_pre(&fast, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, u1, p1, c1);
-        ref.ops->hc_pre(&ref, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, u2, p2, c2);
+        fast.ops->hc_pre(&fast, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, NULL, u1, p1, c1);
+        ref.ops->hc_pre(&ref, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, NULL, u2, p2, c2);
         for (int i = 0; i < n * d; i++) CHECKF(fabsf(u1[i] - u2[i]) <= 0.0079f * fabsf(u2[i]) + 1e-6f, "hc_pre u %d", i);
         for (int i = 0; i < n * hc; i++) CHECKF(fabsf(p1[i] - p2[i]) <= 1e-5f, "hc_pre post %d", i);
         for (int i = 0; i < n * hc * hc; i++) CHECKF(fabsf(c1[i] - c2[i]) <= 1e-5f, "hc_pre comb %d: %g %g", i, c1[i], c2[i]);
+        /* V4.1's lagged mode, on the reference: with a one-hot lag the collapse is stream 0
+         * itself and the lag comes back as the row's own pre mix; collapsing with that alone
+         * (fn NULL) gives V4's u above, bit for bit, and post / comb are V4's */
+        {
+            float lag[12] = { 0 }, u3[3 * 96], u4[3 * 96], p3[12], c3[48];
+            for (int r = 0; r < n; r++) lag[r * hc] = 1.0f;
+            ref.ops->hc_pre(&ref, n, hc, d, X, fn, scale, base, 20, 1e-6, 1e-6, lag, u3, p3, c3);
+            for (int r = 0; r < n; r++)
+                CHECKF(!memcmp(u3 + r * d, X + r * hc * d, sizeof(float) * d), "lagged one-hot: row %d is not stream 0", r);
+            CHECK(!memcmp(p3, p2, sizeof(p3)) && !memcmp(c3, c2, sizeof(c3)));
+            ref.ops->hc_pre(&ref, n, hc, d, X, NULL, NULL, NULL, 20, 1e-6, 1e-6, lag, u4, NULL, NULL);
+            CHECK(!memcmp(u4, u2, sizeof(u4)));
+        }
         fast.ops->hc_post(&fast, n, hc, d, u2, X, p2, c2, Y1);
         ref.ops->hc_post(&ref, n, hc, d, u2, X, p2, c2, Y2);
         for (int i = 0; i < n * hc * d; i++) CHECKF(fabsf(Y1[i] - Y2[i]) <= 0.0079f * fabsf(Y2[i]) + 1e-6f, "hc_post %d", i);

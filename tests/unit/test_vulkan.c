@@ -135,7 +135,7 @@ static void test_host_access_faults(struct test_ctx *t)
 
 /* Every op of the table passes the op checker on this device (none missing), and all but the
  * projections' (linear, router, expert, experts: double sums in another order, within the
- * tolerances the CPU's fast levels meet) bit for bit. */
+ * tolerances the CPU's fast levels meet) and the Engram gate's (an f32 exp) bit for bit. */
 static void test_ops_pass_checker(struct test_ctx *t)
 {
     if (!test_need_backend(t, "vulkan")) return;
@@ -147,7 +147,8 @@ static void test_ops_pass_checker(struct test_ctx *t)
         const struct dsv4_check_cell *c = &r.cell[op][0];
         CHECKF(c->status == DSV4_CHECK_OK && c->runs > 0 && dsv4_op_check_failures(&r) == 0, "%s: %s",
                dsv4_op_name((enum dsv4_op)op), c->why);
-        bool tol = op == DSV4_OP_LINEAR || op == DSV4_OP_ROUTER || op == DSV4_OP_EXPERT || op == DSV4_OP_EXPERTS;
+        bool tol = op == DSV4_OP_LINEAR || op == DSV4_OP_ROUTER || op == DSV4_OP_EXPERT || op == DSV4_OP_EXPERTS ||
+                   op == DSV4_OP_ENGRAM_GATE; /* the device's f32 exp in the sigmoid */
         CHECKF(tol || c->differ == 0, "%s: %zu values not bit-identical to the reference",
                dsv4_op_name((enum dsv4_op)op), c->differ);
     }
@@ -197,8 +198,8 @@ static void test_hc_row_alone_as_in_batch(struct test_ctx *t)
     CHECK(X && fn && sc && base && u && u1 && post && post1 && comb && comb1);
     if (X && fn && sc && base && u && u1 && post && post1 && comb && comb1) {
         const float *Xr = X + (size_t)R * HC * D;
-        be.ops->hc_pre(&be, N, HC, D, X, fn, sc, base, 20, 1e-6, 1e-6, u, post, comb);
-        be.ops->hc_pre(&be, 1, HC, D, Xr, fn, sc, base, 20, 1e-6, 1e-6, u1, post1, comb1);
+        be.ops->hc_pre(&be, N, HC, D, X, fn, sc, base, 20, 1e-6, 1e-6, NULL, u, post, comb);
+        be.ops->hc_pre(&be, 1, HC, D, Xr, fn, sc, base, 20, 1e-6, 1e-6, NULL, u1, post1, comb1);
         CHECK(same_floats(k, impl, u + (size_t)R * D, u1, D));
         CHECK(same_floats(k, impl, post + R * HC, post1, HC));
         CHECK(same_floats(k, impl, comb + R * HC * HC, comb1, HC * HC));

@@ -112,10 +112,12 @@ static void s_hadamard(struct dsv4_backend *be, int n, int d, float *x)
 }
 
 static void s_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
-                     const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
+                     const float *base, int iters, double norm_eps, double hc_eps, float *lag, float *u, float *post,
+                     float *comb)
 {
     struct dsv4_backend b = ctx(be);
-    inner(be)->hc_pre(&b, n, hc, d, T(X), T(fn), T(scale), T(base), iters, norm_eps, hc_eps, T(u), T(post), T(comb));
+    inner(be)->hc_pre(&b, n, hc, d, T(X), T(fn), T(scale), T(base), iters, norm_eps, hc_eps, T(lag), T(u), T(post),
+                      T(comb));
 }
 
 static void s_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres, const float *post,
@@ -226,6 +228,20 @@ static void s_add_streams(struct dsv4_backend *be, int n, int hc, int d, const f
 {
     struct dsv4_backend b = ctx(be);
     inner(be)->add_streams(&b, n, hc, d, T(e), T(X));
+}
+
+static void s_engram_rows(struct dsv4_backend *be, int n, int n_cols, const int64_t *ids, int ld_ids,
+                          const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out)
+{
+    struct dsv4_backend b = ctx(be);
+    inner(be)->engram_rows(&b, n, n_cols, T(ids), ld_ids, T(table), T(scale), n_rows, d, T(out));
+}
+
+static void s_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
+                          float *X)
+{
+    struct dsv4_backend b = ctx(be);
+    inner(be)->engram_gate(&b, n, hc, d, T(kv), T(w), eps, T(X));
 }
 
 static void s_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,

@@ -16,6 +16,11 @@ void dsv4_cpu_embed(struct dsv4_backend *be, int n, const int *tok, const uint16
                     float *X);
 void dsv4_cpu_scale(struct dsv4_backend *be, size_t n, float *x, double s);
 void dsv4_cpu_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
+/* The Engram ops (ops_engram.c): one plain-C implementation for every level. */
+void dsv4_cpu_engram_rows(struct dsv4_backend *be, int n, int n_cols, const int64_t *ids, int ld_ids,
+                          const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out);
+void dsv4_cpu_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
+                          float *X);
 void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
                            const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,

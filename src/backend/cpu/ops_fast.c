@@ -926,8 +926,16 @@ struct hc_pre_job {
     int                        r0, hc, d, iters;
     const float               *mixbuf, *X, *scale, *base;
     double                     hc_eps;
-    float                     *u, *post, *comb;
+    float                     *lag, *u, *post, *comb;
 };
+
+/* u = bf16(sum_j w_j X_j) on the level's kernels (f32 products and sums, as before). */
+static void hc_collapse_row(const struct dsv4_kernels *k, int hc, int d, const float *w, const float *Xr, float *ur)
+{
+    for (int i = 0; i < d; i++) ur[i] = w[0] * Xr[i];
+    for (int j = 1; j < hc; j++) k->axpy(ur, w[j], Xr + (size_t)j * (size_t)d, d);
+    for (int i = 0; i < d; i++) ur[i] = dsv4_round_bf16(ur[i]);
+}
 
 static void hc_pre_rows(void *ctx, int64_t a, int64_t b, int tid)
 {
@@ -936,9 +944,16 @@ static void hc_pre_rows(void *ctx, int64_t a, int64_t b, int tid)
     int hc = J->hc, d = J->d, n_mix = (2 + hc) * hc;
     const float *scale = J->scale, *base = J->base;
     for (int64_t r = J->r0 + a; r < J->r0 + b; r++) {
+        const float *Xr    = J->X + (size_t)r * (size_t)hc * (size_t)d;
+        float       *ur    = J->u + (size_t)r * (size_t)d;
+        float       *lag_r = J->lag ? J->lag + (size_t)r * (size_t)hc : NULL;
+        if (!J->mixbuf) { /* V4.1's final collapse: the lagged mix alone */
+            hc_collapse_row(J->k, hc, d, lag_r, Xr, ur);
+            continue;
+        }
         const float *mix = J->mixbuf + (size_t)(r - J->r0) * (size_t)n_mix;
         double       c[DSV4_MAX_HC * DSV4_MAX_HC];
-        float        pre[DSV4_MAX_HC];
+        float        pre[DSV4_MAX_HC], w[DSV4_MAX_HC];
         for (int j = 0; j < hc; j++) {
             pre[j]              = (float)(sigmoid((double)(mix[j] * scale[0] + base[j])) + J->hc_eps);
             J->post[r * hc + j] = (float)(2.0 * sigmoid((double)(mix[hc + j] * scale[1] + base[hc + j])));
@@ -946,24 +961,25 @@ static void hc_pre_rows(void *ctx, int64_t a, int64_t b, int tid)
         for (int m = 0; m < hc * hc; m++) c[m] = mix[2 * hc + m] * scale[2] + base[2 * hc + m];
         dsv4_ref_sinkhorn(hc, c, J->iters, J->hc_eps);
         for (int m = 0; m < hc * hc; m++) J->comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
-        const float *Xr = J->X + (size_t)r * (size_t)hc * (size_t)d;
-        float       *ur = J->u + (size_t)r * (size_t)d;
-        for (int i = 0; i < d; i++) ur[i] = pre[0] * Xr[i];
-        for (int j = 1; j < hc; j++) J->k->axpy(ur, pre[j], Xr + (size_t)j * (size_t)d, d);
-        for (int i = 0; i < d; i++) ur[i] = dsv4_round_bf16(ur[i]);
+        for (int j = 0; j < hc; j++) { /* lagged (V4.1): collapse with the previous mix, keep this one */
+            w[j] = lag_r ? lag_r[j] : pre[j];
+            if (lag_r) lag_r[j] = pre[j];
+        }
+        hc_collapse_row(J->k, hc, d, w, Xr, ur);
     }
 }
 
 static void fast_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                        const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
-                        float *post, float *comb)
+                        const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *lag,
+                        float *u, float *post, float *comb)
 {
     int   n_mix = (2 + hc) * hc;
     float mixbuf[(2 + DSV4_MAX_HC) * DSV4_MAX_HC * 64];
-    struct hc_pre_job J = { cpu_of(be)->k, 0, hc, d, iters, mixbuf, X, scale, base, hc_eps, u, post, comb };
+    struct hc_pre_job J = { cpu_of(be)->k, 0, hc, d, iters, fn ? mixbuf : NULL, X, scale, base, hc_eps, lag, u, post,
+                            comb };
     for (int r0 = 0; r0 < n; r0 += 64) {
         int nr = n - r0 < 64 ? n - r0 : 64;
-        fast_mix(be, nr, hc, d, X + (size_t)r0 * (size_t)hc * (size_t)d, fn, n_mix, norm_eps, mixbuf);
+        if (fn) fast_mix(be, nr, hc, d, X + (size_t)r0 * (size_t)hc * (size_t)d, fn, n_mix, norm_eps, mixbuf);
         J.r0 = r0;
         dsv4_pool_for(cpu_of(be)->pool, nr, 1, 2, hc_pre_rows, &J);
     }
@@ -1149,6 +1165,8 @@ const struct dsv4_backend_ops dsv4_cpu_fast_ops = {
     .embed          = fast_embed,
     .scale          = fast_scale,
     .add_streams    = fast_add_streams,
+    .engram_rows    = dsv4_cpu_engram_rows, /* ops_engram.c: written once for every level */
+    .engram_gate    = dsv4_cpu_engram_gate,
     .moe_dispatch   = dsv4_cpu_moe_dispatch,
     .moe_combine    = fast_moe_combine,
 };

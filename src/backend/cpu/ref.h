@@ -21,7 +21,8 @@ void dsv4_ref_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, i
 void dsv4_ref_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
 void dsv4_ref_hadamard(struct dsv4_backend *be, int n, int d, float *x);
 void dsv4_ref_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                     const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
+                     const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *lag,
+                     float *u,
                      float *post, float *comb);
 void dsv4_ref_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
                       const float *post, const float *comb, float *Xout);

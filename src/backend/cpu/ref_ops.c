@@ -124,15 +124,40 @@ void dsv4_ref_sinkhorn(int hc, double *c, int iters, double eps)
     }
 }
 
+/* u[i] = bf16(sum_j w_j X_j[i]), in double. */
+static void hc_collapse(int hc, int d, const double *w, const float *Xr, float *ur)
+{
+    for (int i = 0; i < d; i++) {
+        double acc = 0;
+        for (int j = 0; j < hc; j++) acc += w[j] * Xr[(size_t)j * (size_t)d + (size_t)i];
+        ur[i] = rbf16(acc);
+    }
+}
+
+/* The collapse weights of row r: the lagged mix (which then takes the row's own pre) or pre. */
+static void hc_take_lag(int hc, float *lag_r, double *pre, double *w)
+{
+    for (int j = 0; j < hc; j++) {
+        w[j] = lag_r ? (double)lag_r[j] : pre[j];
+        if (lag_r) lag_r[j] = (float)pre[j];
+    }
+}
+
 void dsv4_ref_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
-                     const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *u,
-                     float *post, float *comb)
+                     const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *lag,
+                     float *u, float *post, float *comb)
 {
     (void)be;
-    double mix[(2 + DSV4_MAX_HC) * DSV4_MAX_HC], c[DSV4_MAX_HC * DSV4_MAX_HC], pre[DSV4_MAX_HC];
+    double mix[(2 + DSV4_MAX_HC) * DSV4_MAX_HC], c[DSV4_MAX_HC * DSV4_MAX_HC], pre[DSV4_MAX_HC], w[DSV4_MAX_HC];
     int    n_mix = (2 + hc) * hc;
     for (int r = 0; r < n; r++) {
-        const float *Xr = X + (size_t)r * (size_t)hc * (size_t)d;
+        const float *Xr    = X + (size_t)r * (size_t)hc * (size_t)d;
+        float       *lag_r = lag ? lag + (size_t)r * (size_t)hc : NULL;
+        if (!fn) { /* the final collapse of V4.1: the lagged mix alone */
+            for (int j = 0; j < hc; j++) w[j] = lag_r[j];
+            hc_collapse(hc, d, w, Xr, u + (size_t)r * (size_t)d);
+            continue;
+        }
         hc_mix(hc, d, Xr, fn, n_mix, norm_eps, mix);
         for (int j = 0; j < hc; j++) {
             pre[j]           = rf32(sigmoid(rf32(mix[j] * scale[0] + base[j])) + hc_eps);
@@ -141,12 +166,8 @@ void dsv4_ref_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float 
         for (int m = 0; m < hc * hc; m++) c[m] = rf32(mix[2 * hc + m] * scale[2] + base[2 * hc + m]);
         dsv4_ref_sinkhorn(hc, c, iters, hc_eps);
         for (int m = 0; m < hc * hc; m++) comb[(size_t)r * (size_t)(hc * hc) + (size_t)m] = (float)c[m];
-        float *ur = u + (size_t)r * (size_t)d;
-        for (int i = 0; i < d; i++) {
-            double acc = 0;
-            for (int j = 0; j < hc; j++) acc += pre[j] * Xr[(size_t)j * (size_t)d + (size_t)i];
-            ur[i] = rbf16(acc);
-        }
+        hc_take_lag(hc, lag_r, pre, w);
+        hc_collapse(hc, d, w, Xr, u + (size_t)r * (size_t)d);
     }
 }
 

@@ -26,6 +26,8 @@ const struct dsv4_backend_ops dsv4_cpu_ref_ops = {
     .embed          = dsv4_cpu_embed,
     .scale          = dsv4_cpu_scale,
     .add_streams    = dsv4_cpu_add_streams,
+    .engram_rows    = dsv4_cpu_engram_rows,
+    .engram_gate    = dsv4_cpu_engram_gate,
     .moe_dispatch   = dsv4_cpu_moe_dispatch,
     .moe_combine    = dsv4_cpu_moe_combine,
 };

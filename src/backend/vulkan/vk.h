@@ -262,6 +262,11 @@ void dsv4_vk_embed(struct dsv4_backend *be, int n, const int *tok, const uint16_
                    float *X);
 void dsv4_vk_scale(struct dsv4_backend *be, size_t n, float *x, double s);
 void dsv4_vk_add_streams(struct dsv4_backend *be, int n, int hc, int d, const float *e, float *X);
+/* vk_op_engram.c */
+void dsv4_vk_engram_rows(struct dsv4_backend *be, int n, int n_cols, const int64_t *ids, int ld_ids,
+                         const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out);
+void dsv4_vk_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
+                         float *X);
 
 /* vk_op_rows2.c */
 void dsv4_vk_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, float *q, double eps);
@@ -273,7 +278,8 @@ void dsv4_vk_hadamard(struct dsv4_backend *be, int n, int d, float *x);
 
 /* vk_op_hc.c */
 void dsv4_vk_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
-                    const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb);
+                    const float *base, int iters, double norm_eps, double hc_eps, float *lag, float *u, float *post,
+                    float *comb);
 void dsv4_vk_hc_post(struct dsv4_backend *be, int n, int hc, int d, const float *f, const float *Xres,
                      const float *post, const float *comb, float *Xout);
 void dsv4_vk_hc_head(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,

@@ -25,25 +25,60 @@ static bool hc_weights_args(struct dsv4_vk *v, int n, int hc, int d, int n_mix, 
     return dsv4_vk_fits_u32(v, xn + i[0], "hc") && dsv4_vk_fits_u32(v, fnn + i[1], "hc");
 }
 
+struct hc_pre_pc {
+    double   norm_eps, hc_eps;
+    uint32_t x0, fn0, s0, b0, u0, p0, c0, n, hc, d, iters, l0, mode;
+};
+
+/* V4.1's final collapse (fn NULL): only X, u and lag are read; the unread bindings of the
+ * weights and of post / comb are given X's and u's buffers. */
+static bool hc_collapse_args(struct dsv4_vk *v, int n, int hc, int d, const float *X, float *u, struct vk_bind *b,
+                             struct hc_pre_pc *pc)
+{
+    if (hc > DSV4_MAX_HC) {
+        dsv4_vk_fault(v, "a hyper-connection op over %d streams: more than %d", hc, DSV4_MAX_HC);
+        return false;
+    }
+    int64_t x0 = dsv4_vk_arg(v, X, 4, (size_t)n * (size_t)hc * (size_t)d * 4, &b[0]);
+    int64_t u0 = dsv4_vk_arg(v, u, 4, (size_t)n * (size_t)d * 4, &b[4]);
+    b[1] = b[2] = b[3] = b[0];
+    b[5] = b[6] = b[4];
+    pc->x0 = (uint32_t)x0, pc->u0 = (uint32_t)u0, pc->mode = 2;
+    return x0 >= 0 && u0 >= 0;
+}
+
+/* The mix's bindings (X, fn, scale, base, u, post, comb) into b[0..6] and their indices. */
+static bool hc_mix_args(struct dsv4_vk *v, int n, int hc, int d, const float *X, const float *fn, const float *scale,
+                        const float *base, float *u, float *post, float *comb, struct vk_bind *b, struct hc_pre_pc *pc)
+{
+    uint32_t i[4];
+    if (!hc_weights_args(v, n, hc, d, (2 + hc) * hc, X, fn, scale, base, b, i)) return false;
+    int64_t u0 = dsv4_vk_arg(v, u, 4, (size_t)n * (size_t)d * 4, &b[4]);
+    int64_t p0 = dsv4_vk_arg(v, post, 4, (size_t)n * (size_t)hc * 4, &b[5]);
+    int64_t c0 = dsv4_vk_arg(v, comb, 4, (size_t)n * (size_t)(hc * hc) * 4, &b[6]);
+    pc->x0 = i[0], pc->fn0 = i[1], pc->s0 = i[2], pc->b0 = i[3];
+    pc->u0 = (uint32_t)u0, pc->p0 = (uint32_t)p0, pc->c0 = (uint32_t)c0;
+    return u0 >= 0 && p0 >= 0 && c0 >= 0;
+}
+
 void dsv4_vk_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn, const float *scale,
-                    const float *base, int iters, double norm_eps, double hc_eps, float *u, float *post, float *comb)
+                    const float *base, int iters, double norm_eps, double hc_eps, float *lag, float *u, float *post,
+                    float *comb)
 {
     struct dsv4_vk *v = be->impl;
     if (n <= 0 || hc <= 0 || d <= 0) return;
     pthread_mutex_lock(&v->mu);
-    struct vk_bind b[7] = { { 0 } };
-    uint32_t       i[4];
-    if (hc_weights_args(v, n, hc, d, (2 + hc) * hc, X, fn, scale, base, b, i)) {
-        int64_t u0 = dsv4_vk_arg(v, u, 4, (size_t)n * (size_t)d * 4, &b[4]);
-        int64_t p0 = dsv4_vk_arg(v, post, 4, (size_t)n * (size_t)hc * 4, &b[5]);
-        int64_t c0 = dsv4_vk_arg(v, comb, 4, (size_t)n * (size_t)(hc * hc) * 4, &b[6]);
-        if (u0 >= 0 && p0 >= 0 && c0 >= 0 && dsv4_vk_fits_u32(v, (uint64_t)n * (uint64_t)d + (uint64_t)u0, "hc_pre")) {
-            struct { double norm_eps, hc_eps; uint32_t x0, fn0, s0, b0, u0, p0, c0, n, hc, d, iters; } pc = {
-                norm_eps, hc_eps, i[0], i[1], i[2], i[3], (uint32_t)u0, (uint32_t)p0, (uint32_t)c0,
-                (uint32_t)n, (uint32_t)hc, (uint32_t)d, (uint32_t)(iters > 0 ? iters : 0)
-            };
-            dsv4_vk_dispatch(v, "hc_pre", b, 7, &pc, sizeof(pc), dsv4_vk_groups((uint64_t)n, 1), 1, 1);
-        }
+    struct vk_bind   b[8] = { { 0 } };
+    struct hc_pre_pc pc   = { norm_eps, hc_eps, 0, 0, 0, 0, 0, 0, 0, (uint32_t)n, (uint32_t)hc, (uint32_t)d,
+                              (uint32_t)(iters > 0 ? iters : 0), 0, lag ? 1u : 0u };
+    bool ok = fn ? hc_mix_args(v, n, hc, d, X, fn, scale, base, u, post, comb, b, &pc)
+                 : hc_collapse_args(v, n, hc, d, X, u, b, &pc);
+    int64_t l0 = 0;
+    if (ok && lag) l0 = dsv4_vk_arg(v, lag, 4, (size_t)n * (size_t)hc * 4, &b[7]);
+    else b[7] = b[4]; /* unread without lag */
+    if (ok && l0 >= 0 && dsv4_vk_fits_u32(v, (uint64_t)n * (uint64_t)d + pc.u0, "hc_pre")) {
+        pc.l0 = (uint32_t)l0;
+        dsv4_vk_dispatch(v, "hc_pre", b, 8, &pc, sizeof(pc), dsv4_vk_groups((uint64_t)n, 1), 1, 1);
     }
     pthread_mutex_unlock(&v->mu);
 }

@@ -86,6 +86,8 @@ bool dsv4_vk_fits_u32(struct dsv4_vk *v, uint64_t n, const char *op)
 static const char *const OP_SHADER[DSV4_OP_COUNT] = {
     [DSV4_OP_SCALE] = "scale",
     [DSV4_OP_ADD_STREAMS] = "add_streams",
+    [DSV4_OP_ENGRAM_ROWS] = "engram_rows",
+    [DSV4_OP_ENGRAM_GATE] = "engram_gate",
     [DSV4_OP_EMBED] = "embed",
     [DSV4_OP_RMSNORM] = "rmsnorm",
     /* vk_op_rows2.c, vk_op_hc.c */
@@ -124,6 +126,8 @@ const struct dsv4_backend_ops dsv4_vk_ops = {
     .embed       = dsv4_vk_embed,
     .scale       = dsv4_vk_scale,
     .add_streams = dsv4_vk_add_streams,
+    .engram_rows = dsv4_vk_engram_rows, /* vk_op_engram.c */
+    .engram_gate = dsv4_vk_engram_gate,
     /* vk_op_rows2.c, vk_op_hc.c */
     .head_rms    = dsv4_vk_head_rms,
     .rope        = dsv4_vk_rope,

@@ -3,7 +3,9 @@
 // hc x hc comb matrix and runs every Sinkhorn iteration on it (hc <= 8: a few hundred flops an
 // iteration, not worth a dispatch each), in double in the reference's order
 // (src/backend/cpu/ref_ops.c, exp from dmath.glsl); then u = bf16(sum_j pre[j] X[j]) over d.
-// One workgroup per row.
+// One workgroup per row. mode 1 (V4.1's lagged hyper-connections): u collapses with the row's
+// lag[] (the previous sublayer's pre), which then takes this pre; mode 2 (V4.1's final
+// collapse): u from lag[] alone, no mix computed (fn, scale, base, post and comb unread).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "bf16.glsl"
@@ -17,7 +19,8 @@ layout(std430, set = 0, binding = 3) readonly buffer B { float base[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer U { float u[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Post { float post[]; };
 layout(std430, set = 0, binding = 6) writeonly buffer Comb { float comb[]; };
-layout(push_constant) uniform P { double norm_eps, hc_eps; uint x0, fn0, s0, b0, u0, p0, c0, n, hc, d, iters; } p;
+layout(std430, set = 0, binding = 7) buffer Lag { float lag[]; };
+layout(push_constant) uniform P { double norm_eps, hc_eps; uint x0, fn0, s0, b0, u0, p0, c0, n, hc, d, iters, l0, mode; } p;
 
 #include "hc_mix.glsl"
 
@@ -86,9 +89,15 @@ void main()
 {
     uint lid = gl_LocalInvocationID.x, hc = p.hc, d = p.d;
     for (uint r = gl_WorkGroupID.x; r < p.n; r += gl_NumWorkGroups.x) {
-        uint xr = p.x0 + r * hc * d;
-        hc_mix(xr, p.fn0, hc * d, (2u + hc) * hc, p.norm_eps);
-        if (lid == 0u) weights(r);
+        uint xr = p.x0 + r * hc * d, lr = p.l0 + r * hc;
+        if (p.mode != 2u) hc_mix(xr, p.fn0, hc * d, (2u + hc) * hc, p.norm_eps);
+        if (lid == 0u) {
+            double own[8];
+            if (p.mode != 2u) weights(r);
+            for (uint j = 0u; j < hc; j++) own[j] = s_pre[j];
+            for (uint j = 0u; j < hc && p.mode != 0u; j++) s_pre[j] = double(lag[lr + j]);
+            for (uint j = 0u; j < hc && p.mode == 1u; j++) lag[lr + j] = float(own[j]);
+        }
         barrier();
         for (uint i = lid; i < d; i += HC_WG) {
             precise double acc = 0.0LF;
