@@ -2,7 +2,7 @@
  * file defines `const struct test_case test_group_<name>[]`, ending with {NULL, NULL}. */
 X(numfmt)
 X(engram)
-X(engram_ops)
+X(v41_ops)
 X(safetensors)
 X(checkpoint)
 X(v41)

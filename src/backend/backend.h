@@ -230,9 +230,12 @@ struct dsv4_backend_ops {
 
     /* In place quantise->dequantise of x[n, d] (row stride ld) in blocks of `block`:
      * e4m3 with qmax 448 and amax floor 1e-4, or e2m1 with qmax 6 and floor 6*2^-126;
-     * d is a multiple of block. */
+     * d is a multiple of block. Scales are powers of two; fp4_sim with e4m3_scale
+     * (DeepSeek-V4.1's compressed KV, groups of 16: official fp4_act_quant with an e4m3
+     * scale) takes s = e4m3(max(amax, 6*2^-9) / 6) (round to nearest even, saturating) and
+     * x = bf16(e2m1(clamp(x / s, -6, 6)) * s), the division in f32. */
     void (*fp8_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
-    void (*fp4_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+    void (*fp4_sim)(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale);
 
     /* In place: x[n, d] = bf16(H_d x / sqrt(d)), Sylvester Walsh-Hadamard, d a power of two. */
     void (*hadamard)(struct dsv4_backend *be, int n, int d, float *x);

@@ -239,7 +239,7 @@ static void write_keys(struct chk *h, struct dsv4_backend *ref, const struct dsv
     float *k = chk_floats(h, (size_t)d);
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < d; i++) k[i] = (float)chk_uniform(h);
-        ref->ops->fp4_sim(ref, 1, d, d, k, 32);
+        ref->ops->fp4_sim(ref, 1, d, d, k, 32, false);
         dsv4_idx_key_encode(d, k, dsv4_kv_row_at(keys, j));
     }
 }

@@ -108,15 +108,19 @@ static void run_sim(struct chk *h, bool fp8)
     const int s8[][4] = { { 7, 128, 170, 64 }, { 7, 128, 170, 32 }, { 3, 96, 100, 48 }, { 1, 17, 17, 17 },
                           { 17, M[0].d_head - M[0].d_rope, M[0].d_head, 64 }, { 31, 64, 64, 64 },
                           { 3, M[2].d_head - M[2].d_rope, M[2].d_head, 64 } };
-    const int s4[][4] = { { 7, 160, 170, 32 }, { 1, 32, 32, 32 }, { 2, 64, 70, 32 }, { 3, 48, 48, 16 }, { 1, 17, 17, 17 },
-                          { 17, M[0].d_idx, M[0].d_idx, 32 }, { 5, M[2].d_idx, M[2].d_idx, 32 } };
+    /* FP4 with a fifth column: e4m3 scales (V4.1's compressed KV rows, groups of 16, tiny and
+     * Flash head widths) */
+    const int s4[][5] = { { 7, 160, 170, 32, 0 }, { 1, 32, 32, 32, 0 }, { 2, 64, 70, 32, 0 }, { 3, 48, 48, 16, 0 },
+                          { 1, 17, 17, 17, 0 }, { 17, M[0].d_idx, M[0].d_idx, 32, 0 }, { 5, M[2].d_idx, M[2].d_idx, 32, 0 },
+                          { 7, 160, 170, 16, 1 }, { 3, 64, 64, 16, 1 }, { 17, 512, 512, 16, 1 }, { 2, 17, 20, 17, 1 } };
     size_t n_shapes = fp8 ? sizeof(s8) / sizeof(s8[0]) : sizeof(s4) / sizeof(s4[0]);
     for (size_t s = 0; s < n_shapes; s++) {
         const int *sh = fp8 ? s8[s] : s4[s];
-        int n = sh[0], d = sh[1], ld = sh[2], block = sh[3];
+        int  n = sh[0], d = sh[1], ld = sh[2], block = sh[3];
+        bool e4m3 = !fp8 && sh[4];
         struct dsv4_plan_dims dims = chk_dims();
         dims.max_rows = n;
-        chk_case(h, &dims, "n %d d %d ld %d block %d", n, d, ld, block);
+        chk_case(h, &dims, "n %d d %d ld %d block %d%s", n, d, ld, block, e4m3 ? " e4m3 scales" : "");
         float *x = chk_floats(h, (size_t)n * ld);
         fill_rows(h, x, n, ld, true);
         if (!fp8 && n > 6)
@@ -124,7 +128,7 @@ static void run_sim(struct chk *h, bool fp8)
         for (struct dsv4_backend *be; (be = chk_next(h));) {
             float *y = chk_out_f32(h, 0, (size_t)n * ld, CHK_EXACT, x, NULL);
             if (fp8) be->ops->fp8_sim(be, n, d, ld, y, block);
-            else be->ops->fp4_sim(be, n, d, ld, y, block);
+            else be->ops->fp4_sim(be, n, d, ld, y, block, e4m3);
         }
     }
 }

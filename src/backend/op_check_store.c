@@ -106,7 +106,7 @@ static void store_values(struct dsv4_backend *ref, const struct store_case *c, f
     for (int t = 0; t < n; t++) {
         float *xr = x + (size_t)t * ldx;
         if (c->fmt == DSV4_ROW_FP8) ref->ops->fp8_sim(ref, 1, c->d - c->dr, c->d, xr, 64);
-        if (c->fmt == DSV4_ROW_IDX_FP4) ref->ops->fp4_sim(ref, 1, c->d, c->d, xr, 32);
+        if (c->fmt == DSV4_ROW_IDX_FP4) ref->ops->fp4_sim(ref, 1, c->d, c->d, xr, 32, false);
     }
 }
 

@@ -240,9 +240,9 @@ static void p_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, i
     TIMED(DSV4_OP_FP8_SIM, n, P(be)->inner->fp8_sim(be, n, d, ld, x, block));
 }
 
-static void p_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+static void p_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale)
 {
-    TIMED(DSV4_OP_FP4_SIM, n, P(be)->inner->fp4_sim(be, n, d, ld, x, block));
+    TIMED(DSV4_OP_FP4_SIM, n, P(be)->inner->fp4_sim(be, n, d, ld, x, block, e4m3_scale));
 }
 
 static void p_hadamard(struct dsv4_backend *be, int n, int d, float *x)

@@ -47,7 +47,7 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     be->ops->linear(be, &L->idx.wq_b, R, S->qr, c->q_lora_rank, S->qi, nI * dI, act, DSV4_OUT_BF16);
     be->ops->rope(be, R, nI, dI, S->qi, S->pos, dsv4_layer_rope(m, L->kind.ratio), false);
     be->ops->hadamard(be, R * nI, dI, S->qi);
-    be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32);
+    be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32, false);
     be->ops->linear(be, &L->idx.weights_proj, R, S->u, c->d_model, S->wi, nI, DSV4_ACT_NONE, DSV4_OUT_BF16);
     double wscale = (float)(pow(dI, -0.5) * pow(nI, -0.5)); /* an f32 constant, as in the demo */
     be->ops->scale(be, (size_t)R * (size_t)nI, S->wi, wscale);

@@ -60,7 +60,7 @@ void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const s
                                   .row_bytes = is_indexer ? st->idx_bytes : st->row_bytes };
     if (is_indexer) {
         be->ops->hadamard(be, rows, d, S->crows);
-        be->ops->fp4_sim(be, rows, d, d, S->crows, 32);
+        be->ops->fp4_sim(be, rows, d, d, S->crows, 32, false);
         be->ops->store_rows(be, &S->desc, DSV4_ROW_IDX_FP4, d, 0, S->crows, d, &dst);
     } else {
         if (m->row_fmt == DSV4_ROW_FP8) be->ops->fp8_sim(be, rows, c->d_nope, d, S->crows, 64);

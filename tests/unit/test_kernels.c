@@ -440,8 +440,8 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
                 a[r * ld + i] = v;
             }
         memcpy(b, a, sizeof(float) * n * ld);
-        fast.ops->fp4_sim(&fast, n, d, ld, a, 32);
-        ref.ops->fp4_sim(&ref, n, d, ld, b, 32);
+        fast.ops->fp4_sim(&fast, n, d, ld, a, 32, false);
+        ref.ops->fp4_sim(&ref, n, d, ld, b, 32, false);
         int bad = 0;
         for (int i = 0; i < n * ld; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
         CHECKF(!bad, "fp4_sim: %d values differ from the reference", bad);
@@ -591,8 +591,8 @@ static void fast_ops_vs_ref_at(struct test_ctx *t, enum dsv4_cpu_level level)
                                    : test_rand_f32(&seed) * 1e30f;
             }
             memcpy(b, a, sizeof(float) * (size_t)(n * d));
-            fast.ops->fp4_sim(&fast, n, d, d, a, 32);
-            ref.ops->fp4_sim(&ref, n, d, d, b, 32);
+            fast.ops->fp4_sim(&fast, n, d, d, a, 32, false);
+            ref.ops->fp4_sim(&ref, n, d, d, b, 32, false);
             bad = 0;
             for (int i = 0; i < n * d; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
             CHECKF(!bad, "fp4_sim (ties, zeros, tiny, inf): %d values differ from the reference", bad);

@@ -99,10 +99,10 @@ static void s_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, i
     inner(be)->fp8_sim(&b, n, d, ld, T(x), block);
 }
 
-static void s_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+static void s_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale)
 {
     struct dsv4_backend b = ctx(be);
-    inner(be)->fp4_sim(&b, n, d, ld, T(x), block);
+    inner(be)->fp4_sim(&b, n, d, ld, T(x), block, e4m3_scale);
 }
 
 static void s_hadamard(struct dsv4_backend *be, int n, int d, float *x)

@@ -738,11 +738,12 @@ static void fp4_rows(void *ctx, int64_t r0, int64_t r1, int tid)
     J->k->fp4_sim_rows(J->x + (size_t)r0 * (size_t)J->ld, (int)(r1 - r0), J->d, J->ld);
 }
 
-static void fast_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+static void fast_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale)
 {
     struct dsv4_cpu *cpu = cpu_of(be);
-    if (!cpu->k->fp4_sim_rows || block != 32 || d % 32) {
-        dsv4_ref_fp4_sim(be, n, d, ld, x, block);
+    /* V4.1's e4m3-scaled groups: the plain-C reference (a compressed row per `ratio` tokens) */
+    if (!cpu->k->fp4_sim_rows || block != 32 || d % 32 || e4m3_scale) {
+        dsv4_ref_fp4_sim(be, n, d, ld, x, block, e4m3_scale);
         return;
     }
     struct rows_job J = { .k = cpu->k, .x = x, .d = d, .ld = ld };

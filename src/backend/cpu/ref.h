@@ -18,7 +18,7 @@ void dsv4_ref_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float 
 /* Sinkhorn on c[hc][hc] in double (docs/MODEL.md §R3.2); shared by the reference and fast hc_pre. */
 void dsv4_ref_sinkhorn(int hc, double *c, int iters, double eps);
 void dsv4_ref_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
-void dsv4_ref_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+void dsv4_ref_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale);
 void dsv4_ref_hadamard(struct dsv4_backend *be, int n, int d, float *x);
 void dsv4_ref_hc_pre(struct dsv4_backend *be, int n, int hc, int d, const float *X, const float *fn,
                      const float *scale, const float *base, int iters, double norm_eps, double hc_eps, float *lag,

@@ -273,7 +273,7 @@ void dsv4_vk_head_rms(struct dsv4_backend *be, int n, int n_head, int d_head, fl
 void dsv4_vk_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *x, const int *pos,
                   const struct dsv4_rope_table *t, bool inverse);
 void dsv4_vk_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
-void dsv4_vk_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block);
+void dsv4_vk_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale);
 void dsv4_vk_hadamard(struct dsv4_backend *be, int n, int d, float *x);
 
 /* vk_op_hc.c */

@@ -44,7 +44,7 @@ void dsv4_vk_rope(struct dsv4_backend *be, int n, int n_vec, int d_full, float *
 }
 
 /* fp8_sim and fp4_sim: the format's qmax and amax floor (backend.h) select the rounding. */
-static void act_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool fp8)
+static void act_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool fp8, bool e4m3_scale)
 {
     struct dsv4_vk *v = be->impl;
     if (n <= 0 || d <= 0 || block <= 0) return;
@@ -54,9 +54,9 @@ static void act_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int
     int64_t        x0    = dsv4_vk_arg(v, x, 4, bytes, &b);
     if (x0 >= 0 && dsv4_vk_fits_u32(v, bytes / 4 + (uint64_t)x0, fp8 ? "fp8_sim" : "fp4_sim")) {
         float qmax = fp8 ? 448.0f : 6.0f;
-        struct { uint32_t x0, n, d, ld, block, fp8; float inv_qmax, floor_; } pc = {
-            (uint32_t)x0, (uint32_t)n, (uint32_t)d, (uint32_t)ld, (uint32_t)block, fp8, 1.0f / qmax,
-            fp8 ? 1e-4f : 6.0f * 0x1p-126f
+        struct { uint32_t x0, n, d, ld, block, fp8, e4m3_scale; float inv_qmax, floor_; } pc = {
+            (uint32_t)x0, (uint32_t)n, (uint32_t)d, (uint32_t)ld, (uint32_t)block, fp8, e4m3_scale, 1.0f / qmax,
+            fp8 ? 1e-4f : e4m3_scale ? 6.0f * 0x1p-9f : 6.0f * 0x1p-126f
         };
         uint64_t blocks = (uint64_t)n * (uint64_t)(d / block);
         dsv4_vk_dispatch(v, "act_sim", &b, 1, &pc, sizeof(pc), dsv4_vk_groups(blocks, 64), 1, 1);
@@ -66,12 +66,12 @@ static void act_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int
 
 void dsv4_vk_fp8_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
 {
-    act_sim(be, n, d, ld, x, block, true);
+    act_sim(be, n, d, ld, x, block, true, false);
 }
 
-void dsv4_vk_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block)
+void dsv4_vk_fp4_sim(struct dsv4_backend *be, int n, int d, int ld, float *x, int block, bool e4m3_scale)
 {
-    act_sim(be, n, d, ld, x, block, false);
+    act_sim(be, n, d, ld, x, block, false, e4m3_scale);
 }
 
 /* The shader holds a row in shared memory: d <= 4096, as the reference. */

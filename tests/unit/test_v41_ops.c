@@ -1,14 +1,16 @@
 /*
- * test_engram_ops.c - the CPU's Engram ops (src/backend/cpu/ops_engram.c, backend.h
- * engram_rows / engram_gate) against values worked out here from the official Engram.forward's
- * formulas (docs/ENGRAM.md "The ops"): hand-picked codes and scales for the row decode, and
- * streams whose normalised dot is known in closed form for the gate. `dsv4 test-ops` then
- * holds every level and the Vulkan shaders to these functions.
+ * test_v41_ops.c - the reference ops DeepSeek-V4.1 adds, against values worked out here from
+ * the official code's formulas: the Engram ops (src/backend/cpu/ops_engram.c, backend.h
+ * engram_rows / engram_gate; docs/ENGRAM.md "The ops"): hand-picked codes and scales for the
+ * row decode, streams whose normalised dot is known in closed form for the gate; and fp4_sim
+ * with e4m3 group scales (the compressed KV's fp4_act_quant). `dsv4 test-ops` then holds every
+ * level and the Vulkan shaders to these functions.
  */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/ops_data.h"
+#include "backend/cpu/ref.h"
 #include "test_cases.h"
 
 /* Rows decode to code x 2^(scale - 127) per 32, in order; ids outside the table give zeros. */
@@ -69,8 +71,28 @@ static void test_gate_closed_form(struct test_ctx *t)
     }
 }
 
-const struct test_case test_group_engram_ops[] = {
+/* fp4_sim with e4m3 scales, groups of 16: s = e4m3(amax / 6), then e2m1 of x / s. A group of
+ * amax 3 has s = 0.5 (exact); one of amax 1 has s = e4m3(1/6) = 0.171875 (1.375 x 2^-3, not a
+ * power of two), so 1 becomes 6 s = 1.03125; a zero group keeps zeros (floor 6 x 2^-9). */
+static void test_fp4_e4m3_groups(struct test_ctx *t)
+{
+    float x[48] = { 0 }, want[48] = { 0 };
+    x[0] = 3.0f, want[0] = 3.0f;        /* 6 s */
+    x[1] = -1.3f, want[1] = -1.5f;      /* -2.6 -> -3 */
+    x[2] = 0.26f, want[2] = 0.25f;      /* 0.52 -> 0.5 */
+    x[3] = 0.125f, want[3] = 0.0f;      /* 0.25: the tie goes to the even code, 0 */
+    x[16] = 1.0f, want[16] = 1.03125f;  /* 5.82 -> 6 */
+    x[17] = 0.5f, want[17] = 0.515625f; /* 2.91 -> 3 */
+    x[18] = -0.30078125f, want[18] = -0.34375f; /* -1.75 exactly -> -2 (tie to even) */
+    x[19] = -0.3f, want[19] = -0.2578125f;      /* -1.745 -> -1.5 */
+    struct dsv4_backend be = { 0 };
+    dsv4_ref_fp4_sim(&be, 1, 48, 48, x, 16, true);
+    for (int i = 0; i < 48; i++) CHECKF(x[i] == want[i], "element %d: %.9g, want %.9g", i, x[i], want[i]);
+}
+
+const struct test_case test_group_v41_ops[] = {
     { "rows_decode", test_rows_decode },
     { "gate_closed_form", test_gate_closed_form },
+    { "fp4_e4m3_groups", test_fp4_e4m3_groups },
     { NULL, NULL },
 };
