@@ -336,10 +336,12 @@ struct dsv4_backend_ops {
 
     /* Router: scores[n, n_exp] = sqrt(softplus(x . G^T)) in f32; selects n_used experts per
      * row (tid2eid rows when given, else top-k of scores + bias, ties to the lower index);
-     * weights = selected scores / their sum * route_scale. scratch: [(n + 1) * n_exp]. */
+     * weights = selected scores / their sum * route_scale. scratch: [(n + 1) * n_exp].
+     * gate_temp (DeepSeek-V4.1's `gate_temp`; 1 for V4): the logits are divided by it (in
+     * f32) before the softplus. */
     void (*router)(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                    const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                   double route_scale, int *ids, float *weights, float *scratch);
+                   double route_scale, double gate_temp, int *ids, float *weights, float *scratch);
 
     /* One SwiGLU expert over n rows of x[n, d_model] (FP8/FP4 activations as the demo):
      * h = silu(min(g, limit)) * clamp(v, +-limit) (no clamp when limit <= 0), times

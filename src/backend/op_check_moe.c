@@ -259,16 +259,19 @@ static void router_compare(struct chk *h, void *ud)
 static void run_router(struct chk *h)
 {
     const struct chk_model *A = &chk_models[0], *F = &chk_models[2];
-    /* n, d, n_exp, n_used, hash, bias */
-    const int cases[][6] = { { 1, 31, 5, 5, 0, 1 },  { 17, 37, 3, 1, 0, 0 },  { 3, A->d_model, A->n_exp, A->n_used, 0, 1 },
-                             { 5, A->d_model, A->n_exp, A->n_used, 1, 0 }, { 2, F->d_model, F->n_exp, F->n_used, 0, 1 },
-                             { 3, F->d_model, F->n_exp, F->n_used, 1, 0 } };
+    /* n, d, n_exp, n_used, hash, bias, gate_temp x 4 (V4.1 divides the logits by gate_temp) */
+    const int cases[][7] = { { 1, 31, 5, 5, 0, 1, 4 },  { 17, 37, 3, 1, 0, 0, 4 },  { 3, A->d_model, A->n_exp, A->n_used, 0, 1, 4 },
+                             { 5, A->d_model, A->n_exp, A->n_used, 1, 0, 4 }, { 2, F->d_model, F->n_exp, F->n_used, 0, 1, 4 },
+                             { 3, F->d_model, F->n_exp, F->n_used, 1, 0, 4 }, { 7, A->d_model, A->n_exp, A->n_used, 0, 1, 5 },
+                             { 2, 37, 6, 2, 0, 0, 3 } };
     for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) {
         int n = cases[s][0], d = cases[s][1], ne = cases[s][2], nu = cases[s][3], vocab = 97;
-        bool hash = cases[s][4], has_bias = cases[s][5];
+        bool   hash = cases[s][4], has_bias = cases[s][5];
+        double gate_temp = cases[s][6] / 4.0;
         struct dsv4_plan_dims dims = chk_dims();
         dims.max_rows = n, dims.d_model = d, dims.n_exp = ne, dims.n_exp_used = nu;
-        chk_case(h, &dims, "n %d d %d, %d of %d experts%s%s", n, d, nu, ne, hash ? ", hash" : "", has_bias ? ", bias" : "");
+        chk_case(h, &dims, "n %d d %d, %d of %d experts%s%s, gate_temp %g", n, d, nu, ne, hash ? ", hash" : "",
+                 has_bias ? ", bias" : "", gate_temp);
         struct dsv4_linear  gate;
         struct dsv4_linear *gp = &gate;
         make_linear(h, &gate, DSV4_WFMT_BF16, ne, d, false);
@@ -290,15 +293,15 @@ static void run_router(struct chk *h)
             if (chk_is_reference(h)) { /* the selection scores of the contract, from the reference's gate */
                 be->ops->linear(be, &gate, n, x, d, rc.sel, ne, DSV4_ACT_NONE, DSV4_OUT_F32);
                 for (int i = 0; i < n * ne; i++) {
-                    double l = rc.sel[i], sp = l > 20 ? l : log1p(exp(l));
+                    double l = (float)(rc.sel[i] / gate_temp), sp = l > 20 ? l : log1p(exp(l));
                     rc.sel[i] = (float)sqrt((float)sp) + (bias ? bias[i % ne] : 0.0f);
                 }
             }
             int   *ids = chk_out_int(h, 0, (size_t)n * nu, NULL);
             float *w   = chk_out_f32(h, 1, (size_t)n * nu, CHK_EXACT, NULL, NULL);
             float *scr = chk_work(h, sizeof(float) * (size_t)(n + 1) * ne);
-            be->ops->router(be, n, chk_in(h, x), &gate, chk_in(h, bias), chk_in(h, tid2eid), tok, ne, nu, 1.5, ids, w,
-                            scr); /* token ids: host metadata */
+            be->ops->router(be, n, chk_in(h, x), &gate, chk_in(h, bias), chk_in(h, tid2eid), tok, ne, nu, 1.5, gate_temp,
+                            ids, w, scr); /* token ids: host metadata */
         }
     }
 }

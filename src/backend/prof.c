@@ -339,11 +339,13 @@ static void p_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const f
 }
 
 static void p_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,
-                     const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale, int *ids,
+                     const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale,
+                     double gate_temp, int *ids,
                      float *weights, float *scratch)
 {
     TIMED(DSV4_OP_ROUTER, n,
-          P(be)->inner->router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, ids, weights, scratch));
+          P(be)->inner->router(be, n, x, gate, bias, tid2eid, tokens, n_exp, n_used, route_scale, gate_temp,
+                               ids, weights, scratch));
 }
 
 static void p_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,

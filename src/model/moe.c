@@ -17,7 +17,7 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
     int d = c->d_model, k = c->n_exp_used;
     bool hash = L->kind.hash_routed;
     be->ops->router(be, R, S->u, &L->gate, hash ? NULL : L->gate_bias, hash ? L->tid2eid : NULL, S->tok, c->n_exp, k,
-                    c->route_scale, S->ids, S->rw, S->router_scratch);
+                    c->route_scale, c->arch == DSV4_ARCH_V4_1 ? c->v41.gate_temp : 1.0, S->ids, S->rw, S->router_scratch);
     if (S->dump.fn)
         for (int s = 0; s < S->n_seqs; s++)
             for (int t = 0; t < S->seq_n[s]; t++) {

@@ -245,11 +245,13 @@ static void s_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const f
 }
 
 static void s_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate, const float *bias,
-                     const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale, int *ids,
+                     const int64_t *tid2eid, const int *tokens, int n_exp, int n_used, double route_scale,
+                     double gate_temp, int *ids,
                      float *weights, float *scratch)
 {
     struct dsv4_backend b = ctx(be);
-    inner(be)->router(&b, n, T(x), gate, T(bias), T(tid2eid), T(tokens), n_exp, n_used, route_scale, T(ids),
+    inner(be)->router(&b, n, T(x), gate, T(bias), T(tid2eid), T(tokens), n_exp, n_used, route_scale,
+                      gate_temp, T(ids),
                       T(weights), T(scratch));
 }
 

@@ -41,7 +41,7 @@ void dsv4_ref_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
                              const struct dsv4_kv_rows *keys, int n_keys, float *score);
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                     double route_scale, int *ids, float *weights, float *scratch);
+                     double route_scale, double gate_temp, int *ids, float *weights, float *scratch);
 void dsv4_ref_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                      const float *row_w, double limit, float *y, float *scratch);
 

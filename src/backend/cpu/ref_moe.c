@@ -24,7 +24,7 @@ static double softplus(double x)
 
 void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                      const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                     double route_scale, int *ids, float *weights, float *scratch)
+                     double route_scale, double gate_temp, int *ids, float *weights, float *scratch)
 {
     float *sel    = scratch;                     /* [n_exp] */
     float *logits = scratch + n_exp;             /* [n, n_exp]: every row's gate logits in one pass */
@@ -32,7 +32,8 @@ void dsv4_ref_router(struct dsv4_backend *be, int n, const float *x, const struc
     for (int r = 0; r < n; r++) {
         float *score = logits + (size_t)r * (size_t)n_exp;
         for (int e = 0; e < n_exp; e++) {
-            score[e] = (float)sqrt(rf32(softplus(score[e])));
+            float logit = gate_temp == 1.0 ? score[e] : (float)((double)score[e] / (double)(float)gate_temp);
+            score[e]    = (float)sqrt(rf32(softplus(logit)));
             sel[e]   = bias ? score[e] + bias[e] : score[e];
         }
         int *ri = ids + (size_t)r * (size_t)n_used;

@@ -354,7 +354,7 @@ void dsv4_vk_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n_
 /* vk_op_moe.c */
 void dsv4_vk_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                     const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                    double route_scale, int *ids, float *weights, float *scratch);
+                    double route_scale, double gate_temp, int *ids, float *weights, float *scratch);
 void dsv4_vk_expert(struct dsv4_backend *be, const struct dsv4_expert_w *e, int n, const float *x, int ldx,
                     const float *row_w, double limit, float *y, float *scratch);
 void dsv4_vk_experts(struct dsv4_backend *be, const struct dsv4_expert_w *experts, int n_exp, int n_pairs,

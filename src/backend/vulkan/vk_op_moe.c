@@ -30,7 +30,7 @@ static VkDeviceAddress in_addr(struct dsv4_vk *v, const void *p, size_t bytes)
 
 void dsv4_vk_router(struct dsv4_backend *be, int n, const float *x, const struct dsv4_linear *gate,
                     const float *bias, const int64_t *tid2eid, const int *tokens, int n_exp, int n_used,
-                    double route_scale, int *ids, float *weights, float *scratch)
+                    double route_scale, double gate_temp, int *ids, float *weights, float *scratch)
 {
     struct dsv4_vk *v = be->impl;
     if (n <= 0) return;
@@ -40,10 +40,10 @@ void dsv4_vk_router(struct dsv4_backend *be, int n, const float *x, const struct
     size_t np = (size_t)n * (size_t)n_used;
     dsv4_vk_meta_room(v, (size_t)n * sizeof(int) + 256);
     struct {
-        double          route_scale;
+        double          route_scale, gate_temp;
         VkDeviceAddress logits, bias, tid2eid, tokens, ids, weights;
         uint32_t        n, n_exp, n_used;
-    } pc = { route_scale,
+    } pc = { route_scale, (double)(float)gate_temp,
              dsv4_vk_addr(v, logits, (size_t)n * (size_t)n_exp * 4),
              bias ? dsv4_vk_addr(v, bias, (size_t)n_exp * 4) : 0,
              tid2eid ? dsv4_vk_addr(v, tid2eid, 8) : 0, /* its extent: the vocabulary, not known here */

@@ -1,6 +1,7 @@
 // router.comp - the router's selection (backend.h router; src/backend/cpu/ref_moe.c) after
 // the gate projection wrote the logits [n, n_exp]: scores sqrt(softplus(logit)) in double
-// with the reference's f32 roundings (written back over the logits), the experts (tid2eid's
+// with the reference's f32 roundings (written back over the logits; V4.1 divides them by
+// gate_temp first), the experts (tid2eid's
 // row when given, else the n_used best of score + bias, ties to the lower index) and their
 // weights, renormalised in double and scaled. One invocation per row.
 #version 450
@@ -10,14 +11,16 @@
 
 layout(local_size_x = 64) in;
 layout(push_constant) uniform P {
-    double   route_scale;
+    double   route_scale, gate_temp; // gate_temp: f32's value, 1 for V4
     uint64_t logits, bias, tid2eid, tokens, ids, weights; // bias, tid2eid: 0 when none
     uint n, n_exp, n_used;
 } p;
 
 float score_of(float logit)
 {
-    double x  = double(logit);
+    // V4.1's logit / gate_temp in f32: the double quotient rounded once is the f32 quotient
+    // (division: double rounding is innocuous from 53 to 24 bits)
+    double x  = p.gate_temp == 1.0LF ? double(logit) : double(float(double(logit) / p.gate_temp));
     double sp = x > 20.0LF ? x : dlog1p(dexp(x));
     return float(sqrt(double(float(sp))));
 }
