@@ -166,6 +166,19 @@ static inline int dsv4_step_block0(const struct dsv4_step_desc *d, int s, int ra
  *   - 1 (none when ratio is 0).
  * sel and n_sel are indexed by step row: each sequence's slice of one step buffer.
  */
+/* DeepSeek-V4.1's candidate pre-filter (docs/MODEL.md §6, the official
+ * select_candidate_blocks), an optional part of indexer_topk. The keys are grouped in blocks
+ * of `block`; a block scores its best completed key. The candidate source (pick) keeps, per
+ * step row, the n_keep best blocks (ties to the lower id), the block holding the row's newest
+ * key always among them, and writes their ids ascending to blocks[r * n_keep ..], -1 past
+ * min(n_keep, its blocks); a later index source (!pick) reads them and chooses its top-k among
+ * the keys of those blocks only: n_sel = min(topk, those keys). blocks is backend memory. */
+struct dsv4_idx_cand {
+    int  block, n_keep;
+    bool pick;
+    int *blocks;
+};
+
 struct dsv4_attn_src {
     int            window, ratio, ring_rows, row_bytes;
     size_t         ring_off, comp_off;
@@ -283,10 +296,10 @@ struct dsv4_backend_ops {
      * ratio a page, key_bytes each) as indexer_scores with q[r * n_head * d ..] and
      * w[r * n_head ..], keeps the topk best (higher score first, ties to the lower id) and
      * writes their ids in ascending order to sel[r * topk ..] and min(topk, n_done) to
-     * n_sel[r]. */
+     * n_sel[r]. cand (NULL without): V4.1's candidate blocks, picked or obeyed (above). */
     void (*indexer_topk)(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                          const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                         int *n_sel);
+                         int *n_sel, const struct dsv4_idx_cand *cand);
 
     /* The KV compressor's token loop over every sequence of the step (docs/MODEL.md §R3.6):
      * row r (position p of sequence s, slot p % ratio) stores its values a[r] and gate

@@ -280,6 +280,8 @@ struct topk_check {
     const int   *pos;        /* [n_q] each row's position */
     float       *ref_scores; /* [n_q][max_done] from the reference run */
     int          max_done;
+    int          cmode;      /* V4.1's candidate blocks: 0 none, 1 picked (output 2), 2 obeyed */
+    struct dsv4_idx_cand cand; /* blocks: the obeyed ones (host copy) */
 };
 
 /* Row t's choice g[n] against the reference's scores sc. */
@@ -289,6 +291,10 @@ static void topk_row(struct chk *h, int t, int done, const int *g, int n, const 
     for (int i = 0; i < n; i++) {
         if (g[i] < 0 || g[i] >= done || (i && g[i] <= g[i - 1])) {
             chk_fail(h, "query %d: sel[%d] = %d is not an ascending id below %d", t, i, g[i], done);
+            return;
+        }
+        if (sc[g[i]] == -INFINITY) { /* masked: outside the row's candidate blocks */
+            chk_fail(h, "query %d: sel[%d] = %d is outside the candidate blocks", t, i, g[i]);
             return;
         }
         lo = fmin(lo, sc[g[i]] + 0.016 * fabs(sc[g[i]]) + 1e-6);
@@ -303,6 +309,44 @@ static void topk_row(struct chk *h, int t, int done, const int *g, int n, const 
     if (hi > lo) chk_fail(h, "query %d: a key left out scores %.6g over a kept one's %.6g", t, hi, lo);
 }
 
+/* Row t's picked blocks g[n_keep] (cmode 1): min(n_keep, its blocks) ascending ids, -1
+ * after, its newest block among them, and a best choice of blocks scored by their best key
+ * (the reference's scores, within their tolerance). */
+static void blocks_row(struct chk *h, int t, int done, const struct dsv4_idx_cand *c, const int *g, const float *sc)
+{
+    int    nb = (done + c->block - 1) / c->block, kb = c->n_keep < nb ? c->n_keep : nb;
+    double lo = INFINITY, hi = -INFINITY;
+    bool   newest = nb == 0;
+    for (int i = 0; i < c->n_keep; i++) {
+        if (i >= kb ? g[i] != -1 : (g[i] < 0 || g[i] >= nb || (i && g[i] <= g[i - 1]))) {
+            chk_fail(h, "query %d: block[%d] = %d: not %s", t, i, g[i], i >= kb ? "-1" : "an ascending block id");
+            return;
+        }
+    }
+    for (int b = 0, i = 0; b < nb; b++) {
+        double m = -INFINITY;
+        for (int j = b * c->block; j < done && j < (b + 1) * c->block; j++) m = fmax(m, sc[j]);
+        bool kept = i < kb && g[i] == b;
+        i += kept;
+        if (b == nb - 1) newest = kept;
+        else if (kept) lo = fmin(lo, m + 0.016 * fabs(m) + 1e-6);
+        else hi = fmax(hi, m - 0.016 * fabs(m) - 1e-6);
+    }
+    if (!newest) chk_fail(h, "query %d: the newest block %d is not kept", t, nb - 1);
+    if (hi > lo) chk_fail(h, "query %d: a block left out scores %.6g over a kept one's %.6g", t, hi, lo);
+}
+
+/* Row t's reference scores with the keys outside its obeyed blocks at -inf (cmode 2). */
+static void mask_row(const struct dsv4_idx_cand *c, int t, int done, float *sc)
+{
+    const int *b = c->blocks + (size_t)t * c->n_keep;
+    for (int j = 0; j < done; j++) {
+        bool in = false;
+        for (int i = 0; i < c->n_keep && b[i] >= 0; i++) in |= b[i] == j / c->block;
+        if (!in) sc[j] = -INFINITY;
+    }
+}
+
 static void topk_compare(struct chk *h, void *ud)
 {
     const struct topk_check *c = ud;
@@ -314,10 +358,27 @@ static void topk_compare(struct chk *h, void *ud)
             continue;
         }
         const int *g = gs + (size_t)t * c->topk, *r = rs + (size_t)t * c->topk;
+        int        done = (c->pos[t] + 1) / c->ratio;
+        float     *sc   = c->ref_scores + (size_t)t * c->max_done;
         differ += memcmp(g, r, sizeof(int) * (size_t)gn[t]) != 0;
-        topk_row(h, t, (c->pos[t] + 1) / c->ratio, g, gn[t], c->ref_scores + (size_t)t * c->max_done);
+        if (c->cmode == 1) blocks_row(h, t, done, &c->cand, (const int *)chk_got(h, 2) + (size_t)t * c->cand.n_keep, sc);
+        if (c->cmode == 2) mask_row(&c->cand, t, done, sc); /* idempotent: the next level's compare sees the same */
+        topk_row(h, t, done, g, gn[t], sc);
     }
     chk_note(h, (size_t)c->n_q, differ, 0, 0);
+}
+
+/* Obeyed blocks for every row: an ascending random subset of its blocks (some rows none). */
+static void obeyed_blocks(struct chk *h, const struct topk_check *tc, int *blocks)
+{
+    const struct dsv4_idx_cand *c = &tc->cand;
+    for (int t = 0; t < tc->n_q; t++) {
+        int  done = (tc->pos[t] + 1) / tc->ratio, nb = (done + c->block - 1) / c->block, n = 0;
+        int *b    = blocks + (size_t)t * c->n_keep;
+        for (int k = 0; k < nb && n < c->n_keep; k++)
+            if (chk_u64(h) % 3 != 0 || k == nb - 1) b[n++] = k;
+        for (int i = n; i < c->n_keep; i++) b[i] = -1;
+    }
 }
 
 /* Keys of every sequence (FP4-simulated through the reference) and the reference's scores
@@ -339,7 +400,7 @@ static void topk_inputs(struct chk *h, struct dsv4_backend *ref, const struct ch
     }
 }
 
-static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], int pr)
+static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], int pr, int cmode)
 {
     const struct chk_model *M = &chk_models[model];
     int H = M->n_idx_head, d = M->d_idx, K = M->topk, kb = dsv4_idx_key_bytes(d), last = 0, ratio = M->csa_ratio;
@@ -352,20 +413,27 @@ static void topk_case(struct chk *h, int model, int n_seqs, const int (*pn)[2], 
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = nq, dims.max_ctx = last, dims.n_idx_head = H, dims.d_idx_head = d, dims.idx_topk = K;
     dims.idx_ratio = ratio;
-    chk_case(h, &dims, "%s top-%d, %d sequence%s, positions %d..%d%s, pages of %d", M->name, K, n_seqs,
-             n_seqs > 1 ? "s" : "", pn[0][0], pn[0][0] + pn[0][1] - 1, n_seqs > 1 ? ", ..." : "", pr);
+    chk_case(h, &dims, "%s top-%d, %d sequence%s, positions %d..%d%s, pages of %d%s", M->name, K, n_seqs,
+             n_seqs > 1 ? "s" : "", pn[0][0], pn[0][0] + pn[0][1] - 1, n_seqs > 1 ? ", ..." : "", pr,
+             cmode == 1 ? ", picking candidate blocks" : cmode == 2 ? ", within candidate blocks" : "");
     float *q = chk_floats(h, (size_t)nq * H * d), *w = chk_floats(h, (size_t)nq * H);
     chk_fill_bf16(h, q, (size_t)nq * H * d, 1.0f);
     for (int i = 0; i < nq * H; i++) w[i] = dsv4_round_bf16((float)fabs(chk_uniform(h)) + 0.01f);
-    struct topk_check tc = { nq, K, ratio, f.pos, chk_floats(h, (size_t)nq * n_keys), n_keys };
+    struct topk_check tc = { nq, K, ratio, f.pos, chk_floats(h, (size_t)nq * n_keys), n_keys, cmode,
+                             { model == 2 ? 8 : 2, K / (model == 2 ? 8 : 2) + 2, cmode == 1, NULL } };
+    if (cmode == 2) obeyed_blocks(h, &tc, tc.cand.blocks = chk_alloc(h, sizeof(int) * (size_t)nq * tc.cand.n_keep));
     chk_custom(h, topk_compare, &tc);
     for (struct dsv4_backend *be; (be = chk_next(h));) {
         if (chk_is_reference(h)) topk_inputs(h, be, &f, kb, H, d, q, w, &tc);
         int *sel   = chk_out_int(h, 0, (size_t)nq * K, NULL);
         int *n_sel = chk_out_int(h, 1, (size_t)nq, NULL);
+        struct dsv4_idx_cand cand = tc.cand;
+        if (cmode == 1) cand.blocks = chk_out_int(h, 2, (size_t)nq * cand.n_keep, NULL);
+        if (cmode == 2) cand.blocks = chk_in(h, tc.cand.blocks);
         chk_step_rebase(&f, chk_in(h, arena)); /* the keys' pages: backend memory */
         be->ops->step_begin(be, &f.desc);
-        be->ops->indexer_topk(be, &f.desc, ratio, H, d, chk_in(h, q), chk_in(h, w), 64, kb, K, sel, n_sel);
+        be->ops->indexer_topk(be, &f.desc, ratio, H, d, chk_in(h, q), chk_in(h, w), 64, kb, K, sel, n_sel,
+                              cmode ? &cand : NULL);
     }
 }
 
@@ -376,14 +444,20 @@ static void run_indexer_topk(struct chk *h)
     const int cases[][4] = { { 0, 40, 3, 5 }, { 0, 0, 17, 4 }, { 1, 100, 5, 16 }, { 1, 60, 3, 7 }, { 2, 2097, 2, 64 } };
     for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) {
         const int pn[1][2] = { { cases[s][1], cases[s][2] } };
-        topk_case(h, cases[s][0], 1, pn, cases[s][3]);
+        topk_case(h, cases[s][0], 1, pn, cases[s][3], 0);
     }
     /* a step: a decode row, a chunk across a block and a page boundary, a first chunk */
     const int step_a[3][2] = { { 200, 1 }, { 4 * 7 - 2, 9 }, { 0, 5 } };
     const int step_f[3][2] = { { 2101, 1 }, { 4 * 64 - 3, 4 }, { 0, 3 } };
-    topk_case(h, 0, 3, step_a, 7);
-    topk_case(h, 1, 3, step_a, 7);
-    topk_case(h, 2, 3, step_f, 64);
+    /* V4.1's candidate blocks, picked and obeyed: the same steps, and a long decode row */
+    const int step_c[2][2] = { { 3001, 1 }, { 4 * 64 - 3, 6 } };
+    for (int cmode = 0; cmode < 3; cmode++) {
+        topk_case(h, 0, 3, step_a, 7, cmode);
+        topk_case(h, 1, 3, step_a, 7, cmode);
+        topk_case(h, 2, 3, step_f, 64, cmode);
+    }
+    topk_case(h, 2, 2, step_c, 64, 1);
+    topk_case(h, 2, 2, step_c, 64, 2);
 }
 
 const struct chk_op chk_ops_kv[] = {

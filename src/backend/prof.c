@@ -292,10 +292,11 @@ static void p_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
 
 static void p_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                           int *n_sel)
+                           int *n_sel, const struct dsv4_idx_cand *cand)
 {
     TIMED(DSV4_OP_INDEXER_TOPK, desc->n_rows,
-          P(be)->inner->indexer_topk(be, desc, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel));
+          P(be)->inner->indexer_topk(be, desc, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel,
+                                     cand));
 }
 
 static void p_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,

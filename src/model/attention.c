@@ -63,7 +63,7 @@ static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, cons
     struct dsv4_backend           *be   = &S->be;
     const struct dsv4_layer_state *keys = &st->layers[k->index_source];
     be->ops->indexer_topk(be, &S->desc, keys->kind.ratio, c->n_idx_head, c->d_idx_head, S->qi, S->wi, keys->idx_off,
-                          st->idx_bytes, k->idx_topk, S->isel, S->n_isel);
+                          st->idx_bytes, k->idx_topk, S->isel, S->n_isel, NULL); /* V4: no candidate blocks */
     if (!S->dump.fn) return;
     for (int s = 0; s < S->n_seqs; s++)
         for (int t = 0; t < S->seq_n[s]; t++) {

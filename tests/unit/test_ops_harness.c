@@ -142,10 +142,10 @@ static void fo_attention(struct dsv4_backend *be, const struct dsv4_step_desc *d
 
 static void fo_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                             const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                            int *n_sel)
+                            int *n_sel, const struct dsv4_idx_cand *cand)
 {
     struct dsv4_step_desc one = first_seq(desc);
-    dsv4_cpu_fast_ops.indexer_topk(be, &one, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel);
+    dsv4_cpu_fast_ops.indexer_topk(be, &one, ratio, n_head, d, q, w, keys_off, key_bytes, topk, sel, n_sel, cand);
 }
 
 static void fo_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,

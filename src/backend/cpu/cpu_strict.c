@@ -186,12 +186,14 @@ static void s_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
 
 static void s_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                           int *n_sel)
+                           int *n_sel, const struct dsv4_idx_cand *cand)
 {
     struct dsv4_backend   b = ctx(be);
     struct dsv4_step_desc dd;
+    struct dsv4_idx_cand  c = cand ? *cand : (struct dsv4_idx_cand){ 0 };
+    c.blocks                = T(c.blocks);
     inner(be)->indexer_topk(&b, desc_of(be, desc, &dd), ratio, n_head, d, T(q), T(w), keys_off, key_bytes, topk,
-                            T(sel), T(n_sel));
+                            T(sel), T(n_sel), cand ? &c : NULL);
 }
 
 static void s_compress(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, bool overlap, int d,

@@ -350,7 +350,7 @@ static void sift_int(int *h, int n, int i)
 
 /* The k best of n scores, ids ascending, into sel: a bounded heap rooted at the worst kept,
  * then a heapsort of the ids; allocates nothing (glibc's qsort mallocs over 1 KiB). */
-static void top_k(const float *sc, int n, int k, int *sel)
+void dsv4_cpu_top_k(const float *sc, int n, int k, int *sel)
 {
     for (int j = 0; j < k; j++) sel[j] = j;
     for (int i = k / 2 - 1; i >= 0; i--) sift_worst(sel, k, i, sc);
@@ -367,37 +367,49 @@ static void top_k(const float *sc, int n, int k, int *sel)
     }
 }
 
-/* One sequence's rows (the per-sequence op of before the step descriptor). */
+/* One sequence's rows (the per-sequence op of before the step descriptor); cand's blocks
+ * already at the sequence's first row. */
 static void topk_seq(struct dsv4_backend *be, int n_q, int p0, int ratio, int n_head, int d, const float *q,
-                     const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel)
+                     const float *w, const struct dsv4_kv_rows *keys, int topk, int *sel, int *n_sel,
+                     const struct dsv4_idx_cand *cand)
 {
     for (int t = 0; t < n_q; t++) {
         int  n_done = (p0 + t + 1) / ratio, k = topk < n_done ? topk : n_done;
         int *st     = sel + (size_t)t * (size_t)topk;
+        int *cb     = cand ? cand->blocks + (size_t)t * (size_t)cand->n_keep : NULL;
         n_sel[t]    = k;
-        if (k == n_done) { /* every completed key is kept: no scores needed */
+        if (k == n_done && !cand) { /* every completed key is kept: no scores needed */
             for (int j = 0; j < k; j++) st[j] = j;
             continue;
         }
         float              *score = be->scratch;
         struct dsv4_backend sub   = after(be, round16((size_t)n_done));
-        be->ops->indexer_scores(&sub, n_head, d, q + (size_t)t * (size_t)n_head * (size_t)d, w + (size_t)t * (size_t)n_head,
-                                keys, n_done, score);
-        top_k(score, n_done, k, st);
+        if (n_done > 0)
+            be->ops->indexer_scores(&sub, n_head, d, q + (size_t)t * (size_t)n_head * (size_t)d,
+                                    w + (size_t)t * (size_t)n_head, keys, n_done, score);
+        if (!cand) dsv4_cpu_top_k(score, n_done, k, st);
+        else if (cand->pick) {
+            dsv4_cpu_cand_pick(&sub, score, n_done, cand->block, cand->n_keep, cb);
+            dsv4_cpu_top_k(score, n_done, k, st);
+        } else {
+            n_sel[t] = dsv4_cpu_cand_top_k(&sub, score, n_done, cand->block, cand->n_keep, cb, topk, st);
+        }
     }
 }
 
 void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                           int *n_sel)
+                           int *n_sel, const struct dsv4_idx_cand *cand)
 {
     for (int s = 0; s < desc->n_seqs; s++) {
         const struct dsv4_step_seq *p = &desc->seq[s];
         if (!p->n) continue;
-        struct dsv4_kv_rows keys = dsv4_step_page_rows(desc, s, keys_off, ratio, key_bytes);
-        size_t              r0   = (size_t)p->row0;
+        struct dsv4_kv_rows  keys = dsv4_step_page_rows(desc, s, keys_off, ratio, key_bytes);
+        size_t               r0   = (size_t)p->row0;
+        struct dsv4_idx_cand c    = cand ? *cand : (struct dsv4_idx_cand){ 0 };
+        if (cand) c.blocks += r0 * (size_t)cand->n_keep;
         topk_seq(be, p->n, p->p0, ratio, n_head, d, q + r0 * (size_t)n_head * (size_t)d, w + r0 * (size_t)n_head,
-                 &keys, topk, sel + r0 * (size_t)topk, n_sel + r0);
+                 &keys, topk, sel + r0 * (size_t)topk, n_sel + r0, cand ? &c : NULL);
     }
 }
 
@@ -410,6 +422,8 @@ size_t dsv4_cpu_data_scratch_floats(const struct dsv4_plan_dims *dims)
 {
     size_t keys = dims->idx_ratio > 0 ? (size_t)(dims->max_ctx / dims->idx_ratio) + 1 : 1;
     size_t attn = ptr_floats((size_t)dims->max_attn_rows);
-    size_t topk = round16(keys) + ptr_floats(keys);
+    /* the scores, then the key block lists (indexer_scores) or V4.1's candidate work
+     * (ops_cand.c: block scores and the compacted candidate keys, ids and scores) */
+    size_t topk = round16(keys) + (ptr_floats(keys) > 3 * round16(keys) ? ptr_floats(keys) : 3 * round16(keys));
     return attn > topk ? attn : topk;
 }

@@ -32,7 +32,15 @@ void dsv4_cpu_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *d
                          int d_rope, const float *x, int ldx, const struct dsv4_store_dst *dst);
 void dsv4_cpu_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                           int *n_sel);
+                           int *n_sel, const struct dsv4_idx_cand *cand);
+/* The k best of n scores (higher first, ties to the lower id), ids ascending, into sel. */
+void dsv4_cpu_top_k(const float *sc, int n, int k, int *sel);
+/* V4.1's candidate blocks (ops_cand.c; backend.h struct dsv4_idx_cand) of one row over its
+ * n_done key scores: the source's pick into blocks[n_keep], and a later indexer's top-k among
+ * the keys of those blocks (returns its count). be's scratch holds the work. */
+void dsv4_cpu_cand_pick(struct dsv4_backend *be, const float *score, int n_done, int block, int n_keep, int *blocks);
+int  dsv4_cpu_cand_top_k(struct dsv4_backend *be, const float *score, int n_done, int block, int n_keep,
+                         const int *blocks, int topk, int *sel);
 
 /* A combine row's pairs (its k entries of pair_of) in ascending order, the order the experts
  * ran in and the order moe_combine sums them in. */

@@ -308,7 +308,8 @@ void  dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const f
                              const struct dsv4_kv_rows *keys, int n_keys, float *score);
 void  dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
                            const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                           int *n_sel);
+                           int *n_sel,
+                            const struct dsv4_idx_cand *cand);
 /* vk_weights.c: the uploaded weights */
 enum { VKW_MAX_PIECES = 16 };
 /* A projection on the device, as the shaders read it (shaders/lin.glsl, std430): its rows

@@ -44,17 +44,24 @@ void dsv4_vk_indexer_scores(struct dsv4_backend *be, int n_head, int d, const fl
     pthread_mutex_unlock(&v->mu);
 }
 
-/* Rows r0 .. r0 + nr: their scores into the work space (bound in wb), then their choice. */
-static void topk_piece(struct dsv4_vk *v, struct idx_pc pc, const struct vk_bind *qwb, const struct vk_bind *wb,
-                       const struct vk_bind *selb, int64_t s0, int64_t n0)
+/* idx_topk.comp's push constants */
+struct topk_pc {
+    uint64_t step;
+    uint32_t sc0, stride, sel0, nsel0, r0, nr, topk, ratio;
+    uint32_t cmode, cblock, n_keep, cand0, bs0;
+};
+
+/* Rows r0 .. r0 + nr: their scores into the work space (bound in wb), then their choice;
+ * selb: sel, n_sel and the candidate blocks (or sel again without). */
+static void topk_piece(struct dsv4_vk *v, struct idx_pc pc, struct topk_pc tc, const struct vk_bind *qwb,
+                       const struct vk_bind *wb, const struct vk_bind *selb)
 {
     struct vk_bind b[4] = { qwb[0], qwb[1], qwb[0], *wb }; /* binding 2 (the page table) is not read */
-    dsv4_vk_dispatch(v, "idx_scores", b, 4, &pc, sizeof(pc), dsv4_vk_groups(pc.n_keys, 1), pc.nr, 1);
-    struct vk_bind t[3] = { *wb, selb[0], selb[1] };
-    struct { uint64_t step; uint32_t sc0, stride, sel0, nsel0, r0, nr, topk, ratio; } tc = {
-        pc.step, pc.o0, pc.n_keys, (uint32_t)s0, (uint32_t)n0, pc.r0, pc.nr, pc.topk, pc.ratio
-    };
-    dsv4_vk_dispatch(v, "idx_topk", t, 3, &tc, sizeof(tc), dsv4_vk_groups(pc.nr, 1), 1, 1);
+    if (tc.cmode) pc.topk = 0; /* candidates need every row's scores */
+    dsv4_vk_dispatch(v, "idx_scores", b, 4, &pc, sizeof(pc), dsv4_vk_groups(tc.bs0, 1), pc.nr, 1);
+    struct vk_bind t[4] = { *wb, selb[0], selb[1], selb[2] };
+    tc.sc0 = pc.o0, tc.r0 = pc.r0, tc.nr = pc.nr;
+    dsv4_vk_dispatch(v, "idx_topk", t, 4, &tc, sizeof(tc), dsv4_vk_groups(pc.nr, 1), 1, 1);
 }
 
 void dsv4_vk_step_reserve(struct dsv4_vk *v, const struct dsv4_plan_dims *dims)
@@ -66,34 +73,51 @@ void dsv4_vk_step_reserve(struct dsv4_vk *v, const struct dsv4_plan_dims *dims)
     if (rows && dims->n_idx_head > 0 && dims->idx_ratio > 0) dsv4_vk_step_work(v, bytes);
 }
 
-void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
-                          const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
-                          int *n_sel)
+/* The widest row's completed keys (at least 1). */
+static int max_done(const struct dsv4_step_desc *desc, int ratio)
 {
-    struct dsv4_vk *v = be->impl;
-    int             n = desc->n_rows, stride = 1;
-    if (n <= 0 || topk <= 0) return;
+    int m = 1;
     for (int s = 0; s < desc->n_seqs; s++) {
         int done = (desc->seq[s].p0 + desc->seq[s].n) / ratio;
-        if (desc->seq[s].n && done > stride) stride = done;
+        if (desc->seq[s].n && done > m) m = done;
     }
-    int   per  = VKB_TOPK_WORK / (stride * 4) < 1 ? 1 : VKB_TOPK_WORK / (stride * 4);
-    per        = per < n ? per : n;
-    per        = per < 65535 ? per : 65535; /* the scores' grid: a row each in y */
-    void *work = dsv4_vk_step_work(v, (size_t)per * (size_t)stride * 4);
+    return m;
+}
+
+void dsv4_vk_indexer_topk(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int ratio, int n_head, int d,
+                          const float *q, const float *w, size_t keys_off, int key_bytes, int topk, int *sel,
+                          int *n_sel, const struct dsv4_idx_cand *cand)
+{
+    struct dsv4_vk *v = be->impl;
+    int             n = desc->n_rows, keys = max_done(desc, ratio);
+    if (n <= 0 || topk <= 0) return;
+    /* a row's scores, then (a candidate source) its blocks' */
+    int   stride = keys + (cand && cand->pick ? (keys + cand->block - 1) / cand->block : 0);
+    int   per    = VKB_TOPK_WORK / (stride * 4) < 1 ? 1 : VKB_TOPK_WORK / (stride * 4);
+    per          = per < n ? per : n;
+    per          = per < 65535 ? per : 65535; /* the scores' grid: a row each in y */
+    void *work   = dsv4_vk_step_work(v, (size_t)per * (size_t)stride * 4);
     pthread_mutex_lock(&v->mu);
-    struct vk_bind  qw[2], wb, sb[2];
+    struct vk_bind  qw[2], wb, sb[3];
     VkDeviceAddress step = dsv4_vk_step_addr(v, desc, "indexer_topk");
     int64_t q0 = dsv4_vk_arg(v, q, 4, (size_t)n * (size_t)n_head * (size_t)d * 4, &qw[0]);
     int64_t w0 = dsv4_vk_arg(v, w, 4, (size_t)n * (size_t)n_head * 4, &qw[1]);
     int64_t s0 = dsv4_vk_arg(v, sel, 4, (size_t)n * (size_t)topk * 4, &sb[0]), n0 = dsv4_vk_arg(v, n_sel, 4, (size_t)n * 4, &sb[1]);
     int64_t o0 = work ? dsv4_vk_arg(v, work, 4, (size_t)per * (size_t)stride * 4, &wb) : -1;
-    if (step && q0 >= 0 && w0 >= 0 && s0 >= 0 && n0 >= 0 && o0 >= 0 && idx_shape_ok(v, n_head, d, "indexer_topk"))
+    int64_t c0 = cand ? dsv4_vk_arg(v, cand->blocks, 4, (size_t)n * (size_t)cand->n_keep * 4, &sb[2]) : 0;
+    if (!cand) sb[2] = sb[0]; /* not read */
+    if (step && q0 >= 0 && w0 >= 0 && s0 >= 0 && n0 >= 0 && o0 >= 0 && c0 >= 0 &&
+        idx_shape_ok(v, n_head, d, "indexer_topk"))
         for (int r0 = 0; r0 < n; r0 += per) {
+            uint32_t      nr = (uint32_t)(n - r0 < per ? n - r0 : per);
             struct idx_pc pc = { step, keys_off, 0, 1, (uint32_t)q0, (uint32_t)w0, 0, (uint32_t)o0, (uint32_t)n_head,
-                                 (uint32_t)d, 0, (uint32_t)key_bytes, (uint32_t)stride, (uint32_t)r0,
-                                 (uint32_t)(n - r0 < per ? n - r0 : per), (uint32_t)topk, (uint32_t)ratio };
-            topk_piece(v, pc, qw, &wb, sb, s0, n0);
+                                 (uint32_t)d, 0, (uint32_t)key_bytes, (uint32_t)stride, (uint32_t)r0, nr,
+                                 (uint32_t)topk, (uint32_t)ratio };
+            struct topk_pc tc = { step, 0, (uint32_t)stride, (uint32_t)s0, (uint32_t)n0, 0, 0, (uint32_t)topk,
+                                  (uint32_t)ratio, cand ? (cand->pick ? 1u : 2u) : 0u,
+                                  cand ? (uint32_t)cand->block : 1u, cand ? (uint32_t)cand->n_keep : 0u,
+                                  (uint32_t)c0, (uint32_t)keys };
+            topk_piece(v, pc, tc, qw, &wb, sb);
         }
     pthread_mutex_unlock(&v->mu);
 }
