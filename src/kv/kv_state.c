@@ -50,27 +50,30 @@ static void walk(const struct dsv4_kv_dims *c, enum dsv4_row_fmt fmt, bool mtp, 
         size_t ring = sz->slot, ckv = 0, csc = 0, ikv = 0, isc = 0, comp = 0, idx = 0;
         sz->slot += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
         sz->snap += align64((size_t)(c->window + DSV4_SPEC_MAX_DRAFT) * rb);
-        if (r) {
+        /* a layer that only reads another's rows and keys (V4.1) keeps none of its own; a
+         * ratio-1 compressor is a plain projection, with no partial group to keep */
+        bool own_rows = r && k->kv_source == il, frontier = own_rows && r > 1;
+        if (frontier) {
             size_t fb = sizeof(float) * frontier_floats(k, c->d_head);
             ckv = sz->slot, sz->slot += align64(fb);
             csc = sz->slot, sz->slot += align64(fb);
-            comp = sz->page, sz->page += align64((size_t)(page_tokens / r) * rb);
             if (k->overlap) sz->snap += 2 * align64(fb / 2); /* the previous-block rows: half */
-            if (k->indexer) {
-                size_t ifb = sizeof(float) * frontier_floats(k, c->d_idx_head);
-                ikv = sz->slot, sz->slot += align64(ifb);
-                isc = sz->slot, sz->slot += align64(ifb);
-                idx = sz->page, sz->page += align64((size_t)(page_tokens / r) * ib);
-                if (k->overlap) sz->snap += 2 * align64(ifb / 2);
-            }
         }
+        if (own_rows) comp = sz->page, sz->page += align64((size_t)(page_tokens / r) * rb);
+        if (k->idx_compress) {
+            size_t ifb = sizeof(float) * frontier_floats(k, c->d_idx_head);
+            ikv = sz->slot, sz->slot += align64(ifb);
+            isc = sz->slot, sz->slot += align64(ifb);
+            if (k->overlap) sz->snap += 2 * align64(ifb / 2);
+        }
+        if (k->owns_keys) idx = sz->page, sz->page += align64((size_t)(page_tokens / r) * ib);
         if (!ls) continue;
         ls->kind     = *k;
         ls->ring     = slot + ring;
-        ls->ckv      = r ? (float *)(void *)(slot + ckv) : NULL;
-        ls->csc      = r ? (float *)(void *)(slot + csc) : NULL;
-        ls->ikv      = k->indexer ? (float *)(void *)(slot + ikv) : NULL;
-        ls->isc      = k->indexer ? (float *)(void *)(slot + isc) : NULL;
+        ls->ckv      = frontier ? (float *)(void *)(slot + ckv) : NULL;
+        ls->csc      = frontier ? (float *)(void *)(slot + csc) : NULL;
+        ls->ikv      = k->idx_compress ? (float *)(void *)(slot + ikv) : NULL;
+        ls->isc      = k->idx_compress ? (float *)(void *)(slot + isc) : NULL;
         ls->comp_off = comp;
         ls->idx_off  = idx;
     }
@@ -260,9 +263,8 @@ void dsv4_seq_state_reset(struct dsv4_seq_state *st, const struct dsv4_kv_dims *
     st->mtp_pos = 0;
     for (int il = 0; il < st->n_states; il++) {
         struct dsv4_layer_state *ls = &st->layers[il];
-        if (!ls->kind.ratio) continue;
-        reset_frontier(&st->kvmem, ls->ckv, ls->csc, &ls->kind, dims->d_head);
-        if (ls->kind.indexer) reset_frontier(&st->kvmem, ls->ikv, ls->isc, &ls->kind, dims->d_idx_head);
+        if (ls->ckv) reset_frontier(&st->kvmem, ls->ckv, ls->csc, &ls->kind, dims->d_head);
+        if (ls->ikv) reset_frontier(&st->kvmem, ls->ikv, ls->isc, &ls->kind, dims->d_idx_head);
     }
 }
 
@@ -286,7 +288,7 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
         size_t fb = sizeof(float) * frontier_floats(&ls->kind, st->d_head) / 2;
         PART(ls->ckv, fb);
         PART(ls->csc, fb);
-        if (ls->kind.indexer) {
+        if (ls->kind.idx_compress) {
             size_t ib = sizeof(float) * frontier_floats(&ls->kind, st->d_idx_head) / 2;
             PART(ls->ikv, ib);
             PART(ls->isc, ib);

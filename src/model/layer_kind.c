@@ -24,6 +24,9 @@ static struct dsv4_layer_kind v4_kind(const struct dsv4_config *c, int il)
                                      .kv_source    = r ? il : -1,
                                      .index_source = csa ? il : -1,
                                      .cand_source  = -1,
+                                     .keys_source  = csa ? il : -1,
+                                     .owns_keys    = csa,
+                                     .idx_compress = csa,
                                      .engram       = false,
                                      .hash_routed  = !mtp && il < c->n_hash_layer,
                                      .mtp          = mtp };
@@ -70,6 +73,9 @@ static struct dsv4_layer_kind v41_kind(const struct dsv4_config *c, int il)
                                      .kv_source    = kvs,
                                      .index_source = ixs,
                                      .cand_source  = own && v->cand_source >= 0 && v->cand_source <= il ? v->cand_source : -1,
+                                     .keys_source  = own ? kvs : -1,
+                                     .owns_keys    = kvs == il && kvs >= 0, /* every kv source is an index source */
+                                     .idx_compress = false,
                                      .engram       = !mtp && listed(v->engram_layer, v->n_engram, il),
                                      .hash_routed  = false,
                                      .mtp          = mtp };

@@ -29,6 +29,12 @@ struct dsv4_layer_kind {
                           source, whose keys come from the latest kv source */
     int  cand_source;  /* V4.1: the layer whose candidate blocks pre-filter its indexer's scores
                           (il: it picks them); -1 without (every V4 layer) */
+    int  keys_source;  /* the layer whose index keys its own indexer scores; -1 without one.
+                          V4: il (its indexer's compressor); V4.1: its kv source (the keys come
+                          from that layer's compressed latent, `Indexer.owns_k`) */
+    bool owns_keys;    /* it stores index keys (some layer's keys_source is il) */
+    bool idx_compress; /* its indexer pools its keys with a compressor of its own (V4's CSA);
+                          V4.1's keys are k_norm(wk(latent)) of the kv source's rows */
     bool engram;       /* an Engram lookup on the streams before the block */
     bool hash_routed;  /* routed experts chosen by token id (ffn.gate.tid2eid), not by score */
     bool mtp;          /* an MTP block (after the main stack), not a main layer */

@@ -1,7 +1,7 @@
 /*
  * test_v41.c - DeepSeek-V4.1 configs (issue 41, step 2): the official V4.1-Flash config
  * (models/configs/v41-flash.json) parses, each layer's kind follows the config's source
- * lists, malformed fields are named, `dsv4 inspect --config` gives figures an independent
+ * lists (and the KV layout its sources), malformed fields are named, `dsv4 inspect --config` gives figures an independent
  * computation here agrees with, and running a V4.1 checkpoint is refused with a clear error.
  */
 #include <jansson.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kv/kv.h"
 #include "model/model.h"
 #include "test_cases.h"
 
@@ -59,7 +60,24 @@ static void test_flash_kinds(struct test_ctx *t)
         CHECKF(k->engram == (il == 1 || il == 14) && !k->overlap && !k->hash_routed && k->mtp == !main &&
                    k->window == 128,
                "layer %d: engram %d overlap %d hash %d mtp %d", il, k->engram, k->overlap, k->hash_routed, k->mtp);
+    }    /* the index keys: an index source scores its kv source's (from that layer's latent); only
+     * kv sources store keys, none pools them with an indexer compressor of its own */
+    for (int il = 0; il < 43; il++) {
+        const struct dsv4_layer_kind *k = &c.kind[il];
+        CHECKF(k->keys_source == (k->indexer ? k->kv_source : -1) && k->owns_keys == (k->kv_source == il) &&
+                   !k->idx_compress,
+               "layer %d: keys of %d, owns %d, own compressor %d", il, k->keys_source, k->owns_keys, k->idx_compress);
     }
+    /* the KV pages: per kv source its compressed rows and keys, one per `ratio` positions;
+     * the other compressed layers read those and keep none */
+    size_t rb = (size_t)dsv4_row_bytes(DSV4_ROW_BF16, c.d_head, c.d_rope), ib = (size_t)dsv4_idx_key_bytes(c.d_idx_head);
+    size_t want = 0;
+    for (int i = 0; i < c.v41.n_kv_src; i++) {
+        size_t n = (size_t)(256 / c.ratio[c.v41.kv_src[i]]);
+        want += (n * rb + 63) / 64 * 64 + (n * ib + 63) / 64 * 64;
+    }
+    CHECKF(dsv4_kv_page_bytes(&c.kv, DSV4_ROW_BF16, 256) == want, "page bytes %zu, want %zu",
+           dsv4_kv_page_bytes(&c.kv, DSV4_ROW_BF16, 256), want);
 }
 
 /* Parses the Flash config with text_config.field set to value (NULL: removed; top: the field
