@@ -241,6 +241,7 @@ int dsv4_config_check_runnable(const struct dsv4_config *c, struct dsv4_err *err
     if (c->arch == DSV4_ARCH_V4_1)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED,
                             "DeepSeek-V4.1 checkpoints: the forward is not implemented yet (issue 41); "
-                            "`dsv4 inspect --config config.json` describes the model");
+                            "`dsv4 inspect -m DIR` checks the checkpoint, `dsv4 inspect --config config.json` "
+                            "describes the model");
     return DSV4_OK;
 }
