@@ -13,6 +13,7 @@
 
 #include "model/model.h"
 #include "support/gen.h"
+#include "test_bound.h"
 #include "test_cases.h"
 #include "test_v41.h"
 
@@ -26,32 +27,6 @@ static bool gen_v41(struct test_ctx *t, struct gen_opts *o, const char *name, ch
     int             rc = gen_checkpoint(o, dir, &err);
     CHECKF(rc == DSV4_OK, "gen tiny-v41 %s: %s", name, err.msg);
     return rc == DSV4_OK;
-}
-
-struct bound {
-    struct dsv4_config      cfg;
-    struct dsv4_checkpoint  ck;
-    struct dsv4_arena       arena;
-    struct dsv4_weights     w;
-    struct dsv4_bind_report rep;
-};
-
-/* Binds dir into b (closed with unbind, whatever the result). */
-static int bind(struct bound *b, const char *dir, struct dsv4_err *err)
-{
-    memset(b, 0, sizeof(*b));
-    dsv4_arena_init(&b->arena, 1 << 16);
-    int rc = dsv4_config_load(&b->cfg, dir, err);
-    if (rc == DSV4_OK) rc = dsv4_checkpoint_open(&b->ck, dir, err);
-    if (rc) return rc;
-    return dsv4_weights_bind(&b->w, &b->cfg, &b->ck, &b->arena, &b->rep, err);
-}
-
-static void unbind(struct bound *b)
-{
-    dsv4_bind_report_free(&b->rep);
-    dsv4_arena_free(&b->arena);
-    if (b->ck.n_files) dsv4_checkpoint_close(&b->ck);
 }
 
 static bool is_prime(int64_t x)
@@ -87,20 +62,26 @@ static void check_engram(struct test_ctx *t, const struct bound *b)
     CHECK(b->w.layers[0].engram.table == NULL && b->w.layers[2].engram.table == NULL);
 }
 
-void test_v41_gen_binds(struct test_ctx *t)
+/* The tiny-v41 checkpoint written into tmpdir/name and bound into b (false, b closed, when
+ * either fails). */
+static bool gen_bound(struct test_ctx *t, const char *name, struct bound *b)
 {
     struct gen_opts o;
     char            dir[512];
-    gen_opts_default(&o);
-    if (!gen_v41(t, &o, "v41-ok", dir, sizeof(dir))) return;
-    struct bound    b;
     struct dsv4_err err;
-    int             rc = bind(&b, dir, &err);
-    CHECKF(rc == DSV4_OK, "bind: %s", err.msg);
-    if (rc) {
-        unbind(&b);
-        return;
-    }
+    gen_opts_default(&o);
+    memset(b, 0, sizeof(*b));
+    if (!gen_v41(t, &o, name, dir, sizeof(dir))) return false;
+    int rc = bound_open(b, dir, &err);
+    CHECKF(rc == DSV4_OK, "bind %s: %s", name, err.msg);
+    if (rc) bound_close(b);
+    return rc == DSV4_OK;
+}
+
+void test_v41_gen_binds(struct test_ctx *t)
+{
+    struct bound b;
+    if (!gen_bound(t, "v41-ok", &b)) return;
     const struct dsv4_layer_w *L = b.w.layers;
     CHECK(b.cfg.arch == DSV4_ARCH_V4_1 && b.w.has_mtp && b.w.dspark && !b.rep.mtp_absent);
     /* FP8 scales per 32x32 block: wq_a [128, 256] has [4, 8] */
@@ -117,48 +98,50 @@ void test_v41_gen_binds(struct test_ctx *t)
     CHECK(S[0].n_exp == 4 && S[1].n_exp == 4 && L[0].n_exp == 8 && S[0].main_proj.n_in == 3 * 256 && S[0].main_norm);
     CHECK(S[1].main_proj.n_out == 0 && S[1].mtp_norm && S[1].markov_embed && S[1].markov_head.n_out == 2048);
     CHECK(S[1].confidence.n_out == 1 && S[1].confidence.n_in == 256 + 32 && !S[0].markov_embed);
-    unbind(&b);
+    bound_close(&b);
 }
 
 /* The checkpoint gen writes has exactly the tensors and bytes stats_v41.c counts from the
  * config (two independent walks of the same model.py shapes). */
 void test_v41_gen_sizes(struct test_ctx *t)
 {
-    struct gen_opts o;
-    char            dir[512];
-    gen_opts_default(&o);
-    if (!gen_v41(t, &o, "v41-sizes", dir, sizeof(dir))) return;
-    struct bound    b;
-    struct dsv4_err err;
-    int             rc = bind(&b, dir, &err);
-    CHECKF(rc == DSV4_OK, "bind: %s", err.msg);
+    struct bound b;
+    if (!gen_bound(t, "v41-sizes", &b)) return;
     struct dsv4_v41_sizes s;
     dsv4_v41_sizes(&b.cfg, &s);
     uint64_t bytes = 0, engram = 0, dspark = 0;
-    for (size_t i = 0; rc == DSV4_OK && i < b.ck.n_tensors; i++) {
+    for (size_t i = 0; i < b.ck.n_tensors; i++) {
         const struct dsv4_tensor *tt = &b.ck.tensors[i];
         bytes += tt->nbytes;
         if (strstr(tt->name, ".engram.embed.")) engram += tt->nbytes;
         if (!strncmp(tt->name, "mtp.", 4)) dspark += tt->nbytes;
     }
-    CHECKF(rc || (b.ck.n_tensors == s.n_tensors && bytes == s.bytes), "gen: %zu tensors %llu bytes, stats: %llu %llu",
+    CHECKF(b.ck.n_tensors == s.n_tensors && bytes == s.bytes, "gen: %zu tensors %llu bytes, stats: %llu %llu",
            b.ck.n_tensors, (unsigned long long)bytes, (unsigned long long)s.n_tensors, (unsigned long long)s.bytes);
-    CHECKF(rc || (engram == s.engram_bytes && engram == (4062 + 4152) * (64 + 2)), "engram %llu, stats %llu",
+    CHECKF(engram == s.engram_bytes && engram == (4062 + 4152) * (64 + 2), "engram %llu, stats %llu",
            (unsigned long long)engram, (unsigned long long)s.engram_bytes);
-    CHECKF(rc || dspark == s.dspark_bytes, "dspark %llu, stats %llu", (unsigned long long)dspark,
+    CHECKF(dspark == s.dspark_bytes, "dspark %llu, stats %llu", (unsigned long long)dspark,
            (unsigned long long)s.dspark_bytes);
-    unbind(&b);
+    bound_close(&b);
+}
+
+/* The dsv4 binary to run, with the tiny-v41 checkpoint written into tmpdir/name; NULL when
+ * either is missing. */
+static const char *gen_for_cli(struct test_ctx *t, const char *name, char *dir, size_t n)
+{
+    const char *bin = getenv("DSV4_BIN");
+    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
+    struct gen_opts o;
+    gen_opts_default(&o);
+    return bin && gen_v41(t, &o, name, dir, n) ? bin : NULL;
 }
 
 /* `dsv4 inspect -m` validates the checkpoint and describes it, the Engram tables apart. */
 void test_v41_inspect(struct test_ctx *t)
 {
-    const char *bin = getenv("DSV4_BIN");
-    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
-    struct gen_opts o;
-    char            dir[512], cmd[1024], *out = NULL;
-    gen_opts_default(&o);
-    if (!bin || !gen_v41(t, &o, "v41-inspect", dir, sizeof(dir))) return;
+    char        dir[512], cmd[1024], *out = NULL;
+    const char *bin = gen_for_cli(t, "v41-inspect", dir, sizeof(dir));
+    if (!bin) return;
     snprintf(cmd, sizeof(cmd), "%s inspect -m %s", bin, dir);
     int rc = test_run(cmd, &out);
     CHECKF(rc == 0 && strstr(out, "DeepSeek-V4.1, 8 layers + 2 DSpark stages") && strstr(out, "Engram tables 0.5 MiB") &&
@@ -178,13 +161,6 @@ void test_v41_inspect(struct test_ctx *t)
     CHECK(json_integer_value(json_object_get(j, "engram_bytes")) == (4062 + 4152) * 66);
     CHECK(json_array_size(json_object_get(j, "problems")) == 0 && json_array_size(json_object_get(j, "layers")) == 10);
     json_decref(j);
-}
-
-static bool report_has(const struct dsv4_bind_report *r, const char *a, const char *b)
-{
-    for (int i = 0; i < r->n_problems; i++)
-        if (strstr(r->problems[i].text, a) && (!b || strstr(r->problems[i].text, b))) return true;
-    return false;
 }
 
 /* Each corruption is refused by the binder and by `dsv4 inspect -m`, the tensor named. */
@@ -214,12 +190,12 @@ void test_v41_corrupted(struct test_ctx *t)
         if (!gen_v41(t, &o, cases[i].name, dir, sizeof(dir))) continue;
         struct bound    b;
         struct dsv4_err err;
-        int             rc = bind(&b, dir, &err);
+        int             rc = bound_open(&b, dir, &err);
         CHECKF(rc == DSV4_ECHECKPOINT && b.rep.n_problems == 1 && report_has(&b.rep, named, cases[i].want),
                "%s: rc %d, %d problems (first: %s)", cases[i].name, rc, b.rep.n_problems,
                b.rep.n_problems ? b.rep.problems[0].text : err.msg);
         CHECK(!b.w.has_mtp == (i == 2 || i == 5));
-        unbind(&b);
+        bound_close(&b);
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof(cmd), "%s inspect -m %s", bin ? bin : "false", dir);
         rc = test_run(cmd, &out);
@@ -232,12 +208,9 @@ void test_v41_corrupted(struct test_ctx *t)
 /* Running the checkpoint is refused with the reason, before any shard is read (no crash). */
 void test_v41_logits_refused(struct test_ctx *t)
 {
-    const char *bin = getenv("DSV4_BIN");
-    CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
-    struct gen_opts o;
-    char            dir[512], cmd[1200], *out = NULL;
-    gen_opts_default(&o);
-    if (!bin || !gen_v41(t, &o, "v41-logits", dir, sizeof(dir))) return;
+    char        dir[512], cmd[1200], *out = NULL;
+    const char *bin = gen_for_cli(t, "v41-logits", dir, sizeof(dir));
+    if (!bin) return;
     snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2,3 --out %s/l.bin", bin, dir, dir);
     int rc = test_run(cmd, &out);
     CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 checkpoints: the forward is not implemented yet") &&
