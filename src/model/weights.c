@@ -70,7 +70,7 @@ const struct dsv4_tensor *dsv4_bind_expect(struct dsv4_binder *b, const char *na
     if (!t) {
         const struct dsv4_shard_refusal *r = dsv4_checkpoint_refusal_of(b->ck, name);
         if (r) dsv4_bind_problem(b, "tensor %s: missing (expected %s): its shard %s was refused", name, ws,
-                       b->ck->file_names[r->file]);
+                                 b->ck->file_names[r->file]);
         else dsv4_bind_problem(b, "tensor %s: missing (expected %s)", name, ws);
         b->rep->n_missing++;
         return NULL;
@@ -88,7 +88,7 @@ const struct dsv4_tensor *dsv4_bind_expect(struct dsv4_binder *b, const char *na
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
     if (!ok) {
         dsv4_bind_problem(b, "tensor %s: shape %s, expected %s (in %s)", name,
-                dsv4_shape_str(t->ndim, t->shape, gs, sizeof(gs)), ws, file);
+                          dsv4_shape_str(t->ndim, t->shape, gs, sizeof(gs)), ws, file);
         b->rep->n_shape++;
         return NULL;
     }
@@ -146,7 +146,8 @@ void dsv4_bind_linear(struct dsv4_binder *b, struct dsv4_linear *l, const char *
                              cdiv(n_in, b->cfg->fp8_block));
         break;
     case DSV4_WFMT_FP4:
-        if (n_in % 32 != 0) dsv4_bind_problem(b, "tensor %s: input width %d is not a multiple of 32 (FP4 blocks)", wn, n_in);
+        if (n_in % 32 != 0)
+            dsv4_bind_problem(b, "tensor %s: input width %d is not a multiple of 32 (FP4 blocks)", wn, n_in);
         w = dsv4_bind_expect(b, wn, DSV4_DT(I8) | DSV4_DT(U8), 2, n_out, n_in / 2);
         s = dsv4_bind_expect(b, sn, DSV4_DT(F8_E8M0) | DSV4_DT(F32), 2, n_out, n_in / 32);
         break;
@@ -298,7 +299,7 @@ static void check_tid2eid(struct dsv4_binder *b, const struct dsv4_layer_w *L)
         memcpy(&v, (const char *)L->tid2eid + i * 8, 8);
         if (v < 0 || v >= c->n_exp) {
             dsv4_bind_problem(b, "tensor layers.%d.ffn.gate.tid2eid: entry %zu (token %zu) is %lld, outside [0, %d)",
-                    L->il, i, i / (size_t)c->n_exp_used, (long long)v, c->n_exp);
+                              L->il, i, i / (size_t)c->n_exp_used, (long long)v, c->n_exp);
             return;
         }
     }
@@ -394,6 +395,8 @@ int dsv4_weights_bind(struct dsv4_weights *w, const struct dsv4_config *cfg, con
 int dsv4_weights_layout(const struct dsv4_config *cfg, bool with_mtp, dsv4_layout_fn fn, void *ud,
                         struct dsv4_err *err)
 {
+    if (cfg->arch == DSV4_ARCH_V4_1) /* stats_v41.c sizes V4.1 from its config */
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "the tensor layout of DeepSeek-V4.1 is not listed yet (issue 41)");
     struct dsv4_arena       arena;
     struct dsv4_bind_report rep;
     struct dsv4_weights     w;
