@@ -348,11 +348,12 @@ static int inspect_checkpoint_v41(const struct inspect_opts *o, const struct dsv
         uint64_t engram, bytes = inspect_v41_bytes(ck, &engram);
         json_t  *j = findings_json(o->dir, ck, rep, bytes);
         json_object_set_new(j, "engram_bytes", json_integer((json_int_t)engram));
+        json_object_set_new(j, "vision_tensors", json_integer(rep->n_vision));
         ok = inspect_v41_checkpoint_json(j, o->dir, cfg, w->has_mtp, ctx, o->seqs);
         if (!ok) json_object_set_new(j, "ok", json_false());
         print_findings_json(j, ck, rep, o->tensors, NULL);
     } else {
-        ok = inspect_v41_checkpoint_text(o->dir, cfg, ck, w->has_mtp, ctx, o->seqs);
+        ok = inspect_v41_checkpoint_text(o->dir, cfg, ck, w->has_mtp, rep->n_vision, ctx, o->seqs);
         print_findings(ck, rep, o->tensors);
     }
     return ok ? 0 : 1;

@@ -194,7 +194,7 @@ static int token_map(const char *dir, const struct dsv4_config *c, int64_t *n, s
 }
 
 bool inspect_v41_checkpoint_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
-                                 bool has_dspark, long long ctx, long long seqs)
+                                 bool has_dspark, int n_vision, long long ctx, long long seqs)
 {
     uint64_t engram, total = inspect_v41_bytes(ck, &engram);
     printf("checkpoint   %s: %d shard%s, %zu tensors, %.1f MiB, of which Engram tables %.1f MiB (mapped, read by "
@@ -202,6 +202,8 @@ bool inspect_v41_checkpoint_text(const char *dir, const struct dsv4_config *c, c
            (double)engram / 1048576.0);
     print_model("model", dir, c);
     if (c->n_mtp) printf("dspark       %s\n", has_dspark ? "available" : "unavailable (no complete mtp.* stages)");
+    if (c->v41.vision)
+        printf("vision       %d tensors of the vision tower, not checked (image input is out of scope)\n", n_vision);
     struct dsv4_err err;
     int64_t         n;
     int             m = c->v41.n_engram ? token_map(dir, c, &n, &err) : 1;

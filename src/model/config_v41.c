@@ -222,6 +222,10 @@ void dsv4_cfg_v41_parse(struct cfg_parse *p, struct dsv4_config *c)
     if (p->rc == DSV4_OK) parse_engram(p, c);
     if (p->rc == DSV4_OK) parse_dspark(p, c);
     v->gate_temp = dsv4_cfg_double(p, p->root, "gate_temp", false, 1.0, 1e-6, 1e6);
+    /* `ModelArgs.vision_enabled`: the checkpoint then holds the vision tower and the routers'
+     * image bias, bound but unused (image input is out of scope) */
+    json_t *vc = json_object_get(p->top, "vision_config");
+    v->vision  = json_is_object(vc) && dsv4_cfg_int(p, vc, "num_hidden_layers", false, 0, 0, 1 << 16) > 0;
 }
 
 /* V4.1's own widths: the window KV is FP8 in groups of 32 over the whole row, RoPE part

@@ -60,6 +60,8 @@ struct dsv4_v41_config {
     int     dspark_markov_rank;/* dspark_markov_rank: width of the Markov head's embedding */
     int     dspark_n_exp;      /* dspark_n_routed_experts (n_routed_experts when 0 or absent) */
     int     dspark_n_exp_used; /* dspark_num_experts_per_tok (num_experts_per_tok when 0 or absent) */
+    bool    vision;            /* vision_config with layers: the checkpoint has a vision tower (vision.*,
+                                  aligner.*, image_{start,end,newline}) and routers' ffn.gate.bias_vl */
 };
 
 struct dsv4_config {
@@ -217,6 +219,7 @@ struct dsv4_bind_report {
     struct dsv4_problem *problems; /* malloc'd */
     int                  n_problems;
     int                  n_missing, n_dtype, n_shape, n_unexpected;
+    int                  n_vision;    /* V4.1: vision tower tensors (vision.*, aligner.*), accepted unchecked */
     bool                 mtp_absent;  /* no mtp.* tensor at all (not a problem) */
 };
 

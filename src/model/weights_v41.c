@@ -16,8 +16,10 @@
  *                     stage 0 main_proj, main_norm; the last norm, markov_head.{embed, head},
  *                     confidence_head.proj [1, d_model + rank] (stored bf16)
  * The stages share the model's embed and head (model.py assigns the modules): not stored again.
+ * With a vision_config, the routers' bias_vl and the image tensors too (accept_vision).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "model/weights_bind.h"
 
@@ -83,6 +85,7 @@ static void bind_block(struct dsv4_binder *b, struct dsv4_layer_w *L, const char
     if (L->kind.indexer) bind_indexer(b, &L->idx, p, L->kind.kv_source == il);
     dsv4_bind_linear(b, &L->gate, NAME("ffn.gate"), DSV4_WFMT_BF16, n_exp, c->d_model);
     L->gate_bias = dsv4_bind_expect_data(b, NAME("ffn.gate.bias"), DSV4_DT(F32), 1, n_exp, 0);
+    if (c->v41.vision) dsv4_bind_expect(b, NAME("ffn.gate.bias_vl"), DSV4_DT(F32), 1, n_exp, 0); /* image spans */
     dsv4_bind_experts(b, L, p, n_exp);
 }
 
@@ -120,6 +123,24 @@ static void bind_dspark(struct dsv4_binder *b, struct dsv4_weights *w)
     w->has_mtp = b->rep->n_problems == before;
 }
 
+/*
+ * A VL release's image input, unused (out of scope): the span delimiters' embeddings are
+ * checked like the others; the vision tower (`ViT`, `Aligner`: vision.*, aligner.*) is
+ * accepted by name only, its shapes come from vision_config, which dsv4 does not read.
+ */
+static void accept_vision(struct dsv4_binder *b)
+{
+    const struct dsv4_config *c = b->cfg;
+    static const char *const  delims[] = { "image_start", "image_end", "image_newline" };
+    for (int i = 0; i < 3; i++) dsv4_bind_expect(b, delims[i], DSV4_DT(BF16) | DSV4_DT(F32), 1, c->d_model, 0);
+    for (size_t i = 0; i < b->ck->n_tensors; i++) {
+        const char *n = b->ck->tensors[i].name;
+        if (strncmp(n, "vision.", 7) != 0 && strncmp(n, "aligner.", 8) != 0) continue;
+        b->used[i] = 1;
+        b->rep->n_vision++;
+    }
+}
+
 void dsv4_bind_v41(struct dsv4_binder *b, struct dsv4_weights *w, bool any_mtp)
 {
     const struct dsv4_config *c = b->cfg;
@@ -134,4 +155,5 @@ void dsv4_bind_v41(struct dsv4_binder *b, struct dsv4_weights *w, bool any_mtp)
         bind_block(b, &w->layers[il], p, il, c->n_exp);
     }
     if (c->n_mtp > 0 && any_mtp && !b->oom) bind_dspark(b, w);
+    if (c->v41.vision && b->ck) accept_vision(b);
 }

@@ -228,6 +228,7 @@ const struct test_case test_group_v41[] = {
     { "gen_bytes_match_stats", test_v41_gen_sizes },
     { "inspect_checkpoint", test_v41_inspect },
     { "corrupted_named", test_v41_corrupted },
+    { "vision_tower_accepted", test_v41_vision },
     { "logits_refused", test_v41_logits_refused },
     { NULL, NULL },
 };

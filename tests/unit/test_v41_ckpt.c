@@ -205,6 +205,38 @@ void test_v41_corrupted(struct test_ctx *t)
     }
 }
 
+/* A VL release (config with a vision_config): the routers' bias_vl and the image delimiters
+ * are expected, the vision tower's tensors accepted by name; without one they are unexpected. */
+void test_v41_vision(struct test_ctx *t)
+{
+    struct gen_opts o;
+    char            dir[512];
+    gen_opts_default(&o);
+    o.extra_tensor = "vision.patch_embed.weight";
+    if (!gen_v41(t, &o, "v41-vision", dir, sizeof(dir))) return;
+    struct bound    b;
+    struct dsv4_err err;
+    CHECK(bound_open(&b, dir, &err) == DSV4_ECHECKPOINT && b.rep.n_problems == 1 && b.rep.n_unexpected == 1 &&
+          report_has(&b.rep, "vision.patch_embed.weight", "unexpected"));
+    bound_close(&b);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_error_t je;
+    json_t      *c = json_load_file(path, 0, &je);
+    CHECK(c != NULL);
+    if (!c) return;
+    json_object_set_new(c, "vision_config", json_pack("{s:i}", "num_hidden_layers", 1));
+    CHECK(json_dump_file(c, path, 0) == 0);
+    json_decref(c);
+    int rc = bound_open(&b, dir, &err);
+    CHECKF(rc == DSV4_ECHECKPOINT && b.rep.n_vision == 1 && b.rep.n_unexpected == 0 && b.rep.n_missing == 13 &&
+               report_has(&b.rep, "layers.0.ffn.gate.bias_vl", "missing") &&
+               report_has(&b.rep, "mtp.1.ffn.gate.bias_vl", "missing") && report_has(&b.rep, "image_newline", "missing"),
+           "rc %d, %d problems, %d vision (first: %s)", rc, b.rep.n_problems, b.rep.n_vision,
+           b.rep.n_problems ? b.rep.problems[0].text : err.msg);
+    bound_close(&b);
+}
+
 /* Running the checkpoint is refused with the reason, before any shard is read (no crash). */
 void test_v41_logits_refused(struct test_ctx *t)
 {
