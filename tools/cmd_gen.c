@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "support/gen.h"
 
-static const char GEN_SYNOPSIS[] = "usage: dsv4 gen --preset tiny-a|tiny-b|flash-shaped -o DIR [options]\n";
+static const char GEN_SYNOPSIS[] = "usage: dsv4 gen --preset tiny-a|tiny-b|flash-shaped|tiny-v41 -o DIR [options]\n";
 
 struct gen_args {
     struct gen_opts g;
@@ -15,7 +15,7 @@ struct gen_args {
 
 #define GA(field) offsetof(struct gen_args, field)
 static const struct cli_opt GEN_OPTS[] = {
-    { "--preset", NULL, "NAME", "tiny-a, tiny-b or flash-shaped (default tiny-a)", CLI_STR, GA(g.preset), 0, 0, NULL },
+    { "--preset", NULL, "NAME", "tiny-a, tiny-b, flash-shaped or tiny-v41 (DeepSeek-V4.1; default tiny-a)", CLI_STR, GA(g.preset), 0, 0, NULL },
     { "--out", "-o", "DIR", "the checkpoint directory to write", CLI_STR, GA(out), 0, 0, NULL },
     { "--seed", NULL, "N", "random seed (default 1)", CLI_LLONG, GA(g.seed), 0, (double)(1LL << 62), NULL },
     { "--layers", NULL, "N", "flash-shaped: number of main layers (default 2: one CSA, one HCA)", CLI_INT, GA(g.layers), 1,

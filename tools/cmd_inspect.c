@@ -1,8 +1,8 @@
 /*
  * cmd_inspect.c - `dsv4 inspect`: check a checkpoint against its config and print the
  * architecture, parameter and byte counts, bytes read per decoded token, KV/state sizes and
- * a memory estimate. Exit 0 only when the checkpoint is complete and valid; otherwise every
- * problem is listed and the exit status is 1.
+ * a memory estimate (DeepSeek-V4.1: inspect_v41.c). Exit 0 only when the checkpoint is complete
+ * and valid; otherwise every problem is listed and the exit status is 1.
  */
 #include <jansson.h>
 #include <stddef.h>
@@ -42,6 +42,8 @@ static void print_compression(const struct dsv4_config *c)
     if (hca) printf(", HCA ratio %d", hca);
     printf("\n");
 }
+
+static void print_findings(const struct dsv4_checkpoint *ck, const struct dsv4_bind_report *rep, bool list_tensors);
 
 static void print_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
                        const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
@@ -88,6 +90,13 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
     double kv_total = ((double)kv.fixed_per_seq + kv.bytes_per_token * (double)ctx) * (double)seqs;
     printf("memory       --ctx %lld --seqs %lld: weights %.1f MiB (mapped) + KV %.1f MiB\n", ctx, seqs,
            mib((double)st->bytes_total), mib(kv_total));
+    print_findings(ck, rep, list_tensors);
+}
+
+/* What every checkpoint's report ends with: the tensor list (--tensors), the refused shards,
+ * and every problem of the binding or that all is well. */
+static void print_findings(const struct dsv4_checkpoint *ck, const struct dsv4_bind_report *rep, bool list_tensors)
+{
     if (list_tensors) {
         printf("\ntensors\n");
         for (size_t i = 0; i < ck->n_tensors; i++) {
@@ -118,12 +127,10 @@ static void print_text(const char *dir, const struct dsv4_config *c, const struc
     }
 }
 
-static void print_json(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
-                       const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
-                       long long ctx, long long seqs, bool list_tensors, json_t *ranks)
+/* The head of every checkpoint's JSON report: where, whether all is well, shards, tensors. */
+static json_t *findings_json(const char *dir, const struct dsv4_checkpoint *ck, const struct dsv4_bind_report *rep,
+                             uint64_t bytes)
 {
-    struct dsv4_kv_sizes kv;
-    dsv4_kv_sizes(c, has_mtp, &kv);
     json_t *o = json_object();
     json_object_set_new(o, "checkpoint", json_string(dir));
     json_object_set_new(o, "ok", json_boolean(rep->n_problems == 0 && ck->n_refused == 0));
@@ -137,7 +144,44 @@ static void print_json(const char *dir, const struct dsv4_config *c, const struc
     json_object_set_new(o, "refused_shards", refused);
     json_object_set_new(o, "shards", json_integer(ck->n_files));
     json_object_set_new(o, "tensors", json_integer((json_int_t)ck->n_tensors));
-    json_object_set_new(o, "bytes", json_integer((json_int_t)st->bytes_total));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    return o;
+}
+
+/* The tail of every checkpoint's JSON report: the problems, the tensors (--tensors), the
+ * rank plan (--ranks); prints the report and frees it. */
+static void print_findings_json(json_t *o, const struct dsv4_checkpoint *ck, const struct dsv4_bind_report *rep,
+                                bool list_tensors, json_t *ranks)
+{
+    json_t *probs = json_array();
+    for (int i = 0; i < rep->n_problems; i++) json_array_append_new(probs, json_string(rep->problems[i].text));
+    json_object_set_new(o, "problems", probs);
+    if (list_tensors) {
+        json_t *ts = json_array();
+        for (size_t i = 0; i < ck->n_tensors; i++) {
+            const struct dsv4_tensor *t = &ck->tensors[i];
+            json_t                   *sh = json_array();
+            for (int d = 0; d < t->ndim; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+            json_array_append_new(ts, json_pack("{s:s, s:s, s:o, s:s}", "name", t->name, "dtype",
+                                                dsv4_dtype_name(t->dtype), "shape", sh, "file",
+                                                ck->file_names[t->file]));
+        }
+        json_object_set_new(o, "tensor_list", ts);
+    }
+    if (ranks) json_object_set_new(o, "ranks", ranks);
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) puts(s);
+    free(s);
+    json_decref(o);
+}
+
+static void print_json(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
+                       const struct dsv4_model_stats *st, const struct dsv4_bind_report *rep, bool has_mtp,
+                       long long ctx, long long seqs, bool list_tensors, json_t *ranks)
+{
+    struct dsv4_kv_sizes kv;
+    dsv4_kv_sizes(c, has_mtp, &kv);
+    json_t *o = findings_json(dir, ck, rep, st->bytes_total);
     json_t *layers = json_array();
     for (int il = 0; il < c->n_layer + c->n_mtp; il++)
         json_array_append_new(layers, json_string(kind_name(&c->kind[il])));
@@ -162,26 +206,7 @@ static void print_json(const char *dir, const struct dsv4_config *c, const struc
                         json_pack("{s:I, s:I, s:I, s:f}", "ctx", (json_int_t)ctx, "seqs", (json_int_t)seqs,
                                   "weights_bytes", (json_int_t)st->bytes_total, "kv_bytes",
                                   ((double)kv.fixed_per_seq + kv.bytes_per_token * (double)ctx) * (double)seqs));
-    json_t *probs = json_array();
-    for (int i = 0; i < rep->n_problems; i++) json_array_append_new(probs, json_string(rep->problems[i].text));
-    json_object_set_new(o, "problems", probs);
-    if (list_tensors) {
-        json_t *ts = json_array();
-        for (size_t i = 0; i < ck->n_tensors; i++) {
-            const struct dsv4_tensor *t = &ck->tensors[i];
-            json_t                   *sh = json_array();
-            for (int d = 0; d < t->ndim; d++) json_array_append_new(sh, json_integer(t->shape[d]));
-            json_array_append_new(ts, json_pack("{s:s, s:s, s:o, s:s}", "name", t->name, "dtype",
-                                                dsv4_dtype_name(t->dtype), "shape", sh, "file",
-                                                ck->file_names[t->file]));
-        }
-        json_object_set_new(o, "tensor_list", ts);
-    }
-    if (ranks) json_object_set_new(o, "ranks", ranks);
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (s) puts(s);
-    free(s);
-    json_decref(o);
+    print_findings_json(o, ck, rep, list_tensors, ranks);
 }
 
 static void print_error_json(const char *dir, const char *msg)
@@ -305,6 +330,35 @@ static int inspect_checkpoint(const struct inspect_opts *o, const struct dsv4_co
     return 0;
 }
 
+/* A DeepSeek-V4.1 checkpoint's report: its model (inspect_v41.c), then the findings. 1 when
+ * its token map is wrong or --ranks is asked for (not planned for V4.1 yet). */
+static int inspect_checkpoint_v41(const struct inspect_opts *o, const struct dsv4_config *cfg,
+                                  const struct dsv4_checkpoint *ck, const struct dsv4_weights *w,
+                                  const struct dsv4_bind_report *rep)
+{
+    const char *no_ranks = "--ranks: not available for DeepSeek-V4.1 checkpoints yet (issue 41)";
+    long long   ctx      = ctx_of(o, cfg);
+    bool        ok;
+    if (o->ranks) {
+        if (o->as_json) print_error_json(o->dir, no_ranks);
+        else fprintf(stderr, "dsv4 inspect: %s\n", no_ranks);
+        return 1;
+    }
+    if (o->as_json) {
+        uint64_t engram, bytes = inspect_v41_bytes(ck, &engram);
+        json_t  *j = findings_json(o->dir, ck, rep, bytes);
+        json_object_set_new(j, "engram_bytes", json_integer((json_int_t)engram));
+        json_object_set_new(j, "vision_tensors", json_integer(rep->n_vision));
+        ok = inspect_v41_checkpoint_json(j, o->dir, cfg, w->has_mtp, ctx, o->seqs);
+        if (!ok) json_object_set_new(j, "ok", json_false());
+        print_findings_json(j, ck, rep, o->tensors, NULL);
+    } else {
+        ok = inspect_v41_checkpoint_text(o->dir, cfg, ck, w->has_mtp, rep->n_vision, ctx, o->seqs);
+        print_findings(ck, rep, o->tensors);
+    }
+    return ok ? 0 : 1;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     struct inspect_opts    o     = { .ctx = 0, .seqs = 1, .step_tokens = 512 };
@@ -322,7 +376,6 @@ int cmd_inspect(int argc, char **argv)
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
     int rc = dsv4_config_load(&cfg, dir, &err);
-    if (rc == DSV4_OK) rc = dsv4_config_check_runnable(&cfg, &err); /* V4.1: --config FILE only, so far */
     if (rc == DSV4_OK) rc = dsv4_checkpoint_open_lenient(&ck, dir, &err);
     if (rc) {
         if (o.as_json) print_error_json(dir, err.msg);
@@ -336,6 +389,7 @@ int cmd_inspect(int argc, char **argv)
     rc = dsv4_weights_bind(&w, &cfg, &ck, &arena, &rep, &err);
     int prc2 = 1;
     if (rc == DSV4_ENOMEM) fprintf(stderr, "dsv4 inspect: %s\n", err.msg);
+    else if (cfg.arch == DSV4_ARCH_V4_1) prc2 = inspect_checkpoint_v41(&o, &cfg, &ck, &w, &rep);
     else prc2 = inspect_checkpoint(&o, &cfg, &ck, &w, &rep);
     dsv4_bind_report_free(&rep);
     dsv4_arena_free(&arena);

@@ -2,12 +2,18 @@
  * inspect_v41.c - `dsv4 inspect --config FILE` for a DeepSeek-V4.1 config: its layers and
  * their kinds (kv / index / candidate source, Engram), the parameters and bytes of its
  * tensors with the Engram tables apart, bytes read per decoded token, KV per sequence and
- * the memory for --ctx / --seqs (src/model/stats_v41.c derives each figure).
+ * the memory for --ctx / --seqs (src/model/stats_v41.c derives each figure); and for
+ * `dsv4 inspect -m DIR` the same model section of a V4.1 checkpoint, its Engram tables' bytes
+ * apart and its engram_token_map.json checked (cmd_inspect.c binds and lists the problems).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "inspect_v41.h"
+#include "io/io.h"
+#include "model/engram_map.h"
 
 static double gib(double b)
 {
@@ -35,11 +41,12 @@ static void print_layer(const struct dsv4_config *c, int il)
     printf("%s\n", line);
 }
 
-static void print_model(const char *path, const struct dsv4_config *c)
+/* label: "config" (inspect --config) or "model" (inspect -m). */
+static void print_model(const char *label, const char *path, const struct dsv4_config *c)
 {
     const struct dsv4_v41_config *v = &c->v41;
-    printf("config       %s: DeepSeek-V4.1, %d layers + %d DSpark stages, d_model %d, vocab %d, max context %d\n",
-           path, c->n_layer, c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
+    printf("%-12s %s: DeepSeek-V4.1, %d layers + %d DSpark stages, d_model %d, vocab %d, max context %d\n",
+           label, path, c->n_layer, c->n_mtp, c->d_model, c->vocab_size, c->max_ctx);
     printf("attention    %d heads x %d (rope %d), q_lora %d (q norm on it only), output %d groups x %d, window %d\n",
            c->n_head, c->d_head, c->d_rope, c->q_lora_rank, c->o_groups, c->o_lora_rank, c->window);
     printf("indexer      %d heads x %d, top-%d", c->n_idx_head, c->d_idx_head, c->idx_topk);
@@ -99,15 +106,14 @@ static json_t *layers_json(const struct dsv4_config *c)
     return a;
 }
 
-static void print_json(const char *path, const struct dsv4_config *c, const struct dsv4_v41_sizes *s, long long ctx,
-                       long long seqs)
+/* The figures stats_v41.c derives from the config, with the memory for ctx and seqs. */
+static json_t *sizes_json(const struct dsv4_v41_sizes *s, long long ctx, long long seqs)
 {
     double  kv = ((double)s->kv_fixed_per_seq + s->kv_bytes_per_position * (double)ctx) * (double)seqs;
-    json_t *o  = json_pack("{s:s, s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "config", path, "ok", 1, "arch",
-                           "deepseek_v41", "tensors", (json_int_t)s->n_tensors, "bytes", (json_int_t)s->bytes,
-                           "params", (json_int_t)s->params, "engram_bytes", (json_int_t)s->engram_bytes,
-                           "engram_params", (json_int_t)s->engram_params, "dspark_bytes", (json_int_t)s->dspark_bytes);
-    json_object_set_new(o, "layers", layers_json(c));
+    json_t *o  = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "tensors", (json_int_t)s->n_tensors, "bytes",
+                           (json_int_t)s->bytes, "params", (json_int_t)s->params, "engram_bytes",
+                           (json_int_t)s->engram_bytes, "engram_params", (json_int_t)s->engram_params,
+                           "dspark_bytes", (json_int_t)s->dspark_bytes);
     json_object_set_new(o, "bytes_per_token", json_integer((json_int_t)s->bytes_per_token));
     json_object_set_new(o, "expert_bytes_per_token", json_integer((json_int_t)s->expert_bytes_per_token));
     json_object_set_new(o, "engram_bytes_per_token", json_integer((json_int_t)s->engram_bytes_per_token));
@@ -117,6 +123,17 @@ static void print_json(const char *path, const struct dsv4_config *c, const stru
     json_object_set_new(o, "memory_estimate", json_pack("{s:I, s:I, s:I, s:f}", "ctx", (json_int_t)ctx, "seqs",
                                                         (json_int_t)seqs, "weights_bytes", (json_int_t)s->bytes,
                                                         "kv_bytes", kv));
+    return o;
+}
+
+static void print_json(const char *path, const struct dsv4_config *c, const struct dsv4_v41_sizes *s, long long ctx,
+                       long long seqs)
+{
+    json_t *o = json_pack("{s:s, s:b, s:s}", "config", path, "ok", 1, "arch", "deepseek_v41");
+    json_t *sz = sizes_json(s, ctx, seqs);
+    json_object_update(o, sz);
+    json_decref(sz);
+    json_object_set_new(o, "layers", layers_json(c));
     char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (txt) puts(txt);
     free(txt);
@@ -131,6 +148,91 @@ void inspect_v41_config(const char *path, const struct dsv4_config *c, long long
         print_json(path, c, &s, ctx, seqs);
         return;
     }
-    print_model(path, c);
+    print_model("config", path, c);
     print_sizes(&s, ctx, seqs);
+}
+
+/* ------------------------------------------------------------------ inspect -m */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+uint64_t inspect_v41_bytes(const struct dsv4_checkpoint *ck, uint64_t *engram)
+{
+    uint64_t total = 0;
+    *engram        = 0;
+    for (size_t i = 0; i < ck->n_tensors; i++) {
+        const struct dsv4_tensor *t = &ck->tensors[i];
+        total += t->nbytes;
+        if (ends_with(t->name, ".engram.embed.weight") || ends_with(t->name, ".engram.embed.scale"))
+            *engram += t->nbytes;
+    }
+    return total;
+}
+
+/* The checkpoint's engram_token_map.json (docs/ENGRAM.md), checked against the config when
+ * present: 0 when absent, 1 when valid, -1 (err says why) when not. *n: its token ids. */
+static int token_map(const char *dir, const struct dsv4_config *c, int64_t *n, struct dsv4_err *err)
+{
+    char *path = dsv4_path_join(dir, "engram_token_map.json");
+    *n         = 0;
+    if (!path || access(path, F_OK) != 0) {
+        free(path);
+        return 0;
+    }
+    int32_t *map = NULL;
+    int      rc  = dsv4_engram_map_load(path, 0, c->v41.engram_cvocab, &map, n, err);
+    if (rc == DSV4_OK && *n > c->vocab_size)
+        rc = dsv4_err_set(err, DSV4_EFORMAT, "%s: %lld entries, more than vocab_size %d", path, (long long)*n,
+                          c->vocab_size);
+    free(map);
+    free(path);
+    return rc == DSV4_OK ? 1 : -1;
+}
+
+bool inspect_v41_checkpoint_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
+                                 bool has_dspark, int n_vision, long long ctx, long long seqs)
+{
+    uint64_t engram, total = inspect_v41_bytes(ck, &engram);
+    printf("checkpoint   %s: %d shard%s, %zu tensors, %.1f MiB, of which Engram tables %.1f MiB (mapped, read by "
+           "row)\n", dir, ck->n_files, ck->n_files == 1 ? "" : "s", ck->n_tensors, (double)total / 1048576.0,
+           (double)engram / 1048576.0);
+    print_model("model", dir, c);
+    if (c->n_mtp) printf("dspark       %s\n", has_dspark ? "available" : "unavailable (no complete mtp.* stages)");
+    if (c->v41.vision)
+        printf("vision       %d tensors of the vision tower, not checked (image input is out of scope)\n", n_vision);
+    struct dsv4_err err;
+    int64_t         n;
+    int             m = c->v41.n_engram ? token_map(dir, c, &n, &err) : 1;
+    if (m == 0) printf("token map    no engram_token_map.json (its computation from tokenizer.json is not done yet)\n");
+    else if (m > 0 && c->v41.n_engram)
+        printf("token map    engram_token_map.json: %lld token ids -> %d compressed ids\n", (long long)n,
+               c->v41.engram_cvocab);
+    else if (m < 0) printf("token map    %s\n", err.msg);
+    struct dsv4_v41_sizes s;
+    dsv4_v41_sizes(c, &s);
+    print_sizes(&s, ctx, seqs);
+    return m >= 0;
+}
+
+bool inspect_v41_checkpoint_json(json_t *o, const char *dir, const struct dsv4_config *c, bool has_dspark,
+                                 long long ctx, long long seqs)
+{
+    struct dsv4_v41_sizes s;
+    dsv4_v41_sizes(c, &s);
+    json_object_set_new(o, "arch", json_string("deepseek_v41"));
+    json_object_set_new(o, "layers", layers_json(c));
+    json_object_set_new(o, "dspark_available", json_boolean(has_dspark));
+    json_object_set_new(o, "config_sizes", sizes_json(&s, ctx, seqs));
+    struct dsv4_err err;
+    int64_t         n;
+    int             m = c->v41.n_engram ? token_map(dir, c, &n, &err) : 1;
+    json_object_set_new(o, "token_map", m < 0    ? json_pack("{s:b, s:s}", "ok", 0, "error", err.msg)
+                                        : m == 0 ? json_pack("{s:b, s:b}", "ok", 1, "present", 0)
+                                                 : json_pack("{s:b, s:b, s:I}", "ok", 1, "present", 1, "n_ids",
+                                                             (json_int_t)n));
+    return m >= 0;
 }

@@ -222,6 +222,10 @@ void dsv4_cfg_v41_parse(struct cfg_parse *p, struct dsv4_config *c)
     if (p->rc == DSV4_OK) parse_engram(p, c);
     if (p->rc == DSV4_OK) parse_dspark(p, c);
     v->gate_temp = dsv4_cfg_double(p, p->root, "gate_temp", false, 1.0, 1e-6, 1e6);
+    /* `ModelArgs.vision_enabled`: the checkpoint then holds the vision tower and the routers'
+     * image bias, bound but unused (image input is out of scope) */
+    json_t *vc = json_object_get(p->top, "vision_config");
+    v->vision  = json_is_object(vc) && dsv4_cfg_int(p, vc, "num_hidden_layers", false, 0, 0, 1 << 16) > 0;
 }
 
 /* V4.1's own widths: the window KV is FP8 in groups of 32 over the whole row, RoPE part
@@ -241,6 +245,7 @@ int dsv4_config_check_runnable(const struct dsv4_config *c, struct dsv4_err *err
     if (c->arch == DSV4_ARCH_V4_1)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED,
                             "DeepSeek-V4.1 checkpoints: the forward is not implemented yet (issue 41); "
-                            "`dsv4 inspect --config config.json` describes the model");
+                            "`dsv4 inspect -m DIR` checks the checkpoint, `dsv4 inspect --config config.json` "
+                            "describes the model");
     return DSV4_OK;
 }

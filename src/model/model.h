@@ -26,8 +26,8 @@
  * picks between numerics of the V4 release. */
 enum dsv4_arch {
     DSV4_ARCH_V4   = 0, /* DeepseekV4ForCausalLM, model_type deepseek_v4 */
-    DSV4_ARCH_V4_1 = 1, /* DeepseekV41ForCausalLM, model_type deepseek_v41 (text_config): config and
-                           inspect --config only, the forward is not implemented yet (issue 41) */
+    DSV4_ARCH_V4_1 = 1, /* DeepseekV41ForCausalLM, model_type deepseek_v41 (text_config): config,
+                           binding and inspect only, the forward is not implemented yet (issue 41) */
 };
 
 /* Engram layers: as many as the row-index code holds (engram_hash.h), so a config that parses can be hashed. */
@@ -60,6 +60,8 @@ struct dsv4_v41_config {
     int     dspark_markov_rank;/* dspark_markov_rank: width of the Markov head's embedding */
     int     dspark_n_exp;      /* dspark_n_routed_experts (n_routed_experts when 0 or absent) */
     int     dspark_n_exp_used; /* dspark_num_experts_per_tok (num_experts_per_tok when 0 or absent) */
+    bool    vision;            /* vision_config with layers: the checkpoint has a vision tower (vision.*,
+                                  aligner.*, image_{start,end,newline}) and routers' ffn.gate.bias_vl */
 };
 
 struct dsv4_config {
@@ -116,7 +118,8 @@ int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *
 int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err);
 /* DSV4_OK when the engine can run the model cfg describes; DSV4_EUNSUPPORTED with a message
  * naming why not (a DeepSeek-V4.1 config: its forward is not implemented yet, issue 41).
- * Loading for a run checks it before any tensor is bound. */
+ * Loading for a run (dsv4_model_load_part) and `dsv4 convert` check it before any shard is
+ * opened; binding and `dsv4 inspect -m` do not (a V4.1 checkpoint is bound and checked). */
 int dsv4_config_check_runnable(const struct dsv4_config *cfg, struct dsv4_err *err);
 
 /* ------------------------------------------------------------------ weights */
@@ -136,7 +139,22 @@ struct dsv4_compressor_w {
 struct dsv4_indexer_w {
     struct dsv4_linear       wq_b;         /* [n_idx_head*d_idx_head, q_lora_rank] */
     struct dsv4_linear       weights_proj; /* [n_idx_head, d_model] bf16 */
-    struct dsv4_compressor_w comp;
+    struct dsv4_compressor_w comp;         /* V4 only */
+    /* V4.1, on a kv source only (`Indexer.owns_k`): the index keys k_norm(wk(latent)) */
+    struct dsv4_linear       wk;           /* [d_idx_head, d_head] bf16 */
+    const uint16_t          *k_norm;       /* [d_idx_head] bf16 */
+};
+
+/* V4.1's Engram on a layer (`Engram`, `ParallelEngramEmbedding`; docs/MODEL.md "DeepSeek-V4.1").
+ * The table stays in the mmap and is read by row (a token reads (max_ngram - 1) * n_heads of
+ * them): never copied, decoded or uploaded whole. */
+struct dsv4_engram_w {
+    int64_t            rows;     /* engram_num_embeddings of this layer */
+    const uint8_t     *table;    /* [rows, engram_d_head] e4m3 */
+    const uint8_t     *scale;    /* [rows, engram_d_head/32] e8m0 */
+    struct dsv4_linear wkv;      /* [(hc+1)*d_model, (max_ngram-1)*n_heads*engram_d_head]: hc keys, a value */
+    const uint16_t    *q_weight; /* [hc, d_model] bf16 */
+    const uint16_t    *k_weight; /* [hc, d_model] bf16 */
 };
 
 
@@ -155,7 +173,8 @@ struct dsv4_layer_w {
     const uint16_t    *kv_norm;                      /* [d_head] */
     struct dsv4_linear wo_a;                         /* [o_groups*o_lora_rank, n_head*d_head/o_groups] */
     struct dsv4_linear wo_b;                         /* [d_model, o_groups*o_lora_rank] */
-    struct dsv4_compressor_w comp;                   /* kind.ratio != 0 */
+    struct dsv4_compressor_w comp;                   /* kind.ratio != 0 (V4.1: kind.kv_source == il; no ape,
+                                                        no wgate at ratio 1) */
     struct dsv4_indexer_w    idx;                    /* kind.indexer */
     struct dsv4_linear gate;                         /* [n_exp, d_model] bf16 */
     const int64_t     *tid2eid;                      /* [vocab, n_exp_used] (hash layers) */
@@ -166,6 +185,16 @@ struct dsv4_layer_w {
     struct dsv4_linear e_proj, h_proj;               /* [d_model, d_model] */
     const uint16_t    *enorm, *hnorm, *mtp_norm;     /* [d_model] */
     const float       *hc_head_fn, *hc_head_base, *hc_head_scale;
+    /* V4.1 */
+    struct dsv4_engram_w engram;                     /* kind.engram */
+    int                  n_exp;                      /* routed experts (the DSpark stages' own count) */
+    /* V4.1 DSpark stage (`DSparkBlock`): stage 0 projects the target layers' inputs; the last
+     * has the final norm (mtp_norm above), the Markov and confidence heads */
+    struct dsv4_linear main_proj;                    /* [d_model, n_dspark_target*d_model] (stage 0) */
+    const uint16_t    *main_norm;                    /* [d_model] (stage 0) */
+    const uint16_t    *markov_embed;                 /* [vocab, dspark_markov_rank] bf16 (last stage) */
+    struct dsv4_linear markov_head;                  /* [vocab, dspark_markov_rank] bf16 (last stage) */
+    struct dsv4_linear confidence;                   /* [1, d_model + dspark_markov_rank] bf16 (last stage) */
 };
 
 struct dsv4_weights {
@@ -176,8 +205,9 @@ struct dsv4_weights {
     const float         *hc_head_base;  /* [hc] */
     const float         *hc_head_scale; /* [1] */
     struct dsv4_layer_w *layers;        /* [n_layer] */
-    bool                 has_mtp;
-    struct dsv4_layer_w  mtp;
+    bool                 has_mtp;       /* V4: mtp bound; V4.1: every DSpark stage bound */
+    struct dsv4_layer_w  mtp;           /* V4 */
+    struct dsv4_layer_w *dspark;        /* V4.1: [n_mtp] DSpark stages (mtp.S.), NULL when absent */
 };
 
 /* One problem found while binding (a line for `dsv4 inspect`). */
@@ -189,12 +219,14 @@ struct dsv4_bind_report {
     struct dsv4_problem *problems; /* malloc'd */
     int                  n_problems;
     int                  n_missing, n_dtype, n_shape, n_unexpected;
+    int                  n_vision;    /* V4.1: vision tower tensors (vision.*, aligner.*), accepted unchecked */
     bool                 mtp_absent;  /* no mtp.* tensor at all (not a problem) */
 };
 
 /*
- * Binds every tensor the config requires (docs/MODEL.md §R2) into w, allocating the per-layer
- * structs in arena. Every problem (missing tensor, wrong dtype, wrong shape, unexpected
+ * Binds every tensor the config requires (docs/MODEL.md §R2; V4.1: §6, weights_v41.c) into w,
+ * allocating the per-layer structs in arena. The iterators below cover V4's tensors only:
+ * a V4.1 model is bound for `dsv4 inspect`, not run (dsv4_config_check_runnable). Every problem (missing tensor, wrong dtype, wrong shape, unexpected
  * tensor) is collected in report; returns DSV4_ECHECKPOINT when there is any, with err
  * holding the count and the first one.
  */

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu.h"
 #include "support/gen.h"
 #include "model/model.h"
+#include "test_bound.h"
 #include "test_cases.h"
 
 static void gen_dir(struct test_ctx *t, const struct gen_opts *o, const char *name, char *dir, size_t n)
@@ -22,44 +23,6 @@ static void gen_dir(struct test_ctx *t, const struct gen_opts *o, const char *na
     q.quiet           = true;
     int rc            = gen_checkpoint(&q, dir, &err);
     CHECKF(rc == DSV4_OK, "gen %s: %s", name, err.msg);
-}
-
-/* A bound checkpoint kept open so tests can look at the weights. */
-struct bound {
-    struct dsv4_config      cfg;
-    struct dsv4_checkpoint  ck;
-    struct dsv4_arena       arena;
-    struct dsv4_weights     w;
-    struct dsv4_bind_report rep;
-    bool                    open;
-};
-
-static int bound_open(struct bound *b, const char *dir, struct dsv4_err *err)
-{
-    memset(b, 0, sizeof(*b));
-    int rc = dsv4_config_load(&b->cfg, dir, err);
-    if (rc) return rc;
-    rc = dsv4_checkpoint_open(&b->ck, dir, err);
-    if (rc) return rc;
-    b->open = true;
-    dsv4_arena_init(&b->arena, 1 << 16);
-    return dsv4_weights_bind(&b->w, &b->cfg, &b->ck, &b->arena, &b->rep, err);
-}
-
-static void bound_close(struct bound *b)
-{
-    if (!b->open) return;
-    dsv4_bind_report_free(&b->rep);
-    dsv4_arena_free(&b->arena);
-    dsv4_checkpoint_close(&b->ck);
-    b->open = false;
-}
-
-static bool report_has(const struct dsv4_bind_report *r, const char *a, const char *b)
-{
-    for (int i = 0; i < r->n_problems; i++)
-        if (strstr(r->problems[i].text, a) && (!b || strstr(r->problems[i].text, b))) return true;
-    return false;
 }
 
 /* Marks the checkpoint tensors the weight iterators reach (prepare_weights' view). */

@@ -14,6 +14,8 @@
  * layers and router logits are spread, so routing is not degenerate. Every tensor draws from
  * its own random stream seeded by (seed, name): output does not depend on write order, and
  * each tensor streams through a fixed buffer, so multi-GB checkpoints cost no memory.
+ *
+ * DeepSeek-V4.1 (--preset tiny-v41) is planned in gen_v41.c with the steps here (gen_plan.h).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -24,7 +26,7 @@
 #include <sys/stat.h>
 
 #include "core/core.h"
-#include "support/gen.h"
+#include "support/gen_plan.h"
 #include "io/io.h"
 
 void gen_opts_default(struct gen_opts *o)
@@ -38,19 +40,12 @@ void gen_opts_default(struct gen_opts *o)
 
 /* ------------------------------------------------------------------ model shape */
 
-struct shape {
-    int    vocab, dim, n_layers, n_mtp, n_hash, n_heads, head_dim, rope_dim, q_lora, o_groups, o_lora;
-    int    window, ratios[256];
-    int    idx_heads, idx_dim, idx_topk, n_exp, n_exp_used, inter, hc, max_pos;
-    double swiglu_limit, route_scale;
-};
-
-static int preset_shape(const struct gen_opts *o, struct shape *s, struct dsv4_err *err)
+static int preset_shape(const struct gen_opts *o, struct gen_shape *s, struct dsv4_err *err)
 {
     memset(s, 0, sizeof(*s));
     if (!strcmp(o->preset, "tiny-a") || !strcmp(o->preset, "tiny-b")) {
         bool b = !strcmp(o->preset, "tiny-b");
-        *s     = (struct shape){ .vocab = 2048, .dim = 256, .n_layers = 4, .n_mtp = 1, .n_hash = 2,
+        *s     = (struct gen_shape){ .vocab = 2048, .dim = 256, .n_layers = 4, .n_mtp = 1, .n_hash = 2,
                                  .n_heads = 4, .head_dim = 128, .rope_dim = 64, .q_lora = 128, .o_groups = 2,
                                  .o_lora = 64, .window = b ? 128 : 16, .idx_heads = 4, .idx_dim = 128,
                                  .idx_topk = b ? 16 : 4, .n_exp = 8, .n_exp_used = 2, .inter = 128, .hc = 4,
@@ -60,7 +55,7 @@ static int preset_shape(const struct gen_opts *o, struct shape *s, struct dsv4_e
     } else if (!strcmp(o->preset, "flash-shaped")) {
         if (o->layers < 1 || o->layers > 43)
             return dsv4_err_set(err, DSV4_EINVAL, "flash-shaped: --layers must be in [1, 43]");
-        *s = (struct shape){ .vocab = 129280, .dim = 4096, .n_layers = o->layers, .n_mtp = 1,
+        *s = (struct gen_shape){ .vocab = 129280, .dim = 4096, .n_layers = o->layers, .n_mtp = 1,
                              .n_hash = o->layers > 1 ? (o->layers - 1 < 3 ? o->layers - 1 : 3) : 0,
                              .n_heads = 64, .head_dim = 512, .rope_dim = 64, .q_lora = 1024, .o_groups = 8,
                              .o_lora = 1024, .window = 128, .idx_heads = 64, .idx_dim = 128, .idx_topk = 512,
@@ -76,7 +71,7 @@ static int preset_shape(const struct gen_opts *o, struct shape *s, struct dsv4_e
         for (int i = 0; i < o->layers; i++) s->ratios[i] = (i % 2 == 0) ? 4 : 128;
         s->ratios[o->layers] = 0;
     } else {
-        return dsv4_err_set(err, DSV4_EINVAL, "unknown preset '%s' (tiny-a, tiny-b, flash-shaped)", o->preset);
+        return dsv4_err_set(err, DSV4_EINVAL, "unknown preset '%s' (tiny-a, tiny-b, flash-shaped, tiny-v41)", o->preset);
     }
     if (o->swiglu_limit >= 0) s->swiglu_limit = o->swiglu_limit;
     return DSV4_OK;
@@ -84,36 +79,7 @@ static int preset_shape(const struct gen_opts *o, struct shape *s, struct dsv4_e
 
 /* ------------------------------------------------------------------ tensor jobs */
 
-enum fill {
-    FILL_UNIFORM,   /* mean a, standard deviation b (bf16 or f32) */
-    FILL_E4M3,      /* e4m3 codes, exponent band [5, 9] */
-    FILL_FP4,       /* uniform e2m1 codes, two per byte */
-    FILL_SCALE,     /* e8m0 (or f32) block scales so that codes * scale have std b */
-    FILL_TID2EID,   /* a rows of b distinct expert ids in [0, n_exp) */
-};
-
-struct job {
-    char            name[128];
-    enum dsv4_dtype dtype;
-    int             ndim;
-    int64_t         shape[2];
-    enum fill       fill;
-    double          a, b;
-    int             n_exp;      /* FILL_TID2EID */
-    double          code_std;   /* FILL_SCALE: std of the codes it scales */
-    int             shard;
-    int             seq;        /* declaration order */
-};
-
-struct plan {
-    struct job *jobs;
-    int         n, cap;
-    int         shard;          /* shard new jobs go to */
-    bool        oom;
-    const struct gen_opts *o;
-};
-
-static double e4m3_code_std(void)
+double gen_e4m3_code_std(void)
 {
     double ms = 0;
     for (int e = 5; e <= 9; e++)
@@ -131,7 +97,7 @@ static double fp4_code_std(void)
     return sqrt(ms / 16);
 }
 
-static struct job *add(struct plan *p, const char *name, enum dsv4_dtype dt, int ndim, int64_t d0, int64_t d1,
+struct job *gen_add(struct plan *p, const char *name, enum dsv4_dtype dt, int ndim, int64_t d0, int64_t d1,
                        enum fill fill, double a, double b)
 {
     if (p->n == p->cap) {
@@ -159,121 +125,145 @@ static struct job *add(struct plan *p, const char *name, enum dsv4_dtype dt, int
     return j;
 }
 
-enum lin_kind { LIN_BF16, LIN_FP8, LIN_FP4 };
-
-static void add_linear(struct plan *p, const char *prefix, enum lin_kind kind, int n_out, int n_in, double std)
+void gen_add_linear(struct plan *p, const char *prefix, enum lin_kind kind, int n_out, int n_in, double std)
 {
     char wn[160], sn[160];
     snprintf(wn, sizeof(wn), "%s.weight", prefix);
     snprintf(sn, sizeof(sn), "%s.scale", prefix);
     enum dsv4_dtype sdt = p->o->f32_scales ? DSV4_DTYPE_F32 : DSV4_DTYPE_F8_E8M0;
     if (kind == LIN_BF16) {
-        add(p, wn, DSV4_DTYPE_BF16, 2, n_out, n_in, FILL_UNIFORM, 0, std);
+        gen_add(p, wn, DSV4_DTYPE_BF16, 2, n_out, n_in, FILL_UNIFORM, 0, std);
     } else if (kind == LIN_FP8) {
-        add(p, wn, DSV4_DTYPE_F8_E4M3, 2, n_out, n_in, FILL_E4M3, 0, 0);
-        struct job *j = add(p, sn, sdt, 2, (n_out + 127) / 128, (n_in + 127) / 128, FILL_SCALE, 0, std);
-        if (j) j->code_std = e4m3_code_std();
+        gen_add(p, wn, DSV4_DTYPE_F8_E4M3, 2, n_out, n_in, FILL_E4M3, 0, 0);
+        int         b = p->fp8_block;
+        struct job *j = gen_add(p, sn, sdt, 2, (n_out + b - 1) / b, (n_in + b - 1) / b, FILL_SCALE, 0, std);
+        if (j) j->code_std = gen_e4m3_code_std();
     } else {
-        add(p, wn, DSV4_DTYPE_I8, 2, n_out, n_in / 2, FILL_FP4, 0, 0);
-        struct job *j = add(p, sn, sdt, 2, n_out, n_in / 32, FILL_SCALE, 0, std);
+        gen_add(p, wn, DSV4_DTYPE_I8, 2, n_out, n_in / 2, FILL_FP4, 0, 0);
+        struct job *j = gen_add(p, sn, sdt, 2, n_out, n_in / 32, FILL_SCALE, 0, std);
         if (j) j->code_std = fp4_code_std();
     }
 }
 
-static void add_hc(struct plan *p, const char *pre, const char *which, const struct shape *s)
+void gen_add_hc(struct plan *p, const char *pre, const char *which, int hc, int dim)
 {
     char n[160];
-    int  mix = (2 + s->hc) * s->hc;
+    int  mix = (2 + hc) * hc;
     snprintf(n, sizeof(n), "%shc_%s_fn", pre, which);
-    add(p, n, DSV4_DTYPE_F32, 2, mix, (int64_t)s->hc * s->dim, FILL_UNIFORM, 0, 1.0 / sqrt((double)s->hc * s->dim));
+    gen_add(p, n, DSV4_DTYPE_F32, 2, mix, (int64_t)hc * dim, FILL_UNIFORM, 0, 1.0 / sqrt((double)hc * dim));
     snprintf(n, sizeof(n), "%shc_%s_base", pre, which);
-    add(p, n, DSV4_DTYPE_F32, 1, mix, 0, FILL_UNIFORM, 0, 0.5);
+    gen_add(p, n, DSV4_DTYPE_F32, 1, mix, 0, FILL_UNIFORM, 0, 0.5);
     snprintf(n, sizeof(n), "%shc_%s_scale", pre, which);
-    add(p, n, DSV4_DTYPE_F32, 1, 3, 0, FILL_UNIFORM, 1.0, 0.25);
+    gen_add(p, n, DSV4_DTYPE_F32, 1, 3, 0, FILL_UNIFORM, 1.0, 0.25);
 }
 
-static void add_compressor(struct plan *p, const char *pre, int ratio, int d_out, const struct shape *s)
+void gen_add_block_norms(struct plan *p, const struct gen_shape *s, const char *pre)
+{
+    char n[200];
+    snprintf(n, sizeof(n), "%sattn_norm.weight", pre);
+    gen_add(p, n, DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+    snprintf(n, sizeof(n), "%sffn_norm.weight", pre);
+    gen_add(p, n, DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+    gen_add_hc(p, pre, "attn", s->hc, s->dim);
+    gen_add_hc(p, pre, "ffn", s->hc, s->dim);
+}
+
+void gen_add_attn_core(struct plan *p, const struct gen_shape *s, const char *pre)
+{
+    char          n[200];
+    enum lin_kind q = LIN_FP8;
+#define N(suffix) (snprintf(n, sizeof(n), "%s%s", pre, suffix), n)
+    gen_add(p, N("attn.attn_sink"), DSV4_DTYPE_F32, 1, s->n_heads, 0, FILL_UNIFORM, 0, 1.0);
+    gen_add_linear(p, N("attn.wq_a"), q, s->q_lora, s->dim, 1.0 / sqrt(s->dim));
+    gen_add(p, N("attn.q_norm.weight"), DSV4_DTYPE_BF16, 1, s->q_lora, 0, FILL_UNIFORM, 1.0, 0.1);
+    gen_add_linear(p, N("attn.wq_b"), q, s->n_heads * s->head_dim, s->q_lora, 1.0 / sqrt(s->q_lora));
+    gen_add_linear(p, N("attn.wkv"), q, s->head_dim, s->dim, 1.0 / sqrt(s->dim));
+    gen_add(p, N("attn.kv_norm.weight"), DSV4_DTYPE_BF16, 1, s->head_dim, 0, FILL_UNIFORM, 1.0, 0.1);
+    int wo_in = s->n_heads * s->head_dim / s->o_groups;
+    gen_add_linear(p, N("attn.wo_a"), q, s->o_groups * s->o_lora, wo_in, 1.0 / sqrt(wo_in));
+    gen_add_linear(p, N("attn.wo_b"), q, s->dim, s->o_groups * s->o_lora, 1.0 / sqrt(s->o_groups * s->o_lora));
+#undef N
+}
+
+void gen_add_experts(struct plan *p, const struct gen_shape *s, const char *pre, int n_exp, enum lin_kind ek)
+{
+    char n[200];
+    snprintf(n, sizeof(n), "%sffn.shared_experts.w1", pre);
+    gen_add_linear(p, n, LIN_FP8, s->inter, s->dim, 1.0 / sqrt(s->dim));
+    snprintf(n, sizeof(n), "%sffn.shared_experts.w3", pre);
+    gen_add_linear(p, n, LIN_FP8, s->inter, s->dim, 1.0 / sqrt(s->dim));
+    snprintf(n, sizeof(n), "%sffn.shared_experts.w2", pre);
+    gen_add_linear(p, n, LIN_FP8, s->dim, s->inter, 1.0 / sqrt(s->inter));
+    for (int e = 0; e < n_exp; e++) {
+        snprintf(n, sizeof(n), "%sffn.experts.%d.w1", pre, e);
+        gen_add_linear(p, n, ek, s->inter, s->dim, 1.0 / sqrt(s->dim));
+        snprintf(n, sizeof(n), "%sffn.experts.%d.w3", pre, e);
+        gen_add_linear(p, n, ek, s->inter, s->dim, 1.0 / sqrt(s->dim));
+        snprintf(n, sizeof(n), "%sffn.experts.%d.w2", pre, e);
+        gen_add_linear(p, n, ek, s->dim, s->inter, 1.0 / sqrt(s->inter));
+    }
+}
+
+static void add_compressor(struct plan *p, const char *pre, int ratio, int d_out, const struct gen_shape *s)
 {
     char n[160];
     int  coff = ratio == 4 ? 2 : 1;
     snprintf(n, sizeof(n), "%s.ape", pre);
-    add(p, n, DSV4_DTYPE_F32, 2, ratio, (int64_t)coff * d_out, FILL_UNIFORM, 0, 0.5);
+    gen_add(p, n, DSV4_DTYPE_F32, 2, ratio, (int64_t)coff * d_out, FILL_UNIFORM, 0, 0.5);
     snprintf(n, sizeof(n), "%s.wkv", pre);
-    add_linear(p, n, LIN_BF16, coff * d_out, s->dim, 1.0 / sqrt(s->dim));
+    gen_add_linear(p, n, LIN_BF16, coff * d_out, s->dim, 1.0 / sqrt(s->dim));
     snprintf(n, sizeof(n), "%s.wgate", pre);
-    add_linear(p, n, LIN_BF16, coff * d_out, s->dim, 1.0 / sqrt(s->dim));
+    gen_add_linear(p, n, LIN_BF16, coff * d_out, s->dim, 1.0 / sqrt(s->dim));
     snprintf(n, sizeof(n), "%s.norm.weight", pre);
-    add(p, n, DSV4_DTYPE_BF16, 1, d_out, 0, FILL_UNIFORM, 1.0, 0.1);
+    gen_add(p, n, DSV4_DTYPE_BF16, 1, d_out, 0, FILL_UNIFORM, 1.0, 0.1);
 }
 
-static void add_layer(struct plan *p, const struct shape *s, const char *pre, int il, bool mtp)
+static void add_layer(struct plan *p, const struct gen_shape *s, const char *pre, int il, bool mtp)
 {
     char n[200];
     int  ratio = s->ratios[il];
     enum lin_kind q = LIN_FP8, ek = p->o->fp8_experts ? LIN_FP8 : LIN_FP4;
 #define N(suffix) (snprintf(n, sizeof(n), "%s%s", pre, suffix), n)
-    add(p, N("attn_norm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-    add(p, N("ffn_norm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-    add_hc(p, pre, "attn", s);
-    add_hc(p, pre, "ffn", s);
-    add(p, N("attn.attn_sink"), DSV4_DTYPE_F32, 1, s->n_heads, 0, FILL_UNIFORM, 0, 1.0);
-    add_linear(p, N("attn.wq_a"), q, s->q_lora, s->dim, 1.0 / sqrt(s->dim));
-    add(p, N("attn.q_norm.weight"), DSV4_DTYPE_BF16, 1, s->q_lora, 0, FILL_UNIFORM, 1.0, 0.1);
-    add_linear(p, N("attn.wq_b"), q, s->n_heads * s->head_dim, s->q_lora, 1.0 / sqrt(s->q_lora));
-    add_linear(p, N("attn.wkv"), q, s->head_dim, s->dim, 1.0 / sqrt(s->dim));
-    add(p, N("attn.kv_norm.weight"), DSV4_DTYPE_BF16, 1, s->head_dim, 0, FILL_UNIFORM, 1.0, 0.1);
-    int wo_in = s->n_heads * s->head_dim / s->o_groups;
-    add_linear(p, N("attn.wo_a"), q, s->o_groups * s->o_lora, wo_in, 1.0 / sqrt(wo_in));
-    add_linear(p, N("attn.wo_b"), q, s->dim, s->o_groups * s->o_lora, 1.0 / sqrt(s->o_groups * s->o_lora));
+    gen_add_block_norms(p, s, pre);
+    gen_add_attn_core(p, s, pre);
     if (ratio) add_compressor(p, N("attn.compressor"), ratio, s->head_dim, s);
     if (ratio == 4) {
-        add_linear(p, N("attn.indexer.wq_b"), q, s->idx_heads * s->idx_dim, s->q_lora, 1.0 / sqrt(s->q_lora));
-        add_linear(p, N("attn.indexer.weights_proj"), LIN_BF16, s->idx_heads, s->dim, 1.0 / sqrt(s->dim));
+        gen_add_linear(p, N("attn.indexer.wq_b"), q, s->idx_heads * s->idx_dim, s->q_lora, 1.0 / sqrt(s->q_lora));
+        gen_add_linear(p, N("attn.indexer.weights_proj"), LIN_BF16, s->idx_heads, s->dim, 1.0 / sqrt(s->dim));
         add_compressor(p, N("attn.indexer.compressor"), ratio, s->idx_dim, s);
     }
-    add_linear(p, N("ffn.gate"), LIN_BF16, s->n_exp, s->dim, 2.0 / sqrt(s->dim));
+    gen_add_linear(p, N("ffn.gate"), LIN_BF16, s->n_exp, s->dim, 2.0 / sqrt(s->dim));
     if (!mtp && il < s->n_hash) {
-        struct job *j = add(p, N("ffn.gate.tid2eid"), DSV4_DTYPE_I64, 2, s->vocab, s->n_exp_used, FILL_TID2EID, 0, 0);
+        struct job *j = gen_add(p, N("ffn.gate.tid2eid"), DSV4_DTYPE_I64, 2, s->vocab, s->n_exp_used, FILL_TID2EID, 0, 0);
         if (j) j->n_exp = s->n_exp;
     } else {
-        add(p, N("ffn.gate.bias"), DSV4_DTYPE_F32, 1, s->n_exp, 0, FILL_UNIFORM, 0, 0.1);
+        gen_add(p, N("ffn.gate.bias"), DSV4_DTYPE_F32, 1, s->n_exp, 0, FILL_UNIFORM, 0, 0.1);
     }
-    add_linear(p, N("ffn.shared_experts.w1"), q, s->inter, s->dim, 1.0 / sqrt(s->dim));
-    add_linear(p, N("ffn.shared_experts.w3"), q, s->inter, s->dim, 1.0 / sqrt(s->dim));
-    add_linear(p, N("ffn.shared_experts.w2"), q, s->dim, s->inter, 1.0 / sqrt(s->inter));
-    for (int e = 0; e < s->n_exp; e++) {
-        char ep[200];
-        snprintf(ep, sizeof(ep), "%sffn.experts.%d.w1", pre, e);
-        add_linear(p, ep, ek, s->inter, s->dim, 1.0 / sqrt(s->dim));
-        snprintf(ep, sizeof(ep), "%sffn.experts.%d.w3", pre, e);
-        add_linear(p, ep, ek, s->inter, s->dim, 1.0 / sqrt(s->dim));
-        snprintf(ep, sizeof(ep), "%sffn.experts.%d.w2", pre, e);
-        add_linear(p, ep, ek, s->dim, s->inter, 1.0 / sqrt(s->inter));
-    }
+    gen_add_experts(p, s, pre, s->n_exp, ek);
     if (mtp) {
-        add_linear(p, N("e_proj"), q, s->dim, s->dim, 1.0 / sqrt(s->dim));
-        add_linear(p, N("h_proj"), q, s->dim, s->dim, 1.0 / sqrt(s->dim));
-        add(p, N("enorm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-        add(p, N("hnorm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-        add(p, N("norm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-        add(p, N("hc_head_fn"), DSV4_DTYPE_F32, 2, s->hc, (int64_t)s->hc * s->dim, FILL_UNIFORM, 0,
+        gen_add_linear(p, N("e_proj"), q, s->dim, s->dim, 1.0 / sqrt(s->dim));
+        gen_add_linear(p, N("h_proj"), q, s->dim, s->dim, 1.0 / sqrt(s->dim));
+        gen_add(p, N("enorm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+        gen_add(p, N("hnorm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+        gen_add(p, N("norm.weight"), DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+        gen_add(p, N("hc_head_fn"), DSV4_DTYPE_F32, 2, s->hc, (int64_t)s->hc * s->dim, FILL_UNIFORM, 0,
             1.0 / sqrt((double)s->hc * s->dim));
-        add(p, N("hc_head_base"), DSV4_DTYPE_F32, 1, s->hc, 0, FILL_UNIFORM, 0, 0.5);
-        add(p, N("hc_head_scale"), DSV4_DTYPE_F32, 1, 1, 0, FILL_UNIFORM, 1.0, 0.25);
+        gen_add(p, N("hc_head_base"), DSV4_DTYPE_F32, 1, s->hc, 0, FILL_UNIFORM, 0, 0.5);
+        gen_add(p, N("hc_head_scale"), DSV4_DTYPE_F32, 1, 1, 0, FILL_UNIFORM, 1.0, 0.25);
     }
 #undef N
 }
 
-static void build_plan(struct plan *p, const struct shape *s)
+static void build_plan(struct plan *p, const struct gen_shape *s)
 {
     p->shard = 0;
-    add(p, "embed.weight", DSV4_DTYPE_BF16, 2, s->vocab, s->dim, FILL_UNIFORM, 0, 1.0);
-    add_linear(p, "head", LIN_BF16, s->vocab, s->dim, 1.0 / sqrt(s->dim));
-    add(p, "norm.weight", DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
-    add(p, "hc_head_fn", DSV4_DTYPE_F32, 2, s->hc, (int64_t)s->hc * s->dim, FILL_UNIFORM, 0,
+    gen_add(p, "embed.weight", DSV4_DTYPE_BF16, 2, s->vocab, s->dim, FILL_UNIFORM, 0, 1.0);
+    gen_add_linear(p, "head", LIN_BF16, s->vocab, s->dim, 1.0 / sqrt(s->dim));
+    gen_add(p, "norm.weight", DSV4_DTYPE_BF16, 1, s->dim, 0, FILL_UNIFORM, 1.0, 0.1);
+    gen_add(p, "hc_head_fn", DSV4_DTYPE_F32, 2, s->hc, (int64_t)s->hc * s->dim, FILL_UNIFORM, 0,
         1.0 / sqrt((double)s->hc * s->dim));
-    add(p, "hc_head_base", DSV4_DTYPE_F32, 1, s->hc, 0, FILL_UNIFORM, 0, 0.5);
-    add(p, "hc_head_scale", DSV4_DTYPE_F32, 1, 1, 0, FILL_UNIFORM, 1.0, 0.25);
+    gen_add(p, "hc_head_base", DSV4_DTYPE_F32, 1, s->hc, 0, FILL_UNIFORM, 0, 0.5);
+    gen_add(p, "hc_head_scale", DSV4_DTYPE_F32, 1, 1, 0, FILL_UNIFORM, 1.0, 0.25);
     for (int il = 0; il < s->n_layers; il++) {
         char pre[32];
         snprintf(pre, sizeof(pre), "layers.%d.", il);
@@ -378,7 +368,7 @@ static int fill_job(struct dsv4_st_writer *w, const struct job *j, unsigned long
 
 /* ------------------------------------------------------------------ config.json */
 
-static int write_config(const char *dir, const struct shape *s, const struct gen_opts *o, struct dsv4_err *err)
+static int write_config(const char *dir, const struct gen_shape *s, const struct gen_opts *o, struct dsv4_err *err)
 {
     json_t *c = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", "DeepseekV4ForCausalLM"));
@@ -463,16 +453,36 @@ static int cmp_job(const void *a, const void *b)
     return x->seq < y->seq ? -1 : (x->seq > y->seq); /* keep declaration order */
 }
 
-int gen_checkpoint(const struct gen_opts *o, const char *dir, struct dsv4_err *err)
+int gen_mkdir(const char *dir, struct dsv4_err *err)
 {
-    struct shape s;
-    int          rc = preset_shape(o, &s, err);
-    if (rc) return rc;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return dsv4_err_set(err, DSV4_EIO, "cannot create directory %s: %s", dir, strerror(errno));
-    struct plan p = { .o = o };
+    return DSV4_OK;
+}
+
+int gen_checkpoint(const struct gen_opts *o, const char *dir, struct dsv4_err *err)
+{
+    if (!strcmp(o->preset, "tiny-v41")) return gen_v41_checkpoint(o, dir, err);
+    struct gen_shape s;
+    int          rc = preset_shape(o, &s, err);
+    if (rc == DSV4_OK) rc = gen_mkdir(dir, err);
+    if (rc) return rc;
+    struct plan p = { .o = o, .fp8_block = 128 };
     build_plan(&p, &s);
-    if (o->extra_tensor) add(&p, o->extra_tensor, DSV4_DTYPE_F32, 1, 4, 0, FILL_UNIFORM, 0, 1);
+    rc = write_config(dir, &s, o, err);
+    if (rc) {
+        free(p.jobs);
+        return rc;
+    }
+    return gen_write_plan(&p, dir, err);
+}
+
+int gen_write_plan(struct plan *p_, const char *dir, struct dsv4_err *err)
+{
+    struct plan            p  = *p_;
+    const struct gen_opts *o  = p.o;
+    int                    rc = DSV4_OK;
+    if (o->extra_tensor) gen_add(&p, o->extra_tensor, DSV4_DTYPE_F32, 1, 4, 0, FILL_UNIFORM, 0, 1);
     if (p.oom) {
         free(p.jobs);
         return dsv4_err_set(err, DSV4_ENOMEM, "out of memory planning the checkpoint");
@@ -485,7 +495,6 @@ int gen_checkpoint(const struct gen_opts *o, const char *dir, struct dsv4_err *e
     /* within a shard, larger elements first (stable): every tensor stays aligned to its element
      * size, as the reference safetensors writer arranges it */
     qsort(p.jobs, (size_t)p.n, sizeof(*p.jobs), cmp_job);
-    rc = write_config(dir, &s, o, err);
     uint8_t *buf   = malloc(CHUNK);
     json_t  *wmap  = json_object();
     uint64_t total = 0;

@@ -11,7 +11,7 @@
 #include "dsv4.h"
 
 struct gen_opts {
-    const char *preset;        /* "tiny-a", "tiny-b", "flash-shaped" */
+    const char *preset;        /* "tiny-a", "tiny-b", "flash-shaped", "tiny-v41" (DeepSeek-V4.1) */
     unsigned long long seed;
     int         layers;        /* flash-shaped only: main layers (default 2) */
     int         experts;       /* flash-shaped only: routed experts per layer (0 = 256, V4-Flash's) */

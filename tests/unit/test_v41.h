@@ -1,0 +1,14 @@
+/* test_v41.h - the cases of group v41 defined in test_v41_ckpt.c (the tiny-v41 checkpoint). */
+#ifndef DSV4_TEST_V41_H
+#define DSV4_TEST_V41_H
+
+#include "test.h"
+
+void test_v41_gen_binds(struct test_ctx *t);
+void test_v41_gen_sizes(struct test_ctx *t);
+void test_v41_inspect(struct test_ctx *t);
+void test_v41_corrupted(struct test_ctx *t);
+void test_v41_vision(struct test_ctx *t);
+void test_v41_logits_refused(struct test_ctx *t);
+
+#endif
