@@ -97,6 +97,14 @@ def select_topk(score, k):
     return out
 
 
+def padded_ids(sel, k):
+    """Selections (lists of row ids) -> I32 [n, k], -1 padded (for the recorder)."""
+    out = torch.full((len(sel), k), -1, dtype=torch.int32)
+    for i, s in enumerate(sel):
+        out[i, :len(s)] = torch.tensor(s, dtype=torch.int32)
+    return out
+
+
 # ============================================================================ state
 
 
@@ -305,6 +313,7 @@ class ModelV41(mdl.Model):
         score = mdl.index_scores(q, K, self.index_weights(u, pre + "weights_proj"), done)
         if k.cand == "source":
             sh.cand = candidate_blocks(score, done, c.cand_topk_blocks, c.cand_block_size)
+            rec.add(tag + "cand", sh.cand.to(torch.int32), pad=0)
         elif k.cand == "user":
             score = torch.where(sh.cand, score, torch.tensor(NEG_INF, dtype=F64))
         rec.add(tag + "idx_scores", score, pad=NEG_INF)
@@ -326,10 +335,18 @@ class ModelV41(mdl.Model):
                 self.compress(st, il, u, pos)
             if k.index_source == il:
                 sh.topk = self.indexer(st, il, u, qr, pos, sh, rec, tag)
+            rec.add(tag + "idx_topk", padded_ids(sh.topk, self.cfg.index_topk), pad=-1)
             P = pool.shape[0]
             sel = [s + [P + j for j in t] for s, t in zip(sel, sh.topk)]
-            pool = torch.cat([pool, st.layers[k.kv_source].comp.all()], 0)
-        return self.attend_out(pre, q, pool, sel, pos, freqs)
+            pool = torch.cat([pool, self.comp_rows(st, il)], 0)
+        o = self.attend_out(pre, q, pool, sel, pos, freqs)
+        rec.add(tag + "attn_out", o)
+        return o
+
+    def comp_rows(self, st, il):
+        """The compressed KV rows layer il attends over: its kv source's (a method so that the
+        self-checks can replace them and see who reads them)."""
+        return st.layers[self.cfg.kinds[il].kv_source].comp.all()
 
     # ------------------------------------------------------------------ MoE
 
@@ -364,11 +381,14 @@ class ModelV41(mdl.Model):
         hashes = self.engram_rows(st, n) if c.engram_layers else None
         X = self.t("embed.weight")[ids][:, None, :].repeat(1, c.hc_mult, 1)
         rec.add("tokens", ids.to(torch.int32))
+        rec.add("embed", X[:, 0])
         pre_mix, sh, targets = identity_pre_mix(n, c.hc_mult), Shared(), []
         for il in range(c.n_layers):
             k = c.kinds[il]
             if k.engram >= 0:
                 X = self.engram(X, hashes[:, k.engram], f"layers.{il}.")
+                rec.add(f"L{il}.engram_rows", hashes[:, k.engram].to(torch.int32))
+                rec.add(f"L{il}.x_engram", X)
             if il in c.dspark_targets:   # the attention input of the target layers
                 targets.append(bf16(X.mean(1)))
             def attend(u, il=il):
