@@ -48,7 +48,7 @@ import engram_ref
 import model as mdl
 import numerics as nx
 from config import Revision
-from model import F64, NO_RECORD, Rows, ein, mm, rmsnorm, topk_stable, with_rope
+from model import F64, NO_RECORD, Rows, mm, rmsnorm, topk_stable, with_rope
 from numerics import bf16, f32
 
 NEG_INF = float("-inf")

@@ -113,8 +113,9 @@ def test_sharing(check, d, m, toks):
     A = recorded(m, toks)
     check(bool(torch.equal(A["L3.idx_topk"], A["L2.idx_topk"])) and bool(torch.equal(A["L6.idx_topk"], A["L5.idx_topk"])),
           "layer 3 uses layer 2's selection, layer 6 layer 5's")
-    check("L3.idx_scores" not in A and "L6.idx_scores" not in A and "L3.comp" not in A and "L6.comp" not in A,
-          "layers 3, 5, 6 neither compress nor (3, 6) index; only 2 and 4 compress")
+    compress = sorted(int(k[1:].split(".")[0]) for k in A if k.endswith(".comp"))
+    index = sorted(int(k[1:].split(".")[0]) for k in A if k.endswith(".idx_scores"))
+    check(compress == [2, 4] and index == [2, 4, 5], f"kv sources {compress} (want [2, 4]), indexers {index} (want [2, 4, 5])")
     cfg = m.cfg
     B = recorded(NoRowsFor3(cfg, wmod.Weights(d, cfg.weight_block)), toks)
     k = first_diff(A, B)
