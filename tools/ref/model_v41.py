@@ -31,7 +31,9 @@ sequence is split into calls, or makes an unspecified choice deterministic):
     -inf, non-candidate row when fewer than index_topk candidate rows are reachable, which the
     released shapes cannot reach: (candidate_topk_blocks - 1) x block size >= index_topk);
   * an e4m3 scale of the compressed-KV FP4 above 448 saturates (the cast would give NaN);
-  * text only: no image spans (Engram's token mask, the routers' image bias);
+  * text only: no image spans (Engram's token mask, the routers' image bias); the Engram
+    token map is read from the checkpoint's engram_token_map.json (building it from
+    tokenizer.json, `build_compressed_token_map`, is not implemented);
   * DSpark rows (`forward_spec`) are defined for every position t <= T-2 with the known next
     token tokens[t+1] as the block's first token (the official loop drafts after each decode
     step from the sampled token, none after the prefill), and the Markov chain inside a block
@@ -174,7 +176,7 @@ class ModelV41(mdl.Model):
             with open(os.path.join(self.w.model_dir, "engram_token_map.json")) as f:
                 token_map = json.load(f)
         tm = np.array(token_map, dtype=np.int64)
-        if len(tm) < c.vocab_size or tm.min() < 0 or tm.max() >= c.engram_cvocab:
+        if tm.ndim != 1 or len(tm) <= c.engram_pad_id or tm.min() < 0 or tm.max() >= c.engram_cvocab:
             raise ValueError("engram_token_map.json: one compressed id in [0, C) per token expected")
         N, H = c.engram_max_ngram, c.engram_n_heads
         self.e_map, self.e_pad = tm, int(tm[c.engram_pad_id])
@@ -189,7 +191,10 @@ class ModelV41(mdl.Model):
         """Row ids [n, engram layers, (N-1) H] of the last n positions (the whole sequence is
         hashed again: the n-grams reach back N-1 tokens into earlier calls)."""
         c = self.cfg
-        ids = self.e_map[np.array(st.tokens, dtype=np.int64)].tolist()
+        toks = np.array(st.tokens, dtype=np.int64)
+        if toks.max() >= len(self.e_map):
+            raise ValueError(f"token {toks.max()} is not in engram_token_map.json ({len(self.e_map)} tokens)")
+        ids = self.e_map[toks].tolist()
         rows = engram_ref.indices(ids, self.e_pad, self.e_mult, self.e_primes, self.e_offs,
                                   c.engram_max_ngram, c.engram_n_heads)
         return torch.tensor(rows[len(ids) - n:], dtype=torch.int64)

@@ -1,6 +1,7 @@
 """test_ref_v41.py - the DeepSeek-V4.1 self-checks of the Python reference (run by test_ref.py).
 
 Owns: on a random tiny-v41 checkpoint written by tiny_v41.py (no C engine needed):
+(0) V4.1's formats (compressed-KV FP4 with e4m3 scales per 16, FP8 weights per 32x32 block);
 (1) chunk consistency: logits and DSpark rows with the whole prefill vs token by token vs
 other splits; (2) every layer kind does something: zeroing layer 1's Engram table changes
 layer 1's streams and nothing before it; layer 3 uses layer 2's selection and reads layer 2's
@@ -24,6 +25,7 @@ import torch
 import config as cfgmod
 import model as mdl
 import model_v41 as mv
+import numerics as nx
 import st
 import tiny_v41
 import weights as wmod
@@ -49,6 +51,24 @@ def recorded(m, toks, prefill=None):
 
 def rel(a, b):
     return float((a - b).norm() / b.norm())
+
+
+# ----------------------------------------------------------------------------- (0)
+
+
+def test_formats(check, d):
+    print("V4.1 number formats")
+    x = nx.bf16(torch.randn(5, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 3)
+    y = nx.fp4_sim_e4m3(x, 16).reshape(5, 4, 16)
+    s = nx.round_e4m3(nx.f32(x.reshape(5, 4, 16).abs().amax(-1, keepdim=True) / 6))
+    check(bool(torch.equal(nx.round_e2m1(y / s), y / s)) and not torch.equal(s, nx.pow2_scale(s, 1.0, 1e-30)),
+          "compressed-KV FP4: e2m1 x an e4m3 (not power-of-two) scale per 16")
+    w = wmod.Weights(d, 32)
+    W, quant = w.dense("layers.0.attn.wq_a")
+    blocks = W.reshape(W.shape[0] // 32, 32, W.shape[1] // 32, 32).abs().amax((1, 3))
+    sc = nx.e8m0_to_f64(w.stored["layers.0.attn.wq_a.scale"].array)
+    check(quant and bool((torch.from_numpy(sc) * 448 >= blocks).all() and (torch.from_numpy(sc) * 224 <= blocks).all()),
+          "FP8 weights: one e8m0 scale per 32x32 block")
 
 
 # ----------------------------------------------------------------------------- (1)
@@ -192,6 +212,7 @@ def run_all(check, tmp):
     d = tiny_v41.write(os.path.join(tmp, "tiny-v41"), seed=1)
     m = load(d)
     toks = tokens(m.cfg, 40, 11)
+    test_formats(check, d)
     test_chunks(check, m, toks)
     test_sharing(check, d, m, toks)
     test_engram(check, d, toks[:24])
