@@ -10,6 +10,11 @@ Owns: the two commands the C engine mirrors and compares against (tools/ref/READ
       --mtp-out: float32 [T-1, vocab]; row t = MTP head on the main model's last-layer
       streams at t plus the embedding of tokens[t+1] (predicts tokens[t+2]), position t.
 
+      DeepSeek-V4.1 checkpoints (config.json with a text_config) run model_v41.py;
+      --dspark-out FILE (V4.1 only): float32 [T-1, B, vocab + 1]; row t = the DSpark draft
+      block after position t with tokens[t+1] as its first token: per draft i (position
+      t+1+i) its logits (Markov bias included) and then its confidence.
+
   dump --model DIR (--tokens ... | --tokens-file F) [--prefill N] [--revision ...] --out F.safetensors
       every named intermediate (per layer, all positions stacked), F32 / I32, with tokens,
       prefill and revision in __metadata__.
@@ -30,6 +35,7 @@ import torch  # noqa: E402
 
 import config as cfgmod  # noqa: E402
 import model as mdl  # noqa: E402
+import model_v41 as mv41  # noqa: E402
 import st  # noqa: E402
 import weights as wmod  # noqa: E402
 
@@ -45,10 +51,28 @@ def parse_tokens(args):
 
 
 def load(model_dir, revision):
+    """model.Model for V4 checkpoints, model_v41.ModelV41 for V4.1 (by config.json)."""
     cfg = cfgmod.load_config(model_dir)
-    rev = cfgmod.Revision(revision)
-    m = mdl.Model(cfg, wmod.Weights(model_dir), rev)
-    return m
+    if cfg.arch == "v4.1":
+        if revision != "current":
+            sys.exit("--revision: DeepSeek-V4.1 has one revision (current)")
+        return mv41.ModelV41(cfg, wmod.Weights(model_dir, cfg.weight_block))
+    return mdl.Model(cfg, wmod.Weights(model_dir), cfgmod.Revision(revision))
+
+
+def is_v41(m):
+    return m.cfg.arch == "v4.1"
+
+
+def run_any(m, toks, prefill, extra, rec=mdl.NO_RECORD):
+    """(logits, MTP logits or DSpark (logits, confidence) or None) for either model."""
+    if is_v41(m):
+        return mv41.run(m, toks, prefill, dspark=extra, rec=rec)
+    return mdl.run(m, toks, prefill, mtp=extra, rec=rec)
+
+
+def write_f32(t, path):
+    t.to(torch.float32).numpy().astype("<f4").tofile(path)
 
 
 def check_tokens(m, toks):
@@ -61,20 +85,24 @@ def cmd_logits(args):
     toks = parse_tokens(args)
     m = load(args.model, args.revision)
     check_tokens(m, toks)
-    want_mtp = args.mtp_out is not None
+    want_mtp, want_spark = args.mtp_out is not None, args.dspark_out is not None
     if want_mtp and not m.has_mtp:
-        sys.exit("--mtp-out: the checkpoint has no MTP block")
-    logits, mtp = mdl.run(m, toks, args.prefill, mtp=want_mtp)
-    logits.to(torch.float32).numpy().astype("<f4").tofile(args.out)
+        sys.exit("--mtp-out: the checkpoint has no MTP block" + (" (V4.1: --dspark-out)" if is_v41(m) else ""))
+    if want_spark and not (is_v41(m) and m.has_dspark):
+        sys.exit("--dspark-out: the checkpoint has no DSpark stages")
+    logits, extra = run_any(m, toks, args.prefill, want_mtp or want_spark)
+    write_f32(logits, args.out)
     if want_mtp:
-        mtp.to(torch.float32).numpy().astype("<f4").tofile(args.mtp_out)
+        write_f32(extra, args.mtp_out)
+    if want_spark:
+        write_f32(torch.cat([extra[0], extra[1][..., None]], -1), args.dspark_out)
 
 
 def dump_metadata(m, args, toks):
     N = len(toks) if args.prefill is None else max(1, min(args.prefill, len(toks)))
     return {"format": "dsv4-ref-dump/1", "tokens": ",".join(map(str, toks)), "prefill": str(N),
             "revision": m.rev.name, "model": os.path.abspath(args.model),
-            "n_layers": str(m.cfg.n_layers), "mtp": str(int(m.has_mtp))}
+            "n_layers": str(m.cfg.n_layers), "mtp": str(int(m.has_mtp)), "arch": m.cfg.arch}
 
 
 def to_numpy(t):
@@ -88,7 +116,7 @@ def cmd_dump(args):
     m = load(args.model, args.revision)
     check_tokens(m, toks)
     rec = mdl.Recorder()
-    mdl.run(m, toks, args.prefill, mtp=m.has_mtp and len(toks) > 1, rec=rec)
+    run_any(m, toks, args.prefill, m.has_mtp and len(toks) > 1, rec=rec)
     stages = rec.result()
     st.write_file(args.out, {k: to_numpy(v) for k, v in stages.items()}, dump_metadata(m, args, toks))
 
@@ -107,6 +135,7 @@ def main(argv=None):
         s.add_argument("--out", required=True)
         if name == "logits":
             s.add_argument("--mtp-out", help="also write MTP logits [T-1, vocab] here")
+            s.add_argument("--dspark-out", help="V4.1: also write DSpark rows [T-1, B, vocab + 1] here")
     args = p.parse_args(argv)
     if args.prefill is not None and args.prefill < 1:
         sys.exit("--prefill must be at least 1")

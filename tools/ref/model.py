@@ -138,6 +138,17 @@ def topk_stable(scores, k):
     return order[..., :k]
 
 
+def index_scores(q, K, w, done):
+    """Indexer scores [n, Nc] of queries q [n, nI, dI] against key rows K [Nc, dI] with head
+    weights w [n, nI], rounded to bf16 at the demo's three points (each q.k, each weighted
+    head, the sum over heads); -inf for rows j >= done[i] (blocks not completed at i)."""
+    s = bf16(ein("nhd,jd->nhj", q, K))
+    s = bf16(torch.relu(s) * w[:, :, None])
+    score = bf16(s.sum(1))
+    valid = torch.arange(K.shape[0])[None, :] < done[:, None]
+    return torch.where(valid, score, torch.tensor(float("-inf"), dtype=F64))
+
+
 # ============================================================================ recorder
 
 
@@ -217,6 +228,8 @@ class State:
 
 
 class Model:
+    act_block = 128      # activations quantised per 128 before FP8/FP4 linears (V4.1: 32)
+
     def __init__(self, cfg, weights, revision):
         self.cfg, self.w, self.rev = cfg, weights, revision
         c = cfg
@@ -231,11 +244,11 @@ class Model:
         return self.w.tensor(name)
 
     def linear(self, x, prefix):
-        """A checkpoint linear on a bf16 input: act_quant (e4m3, 128 blocks) when the weight is
-        FP8/FP4, product summed exactly, output rounded to bf16."""
+        """A checkpoint linear on a bf16 input: act_quant (e4m3, act_block blocks) when the
+        weight is FP8/FP4, product summed exactly, output rounded to bf16."""
         W, quant = self.w.dense(prefix)
         if quant:
-            x = nx.act_quant(x, 128)
+            x = nx.act_quant(x, self.act_block)
         return bf16(mm(x, W))
 
     def freqs(self, ratio):
@@ -332,25 +345,26 @@ class Model:
         q = with_rope(q, pos, freqs, rd)
         q = nx.fp4_sim(nx.hadamard(q), 32)
         self.compress(ls.idx, pre + "attn.indexer.compressor", u, pos, ratio, dI, freqs, "index")
-        wscale = torch.tensor(dI ** -0.5 * nI ** -0.5, dtype=torch.float32).item()
-        w = bf16(self.linear(u, pre + "attn.indexer.weights_proj") * wscale)     # [n, nI]
+        w = self.index_weights(u, pre + "attn.indexer.weights_proj")             # [n, nI]
         K = ls.idx.rows.all()                                                    # [Nc, dI]
         done = (pos + 1) // ratio                                                # completed blocks
         topk = torch.full((n, cfg.index_topk), -1, dtype=torch.int64)
         if K.shape[0] == 0:
             rec.add(tag + "idx_scores", torch.full((n, 1), float("-inf"), dtype=F64), pad=float("-inf"))
             return topk
-        s = bf16(ein("nhd,jd->nhj", q, K))                               # each q.k
-        s = bf16(torch.relu(s) * w[:, :, None])                                   # each head product
-        score = bf16(s.sum(1))                                                    # sum over heads
-        valid = torch.arange(K.shape[0])[None, :] < done[:, None]
-        score = torch.where(valid, score, torch.tensor(float("-inf"), dtype=F64))
+        score = index_scores(q, K, w, done)
         rec.add(tag + "idx_scores", score, pad=float("-inf"))
         for i in range(n):
             k = min(cfg.index_topk, int(done[i]))
             if k:
                 topk[i, :k] = torch.sort(topk_stable(score[i], k))[0]
         return topk
+
+    def index_weights(self, u, prefix):
+        """Per-head weights of the indexer: weights_proj(u) x dI^-0.5 nI^-0.5 (bf16)."""
+        c = self.cfg
+        wscale = torch.tensor(c.index_head_dim ** -0.5 * c.index_n_heads ** -0.5, dtype=torch.float32).item()
+        return bf16(self.linear(u, prefix) * wscale)
 
     # ------------------------------------------------------------------ attention
 
@@ -394,8 +408,13 @@ class Model:
         o = self.sparse_attn(q, pool, sel, self.t(pre + "attn.attn_sink"), D ** -0.5)
         o = with_rope(o, pos, freqs, rd, inverse=True)
         rec.add(tag + "o", o)
-        G = cfg.o_groups
-        Wa, _ = self.w.dense(pre + "attn.wo_a", round_bf16=True)      # bf16 einsum weight
+        return self.out_proj(pre, o)
+
+    def out_proj(self, pre, o):
+        """Grouped low-rank output projection: wo_a per group (a bf16 einsum: convert.py
+        dequantises wo_a to bf16), then wo_b."""
+        cfg, n, G = self.cfg, o.shape[0], self.cfg.o_groups
+        Wa, _ = self.w.dense(pre + "attn.wo_a", round_bf16=True)
         z = bf16(ein("ngd,grd->ngr", o.reshape(n, G, -1), Wa.reshape(G, cfg.o_lora_rank, -1)))
         return self.linear(z.reshape(n, -1), pre + "attn.wo_b")
 
@@ -447,13 +466,18 @@ class Model:
         w = f32(w * cfg.route_scale)
         rec.add(tag + "router_ids", eids.to(torch.int32))
         rec.add(tag + "router_w", w)
-        y = torch.zeros_like(u)
-        for e in sorted(set(eids.flatten().tolist())):
-            rows, slot = torch.where(eids == e)
-            y[rows] += self.expert(u[rows], f"{pre}ffn.experts.{e}", cfg.swiglu_limit, w[rows, slot])
+        y = self.routed(pre, u, eids, w)
         shared_limit = cfg.swiglu_limit if self.rev.shared_clamp else 0.0
         y = y + self.expert(u, pre + "ffn.shared_experts", shared_limit)
         return bf16(y)
+
+    def routed(self, pre, u, eids, w):
+        """Sum over the selected experts of weight x expert(u), exact (float64)."""
+        y = torch.zeros_like(u)
+        for e in sorted(set(eids.flatten().tolist())):
+            rows, slot = torch.where(eids == e)
+            y[rows] += self.expert(u[rows], f"{pre}ffn.experts.{e}", self.cfg.swiglu_limit, w[rows, slot])
+        return y
 
     # ------------------------------------------------------------------ block
 

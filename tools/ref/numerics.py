@@ -122,6 +122,24 @@ def round_e2m1(x):
     return _round_to_grid(x, _E2M1_POS)
 
 
+def e4m3_codes(v):
+    """Values on the e4m3fn grid (float64 tensor) -> their uint8 codes (numpy)."""
+    mag = torch.searchsorted(_E4M3_POS, v.abs().contiguous())
+    return (mag + torch.where(v < 0, 128, 0)).to(torch.uint8).numpy()
+
+
+def e2m1_codes(v):
+    """Values on the e2m1 grid -> 4-bit codes 0..15 (sign = bit 3), numpy uint8."""
+    mag = torch.searchsorted(_E2M1_POS, v.abs().contiguous())
+    return (mag + torch.where(v < 0, 8, 0)).to(torch.uint8).numpy()
+
+
+def bf16_bits(v):
+    """A float64 tensor -> uint16 bfloat16 bit patterns (nearest even, via f32), numpy."""
+    u32 = bf16(v).to(torch.float32).numpy().view(np.uint32)
+    return (u32 >> 16).astype(np.uint16)
+
+
 # ----------------------------------------------------------------------------- scales
 
 
@@ -154,6 +172,18 @@ def fp8_sim(x, block=64):
     """In-place FP8 simulation of cached KV (act_quant(..., inplace=True)): quantise to e4m3
     with a power-of-two scale per `block`, dequantise back to bf16 (exact in bf16)."""
     return bf16(act_quant(x, block))
+
+
+def fp4_sim_e4m3(x, block=16):
+    """V4.1's compressed-KV FP4 simulation (fp4_act_quant(..., 16, True, scale_dtype=e4m3)):
+    e2m1 with an e4m3 scale per `block`, s = e4m3(f32(max(amax, 6 * 2^-9) / 6)) (a scale
+    above 448 saturates here), x / s rounded to f32 before the e2m1 rounding (s is not a
+    power of two), dequantised back to bf16."""
+    xb = _blocks(x, block)
+    amax = torch.clamp(xb.abs().amax(-1, keepdim=True), min=6.0 * 2.0 ** -9)
+    s = round_e4m3(f32(amax / 6.0))
+    q = round_e2m1(torch.clamp(f32(xb / s), -6.0, 6.0))
+    return bf16((q * s).reshape(x.shape))
 
 
 def fp4_sim(x, block=32):

@@ -100,20 +100,34 @@ _WRITE_NAMES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dty
                 np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL"}
 
 
+def _dtype_and_array(name, value):
+    """A numpy array (dtype from its numpy dtype) or a (safetensors dtype name, raw array) pair
+    for the formats numpy lacks: ("BF16", uint16 bits), ("F8_E4M3" / "F8_E8M0", uint8 codes)."""
+    if isinstance(value, tuple):
+        dt, arr = value
+        arr = np.ascontiguousarray(arr)
+        if dt not in RAW_DTYPES or np.dtype(RAW_DTYPES[dt]) != arr.dtype:
+            raise ValueError(f"{name}: {dt} needs raw {RAW_DTYPES.get(dt)} elements, got {arr.dtype}")
+        return dt, arr
+    arr = np.ascontiguousarray(value)
+    if arr.dtype not in _WRITE_NAMES:
+        raise ValueError(f"{name}: cannot write numpy dtype {arr.dtype}")
+    return _WRITE_NAMES[arr.dtype], arr
+
+
 def write_file(path, tensors, metadata=None):
-    """Writes {name: numpy array} (insertion order kept) and optional {str: str} metadata.
-    Zero-element tensors are not allowed (the project's reader wants a tiled data area)."""
+    """Writes {name: numpy array or (dtype name, raw array)} (insertion order kept) and optional
+    {str: str} metadata. Zero-element tensors are not allowed (the project's reader wants a
+    tiled data area)."""
     header, chunks, off = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
-        if arr.dtype not in _WRITE_NAMES:
-            raise ValueError(f"{name}: cannot write numpy dtype {arr.dtype}")
+    for name, value in tensors.items():
+        dt, arr = _dtype_and_array(name, value)
         if arr.size == 0:
             raise ValueError(f"{name}: zero-element tensor")
         raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": _WRITE_NAMES[arr.dtype], "shape": list(arr.shape),
+        header[name] = {"dtype": dt, "shape": list(arr.shape),
                         "data_offsets": [off, off + len(raw)]}
         chunks.append(raw)
         off += len(raw)

@@ -8,13 +8,16 @@ other splits, for tiny-a and tiny-b: relative L2 (median, overall) and argmax ag
 (4) revisions: `current` and `initial` differ exactly where docs/MODEL.md §R0 says (cached-KV
 FP8 simulation, shared-expert clamp) and nowhere else; (5) the command line; and, with
 --noise, (6) the noise floor engines doing f32 arithmetic will show against the fixtures
-(dot products accumulated in f32; every rounding point's input off by < 1 f32 ulp).
+(dot products accumulated in f32; every rounding point's input off by < 1 f32 ulp);
+(7) the DeepSeek-V4.1 checks of test_ref_v41.py on a random tiny-v41 checkpoint (chunk
+consistency, each layer kind's effect, the official decode bug, `logits --dspark-out`).
 
 Why here: the reference is the project's ground truth; these checks are what makes it
 trustworthy, and their printed figures are quoted in tests/golden/README.md.
 
-Usage: /usr/bin/python3 tools/ref/test_ref.py [--dsv4 PATH] [--noise]
-Checkpoints are generated with `dsv4 gen` into a temporary directory.
+Usage: /usr/bin/python3 tools/ref/test_ref.py [--dsv4 PATH] [--noise] [--v41-only]
+V4 checkpoints are generated with `dsv4 gen` into a temporary directory (--v41-only skips the
+V4 checks and needs no dsv4 binary); the V4.1 one with tiny_v41.py.
 """
 
 import argparse
@@ -34,6 +37,7 @@ import config as cfgmod  # noqa: E402
 import model as mdl  # noqa: E402
 import numerics as nx  # noqa: E402
 import st  # noqa: E402
+import test_ref_v41  # noqa: E402
 import weights as wmod  # noqa: E402
 
 FAILS = []
@@ -241,13 +245,17 @@ def main():
                     if os.path.exists(c)), None)
     p.add_argument("--dsv4", default=default, help="dsv4 binary (for `dsv4 gen`)")
     p.add_argument("--noise", action="store_true", help="also measure the f32-accumulation noise floor")
+    p.add_argument("--v41-only", action="store_true", help="only the number formats and the V4.1 checks")
     args = p.parse_args()
-    if not args.dsv4:
-        sys.exit("no dsv4 binary found: build one (make) or pass --dsv4")
+    if not args.dsv4 and not args.v41_only:
+        sys.exit("no dsv4 binary found: build one (make) or pass --dsv4 (or --v41-only)")
     tmp = tempfile.mkdtemp(prefix="dsv4-ref-test-")
     try:
         test_numerics()
         test_safetensors(tmp)
+        test_ref_v41.run_all(check, tmp)
+        if args.v41_only:
+            return finish()
         da = gen(args.dsv4, tmp, "tiny-a", ["--preset", "tiny-a", "--seed", "1"])
         db = gen(args.dsv4, tmp, "tiny-b", ["--preset", "tiny-b", "--seed", "2"])
         dl = gen(args.dsv4, tmp, "tiny-a-limit", ["--preset", "tiny-a", "--seed", "3", "--swiglu-limit", "0.5"])
@@ -261,6 +269,10 @@ def main():
             test_noise(dl, "tiny-a --swiglu-limit 0.5", 101, 37)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    finish()
+
+
+def finish():
     print(f"\n{len(FAILS)} failure(s)" if FAILS else "\nall checks passed")
     sys.exit(1 if FAILS else 0)
 

@@ -1,7 +1,8 @@
 """weights.py - checkpoint tensors, decoded to float64 torch tensors on first use.
 
 Owns: turning the stored formats of the official layout (docs/MODEL.md §R2, §R5.2) into exact
-float64 values: BF16 -> value; F8_E4M3 weight x scale per 128x128 block; I8-packed FP4 e2m1
+float64 values: BF16 -> value; F8_E4M3 weight x scale per 128x128 block (V4; 32x32 for
+V4.1, `block`); I8-packed FP4 e2m1
 (low nibble = even input index) x scale per 32 inputs of a row; F32 as is; I64 hash tables.
 Scales may be F8_E8M0 (2^(e-127)) or F32 (base checkpoints). Decoding is lazy and cached, so
 only the experts a run actually routes to are ever expanded.
@@ -19,7 +20,9 @@ import st
 
 
 class Weights:
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, block=128):
+        self.model_dir = model_dir
+        self.block = block                 # FP8 weights: one scale per block x block
         self.stored = st.read_checkpoint(model_dir)
         self._cache = {}
 
@@ -64,7 +67,8 @@ class Weights:
         if w.dtype == "F8_E4M3":
             s = self._scale(prefix + ".scale")
             out, inp = w.array.shape
-            full = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:out, :inp]
+            b = self.block
+            full = np.repeat(np.repeat(s, b, axis=0), b, axis=1)[:out, :inp]
             m = torch.from_numpy(nx.e4m3_to_f64(w.array) * full)
             quant = True
         elif w.dtype == "I8":
@@ -84,3 +88,12 @@ class Weights:
             m = nx.bf16(m)
         self._cache[key] = (m, quant)
         return self._cache[key]
+
+    def rows_fp8(self, prefix, idx):
+        """Rows idx (int64 tensor, any shape) of an FP8 table with an e8m0 scale per 32 values
+        of a row (prefix.weight [rows, d] F8_E4M3, prefix.scale [rows, d/32]; the V4.1 Engram
+        tables, `ParallelEngramEmbedding`): float64 [..., d], only those rows decoded."""
+        w, s = self.stored[prefix + ".weight"].array, self._scale(prefix + ".scale")
+        flat = idx.reshape(-1).numpy()
+        vals = nx.e4m3_to_f64(w[flat]) * np.repeat(s[flat], 32, axis=1)
+        return torch.from_numpy(vals).reshape(*idx.shape, w.shape[1])
