@@ -150,13 +150,14 @@ static void bind_linear(struct binder *b, struct dsv4_linear *l, const char *pre
     l->fmt   = fmt;
     l->n_out = n_out;
     l->n_in  = n_in;
+    l->block = b->cfg->fp8_block;
     const struct dsv4_tensor *w = NULL, *s = NULL;
     switch (fmt) {
     case DSV4_WFMT_BF16: w = expect(b, wn, DT(BF16), 2, n_out, n_in); break;
     case DSV4_WFMT_F32:  w = expect(b, wn, DT(F32), 2, n_out, n_in); break;
     case DSV4_WFMT_FP8:
         w = expect(b, wn, DT(F8_E4M3), 2, n_out, n_in);
-        s = expect(b, sn, DT(F8_E8M0) | DT(F32), 2, cdiv(n_out, 128), cdiv(n_in, 128));
+        s = expect(b, sn, DT(F8_E8M0) | DT(F32), 2, cdiv(n_out, l->block), cdiv(n_in, l->block));
         break;
     case DSV4_WFMT_FP4:
         if (n_in % 32 != 0) problem(b, "tensor %s: input width %d is not a multiple of 32 (FP4 blocks)", wn, n_in);
