@@ -87,10 +87,10 @@ static inline float test_rand_f32(unsigned long long *s) /* uniform in [-1, 1) *
     return (float)((double)(test_rand_u64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
-/* The activation quantiser's plain-C rule (ops_fast.c quantise_row): x to e4m3 per 128 with a
- * power-of-two scale, dequantised into q (q may be x). The kernels' tests check every level's
+/* The activation quantiser's plain-C rule (ops_fast.c quantise_row): x to e4m3 per group of B
+ * (128 for V4, 32 for V4.1) with a power-of-two scale, dequantised into q (q may be x). The kernels' tests check every level's
  * quantiser and the FP4/FP8 kernels' inputs against it. */
-void test_quant_e4m3_row(const float *x, int n, float *q);
+void test_quant_e4m3_row(const float *x, int n, int B, float *q);
 
 /* The backend `run_tests --backend NAME` names (NULL: the build's default), which every engine
  * a test opens through test_engine_params and every `dsv4` process the server tests start

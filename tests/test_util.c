@@ -131,10 +131,10 @@ void test_levels_not_here(struct test_ctx *t, int top, int highest)
         test_not_here(t, dsv4_cpu_level_name((enum dsv4_cpu_level)l));
 }
 
-void test_quant_e4m3_row(const float *x, int n, float *q)
+void test_quant_e4m3_row(const float *x, int n, int B, float *q)
 {
-    for (int b = 0; b < n; b += 128) {
-        int   e    = b + 128 < n ? b + 128 : n;
+    for (int b = 0; b < n; b += B) {
+        int   e    = b + B < n ? b + B : n;
         float amax = 0;
         for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
         float s = dsv4_act_scale(amax, 448.0f, 1e-4f);

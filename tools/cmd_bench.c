@@ -215,7 +215,8 @@ static int bench_gemm(const char *spec, const struct dsv4_engine_params *ep)
                 for (size_t i = 1; i < nw; i += 2) w[i] = (uint8_t)(0x3c + (w[i] & 1));
             memset(sc, 120, ns);
             for (size_t i = 0; i < (size_t)M * (size_t)K; i++) x[i] = dsv4_round_bf16((float)((i * 2654435761u) % 1000) / 500.0f - 1);
-            struct dsv4_linear l = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc };
+            struct dsv4_linear l = { .fmt = wf, .n_out = N, .n_in = K, .w = w, .scale = wf == DSV4_WFMT_BF16 ? NULL : sc,
+                                     .block = 128 /* V4's blocks, as the scale size above */ };
             bool               tiled;
             double             best = gemm_time(kind, bp, &l, M, x, y, &tiled);
             if (best < 0) rc = 1;

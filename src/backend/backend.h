@@ -32,7 +32,7 @@ enum { DSV4_MAX_LAYERS = 256, DSV4_MAX_HC = 8, DSV4_MAX_EXPERTS = 4096 };
 enum dsv4_wfmt {
     DSV4_WFMT_BF16, /* [n_out, n_in] bf16 */
     DSV4_WFMT_F32,  /* [n_out, n_in] f32 */
-    DSV4_WFMT_FP8,  /* [n_out, n_in] e4m3 + scale [ceil(n_out/128), ceil(n_in/128)] */
+    DSV4_WFMT_FP8,  /* [n_out, n_in] e4m3 + scale [ceil(n_out/B), ceil(n_in/B)], B = block */
     DSV4_WFMT_FP4,  /* [n_out, n_in/2] packed e2m1 (low nibble = even k) + scale [n_out, n_in/32] */
 };
 
@@ -47,12 +47,27 @@ struct dsv4_linear {
     const void     *w;         /* see enum dsv4_wfmt for the layout */
     const void     *scale;     /* NULL for BF16/F32 */
     bool            scale_f32; /* scale tensor is F32 (base checkpoints) instead of E8M0 */
+    int             block;     /* FP8: the edge B of the BxB weight scale blocks; FP8 and FP4: the
+                                * group of DSV4_ACT_FP8 (B inputs per activation scale). 128 (V4)
+                                * or 32 (V4.1): the config's fp8_block, set at bind */
     const struct dsv4_tensor *wt, *st;
     /* What the backend's prepare_weights made for this weight (its own layout or copy: the
      * CPU's interleaved tiles, a device's upload), owned and read by that backend alone, or
      * NULL. A view (row_off) shares it. */
     const void *prep;
 };
+
+/* Blocks of w->block inputs in a row of w (the last may be short). */
+static inline int dsv4_linear_n_kb(const struct dsv4_linear *w)
+{
+    return (w->n_in + w->block - 1) / w->block;
+}
+
+/* Index in an FP8 weight's scale tensor of weight (o, k), o counted from the tensor's first row. */
+static inline size_t dsv4_fp8_scale_index(const struct dsv4_linear *w, int o, int k)
+{
+    return (size_t)(o / w->block) * (size_t)dsv4_linear_n_kb(w) + (size_t)(k / w->block);
+}
 
 struct dsv4_expert_w {
     struct dsv4_linear w1; /* gate [d_ff_exp, d_model] */
@@ -63,7 +78,7 @@ struct dsv4_expert_w {
 /* How a projection treats its input. */
 enum dsv4_act {
     DSV4_ACT_NONE, /* use x as it is */
-    DSV4_ACT_FP8,  /* quantise x per 128 along K to e4m3 with power-of-two (ue8m0) scales */
+    DSV4_ACT_FP8,  /* quantise x per w->block along K to e4m3 with power-of-two (ue8m0) scales */
 };
 
 /* How a projection rounds its output. */
@@ -219,11 +234,11 @@ struct dsv4_backend_ops {
     const char *name;
 
     /* y[n_tok, w->n_out] = x[n_tok, w->n_in] . W^T, any weight format (dsv4_wfmt). With
-     * DSV4_ACT_FP8 each 128-block of a row of x is quantised to e4m3 (scale
+     * DSV4_ACT_FP8 each w->block-group of a row of x is quantised to e4m3 (scale
      * 2^ceil(log2(max(amax,1e-4)/448))); partial sums per block are scaled by the activation
      * and weight scales, as the demo's fp8_gemm/fp4_gemm. FP8/FP4 weights have n_in a
-     * multiple of 128 (the config checks it: model/config.c), and DSV4_ACT_FP8 goes with FP8
-     * or FP4 weights only. */
+     * multiple of w->block (the config checks it: model/config.c), and DSV4_ACT_FP8 goes with
+     * FP8 or FP4 weights only. */
     void (*linear)(struct dsv4_backend *be, const struct dsv4_linear *w, int n_tok, const float *x, int ldx,
                    float *y, int ldy, enum dsv4_act act, enum dsv4_out out);
 

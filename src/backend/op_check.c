@@ -391,6 +391,14 @@ static void level_opts(const struct chk *h, int l, bool tiles, char *buf, size_t
     else snprintf(buf, cap, "tiles=%d", tiles);
 }
 
+/* A level refused the case's weights as unsupported (a format it does not take): counted and
+ * the first message kept, the case not run there. */
+static void note_refusal(struct chk *h, int l, const char *msg)
+{
+    struct dsv4_check_cell *c = &h->r->cell[h->op][l];
+    if (!c->refused++) snprintf(c->refusal, sizeof(c->refusal), "%.60s: %.130s", h->what, msg);
+}
+
 /* A fresh context of level l for a case with weights, prepared with or without tiles;
  * false when it could not be made (a failure is recorded) or, for the prepared layout, when
  * preparing left every descriptor as it was (nothing more to check). */
@@ -413,7 +421,8 @@ static bool make_weight_ctx(struct chk *h, int l, bool tiles)
     bool changed = false;
     for (int i = 0; i < h->n_w; i++) changed |= memcmp(&h->saved[i], h->w[i], sizeof(struct dsv4_linear)) != 0;
     if (rc || (tiles && !changed)) {
-        if (rc) fail_level(h, l, tiles, err.msg);
+        if (rc == DSV4_EUNSUPPORTED) note_refusal(h, l, err.msg);
+        else if (rc) fail_level(h, l, tiles, err.msg);
         for (int i = 0; i < h->n_w; i++) *h->w[i] = h->saved[i];
         h->kind->destroy(h->run_impl);
         h->run_impl = NULL;
@@ -728,6 +737,9 @@ void dsv4_op_check_print(const struct dsv4_check_report *r, FILE *f)
             else if (c->status == DSV4_CHECK_MISSING)
                 fprintf(f, "FAIL %s at %s: missing from the backend's op table\n", dsv4_op_name((enum dsv4_op)op),
                         r->level[l]);
+            if (c->refused)
+                fprintf(f, "refused %s at %s: %d case%s, the first %s\n", dsv4_op_name((enum dsv4_op)op), r->level[l],
+                        c->refused, c->refused == 1 ? "" : "s", c->refusal);
         }
     if (n_fail) fprintf(f, "%d of %d op checks failed\n", n_fail, n_fail + n_ok);
     else fprintf(f, "all %d op checks passed (%d level%s not on this machine)\n", n_ok, n_absent, n_absent == 1 ? "" : "s");

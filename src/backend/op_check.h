@@ -47,7 +47,11 @@ struct dsv4_check_cell {
     size_t                 values, differ; /* values compared; of those, not bit-identical */
     double                 max_abs;       /* largest difference from the reference */
     double                 max_used;      /* largest difference as a fraction of the one allowed */
+    int                    refused;       /* cases whose weights the level refused as unsupported
+                                           * (prepare_weights: DSV4_EUNSUPPORTED, e.g. Vulkan and
+                                           * FP8 blocks of 32): not run, not failed */
     char                   why[200];      /* the first failure: case, index, values */
+    char                   refusal[200];  /* the first refusal's message */
 };
 
 struct dsv4_check_report {

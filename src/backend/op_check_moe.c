@@ -1,7 +1,8 @@
 /*
  * op_check_moe.c - the op checker's cases for the ops with weights (linear, router, expert,
  * experts) and the MoE data ops (dispatch, combine). Projections in every format (bf16, f32,
- * FP8 e4m3 with e8m0 or f32 128x128 scales, FP4 e2m1 with per-32 scales), awkward shapes,
+ * FP8 e4m3 with e8m0 or f32 BxB scales, FP4 e2m1 with per-32 scales), FP8 blocks and
+ * activation groups B of 128 (V4) and 32 (V4.1), awkward shapes,
  * views at a row offset (the grouped wo_a), the projections of the tiny and flash-shaped
  * models, and token counts on both sides of the CPU's GEMV/GEMM switch points (6, 12, 24,
  * 56: dsv4 ops prints them) so that both paths are compared.
@@ -19,7 +20,7 @@ static double weight_at(const struct dsv4_linear *l, int o, int k)
     const uint8_t *w = l->w;
     double         s = 1;
     if (l->fmt == DSV4_WFMT_FP8 || l->fmt == DSV4_WFMT_FP4) {
-        size_t i = l->fmt == DSV4_WFMT_FP8 ? (size_t)(o / 128) * (size_t)((l->n_in + 127) / 128) + (size_t)(k / 128)
+        size_t i = l->fmt == DSV4_WFMT_FP8 ? dsv4_fp8_scale_index(l, o, k)
                                            : (size_t)o * (size_t)(l->n_in / 32) + (size_t)(k / 32);
         if (l->scale_f32) {
             float f;
@@ -49,12 +50,15 @@ static double weight_at(const struct dsv4_linear *l, int o, int k)
 }
 
 /* A projection with random codes (no NaN e4m3 codes) and block scales of 2^-10 .. 2^-4
- * (FP8, FP4) or values of about 1/sqrt(n_in) (bf16, f32), in the case's memory. */
-static void make_linear(struct chk *h, struct dsv4_linear *l, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales)
+ * (FP8, FP4) or values of about 1/sqrt(n_in) (bf16, f32), in the case's memory; FP8 blocks
+ * and activation groups of `block` (0: 128, V4's). */
+static void make_linear(struct chk *h, struct dsv4_linear *l, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales,
+                        int block)
 {
     size_t no = (size_t)n_out, ni = (size_t)n_in;
+    *l = (struct dsv4_linear){ .fmt = fmt, .n_out = n_out, .n_in = n_in, .block = block ? block : 128 };
     size_t nw = fmt == DSV4_WFMT_FP8 ? no * ni : fmt == DSV4_WFMT_FP4 ? no * ni / 2 : fmt == DSV4_WFMT_BF16 ? 2 * no * ni : 4 * no * ni;
-    size_t ns = fmt == DSV4_WFMT_FP8 ? ((no + 127) / 128) * ((ni + 127) / 128) : fmt == DSV4_WFMT_FP4 ? no * (ni / 32) : 0;
+    size_t ns = fmt == DSV4_WFMT_FP8 ? dsv4_fp8_scale_index(l, n_out - 1, n_in - 1) + 1 : fmt == DSV4_WFMT_FP4 ? no * (ni / 32) : 0;
     uint8_t *w = chk_alloc(h, nw), *s = ns ? chk_alloc(h, ns * (f32_scales ? 4 : 1)) : NULL;
     float    amp = 1.0f / sqrtf((float)n_in);
     if (fmt == DSV4_WFMT_FP8 || fmt == DSV4_WFMT_FP4) {
@@ -85,7 +89,7 @@ static void make_linear(struct chk *h, struct dsv4_linear *l, enum dsv4_wfmt fmt
             s[i] = (uint8_t)(127 + e);
         }
     }
-    *l = (struct dsv4_linear){ .fmt = fmt, .n_out = n_out, .n_in = n_in, .w = w, .scale = s, .scale_f32 = f32_scales };
+    l->w = w, l->scale = s, l->scale_f32 = f32_scales;
 }
 
 /* sum_k |w(o, k)| for the n_out rows of l (view rows: from row_off). */
@@ -110,18 +114,19 @@ struct lin_case {
     int            toks[6];             /* token counts, 0-terminated */
 };
 
-static void linear_case(struct chk *h, const struct lin_case *c)
+/* Case c with FP8 blocks and activation groups of `block` (128 V4, 32 V4.1). */
+static void linear_case(struct chk *h, const struct lin_case *c, int block)
 {
     int max_t = 0, n_t = 0;
     for (; n_t < 6 && c->toks[n_t]; n_t++) max_t = c->toks[n_t] > max_t ? c->toks[n_t] : max_t;
     int K = c->n_in, O = c->view_rows ? c->view_rows : c->n_out, ldx = K + 5, ldy = O + 3;
     struct dsv4_plan_dims dims = chk_dims();
     dims.max_rows = max_t, dims.d_model = K;
-    chk_case(h, &dims, "%s %s [%d x %d]%s%s", c->what, dsv4_wfmt_name(c->fmt), O, K, c->f32s ? " f32 scales" : "",
-             c->act == DSV4_ACT_FP8 ? " fp8 act" : "");
+    chk_case(h, &dims, "%s %s [%d x %d]%s%s%s", c->what, dsv4_wfmt_name(c->fmt), O, K, c->f32s ? " f32 scales" : "",
+             c->act == DSV4_ACT_FP8 ? " fp8 act" : "", block == 32 ? " block 32" : "");
     struct dsv4_linear  whole;
     struct dsv4_linear *wp = &whole;
-    make_linear(h, &whole, c->fmt, c->n_out, K, c->f32s);
+    make_linear(h, &whole, c->fmt, c->n_out, K, c->f32s, block);
     chk_weights(h, &wp, 1);
     float *x = chk_floats(h, (size_t)max_t * ldx);
     chk_fill_bf16(h, x, (size_t)max_t * ldx, 4.0f);
@@ -192,6 +197,21 @@ static void run_linear(struct chk *h)
         { "flash expert w1", Q, F->d_ff, F->d_model, 0, A8, OB, 0, 0, { 1, 13 } },
         { "flash gate", B, F->n_exp, F->d_model, 0, AN, OF, 0, 0, { 2 } },
     };
+    /* V4.1: FP8 blocks of 32x32, activations quantised per 32 (FP8 and FP4 weights) */
+    const struct lin_case v41[] = {
+        { "v4.1 awkward", E, 1, 32, 0, A8, OB, 0, 0, { 1, 3 } },
+        { "v4.1 awkward", E, 31, 96, 0, A8, OB, 0, 0, { 1, 5, 6, 23, 24, 25 } },
+        { "v4.1 awkward", E, 130, 160, 1, A8, OB, 0, 0, { 1, 7 } },
+        { "v4.1 awkward", E, 67, 224, 0, AN, OF, 0, 0, { 1, 4 } },
+        { "v4.1 awkward view", E, 260, 1024, 0, A8, OB, 4, 250, { 1, 3, 24, 31 } },
+        { "v4.1 awkward view", E, 100, 96, 0, A8, OB, 36, 60, { 1, 7 } },
+        { "v4.1 awkward", Q, 1, 32, 0, A8, OB, 0, 0, { 1 } },
+        { "v4.1 awkward", Q, 17, 160, 0, A8, OB, 0, 0, { 1, 11, 12, 13 } },
+        { "v4.1 awkward", Q, 66, 512, 0, A8, OB, 0, 0, { 1, 55, 56, 57 } },
+        { "v4.1 awkward", Q, 7, 160, 1, A8, OB, 0, 0, { 1, 3 } },
+        { "v4.1 flash wq_a", E, F->q_lora, F->d_model, 0, A8, OB, 0, 0, { 1, 25 } },
+        { "v4.1 flash expert w1", Q, F->d_ff, F->d_model, 0, A8, OB, 0, 0, { 1, 13 } },
+    };
 #undef B
 #undef F3
 #undef E
@@ -200,7 +220,8 @@ static void run_linear(struct chk *h)
 #undef A8
 #undef OF
 #undef OB
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) linear_case(h, &cases[i]);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) linear_case(h, &cases[i], 128);
+    for (size_t i = 0; i < sizeof(v41) / sizeof(v41[0]); i++) linear_case(h, &v41[i], 32);
 }
 
 /* ------------------------------------------------------------------ router */
@@ -274,7 +295,7 @@ static void run_router(struct chk *h)
                  has_bias ? ", bias" : "", gate_temp);
         struct dsv4_linear  gate;
         struct dsv4_linear *gp = &gate;
-        make_linear(h, &gate, DSV4_WFMT_BF16, ne, d, false);
+        make_linear(h, &gate, DSV4_WFMT_BF16, ne, d, false, 0);
         chk_weights(h, &gp, 1);
         float   *x = chk_floats(h, (size_t)n * d), *bias = has_bias ? chk_floats(h, (size_t)ne) : NULL;
         int64_t *tid2eid = NULL;
@@ -312,18 +333,18 @@ static void run_router(struct chk *h)
  * input, its quantised output): 2% of a value plus 1e-4, all but 1% of the values. */
 #define EXPERT_TOL ((struct chk_tol){ 0.02, 1e-4, 0, 10 })
 
-static void make_expert(struct chk *h, struct dsv4_expert_w *e, enum dsv4_wfmt fmt, int d, int f)
+static void make_expert(struct chk *h, struct dsv4_expert_w *e, enum dsv4_wfmt fmt, int d, int f, int block)
 {
-    make_linear(h, &e->w1, fmt, f, d, false);
-    make_linear(h, &e->w3, fmt, f, d, false);
-    make_linear(h, &e->w2, fmt, d, f, false);
+    make_linear(h, &e->w1, fmt, f, d, false, block);
+    make_linear(h, &e->w3, fmt, f, d, false, block);
+    make_linear(h, &e->w2, fmt, d, f, false, block);
 }
 
 static void run_expert(struct chk *h)
 {
     const struct chk_model *A = &chk_models[0], *F = &chk_models[2];
-    /* fmt, d, f, n, routing weights, limit */
-    const int cases[][6] = { { DSV4_WFMT_FP8, A->d_model, A->d_ff, 1, 0, 10 }, { DSV4_WFMT_FP8, A->d_model, A->d_ff, 3, 1, 10 },
+    /* fmt, d, f, n, routing weights, limit, FP8 block / activation group (0: 128; 32: V4.1) */
+    const int cases[][7] = { { DSV4_WFMT_FP8, 256, 96, 3, 1, 10, 32 }, { DSV4_WFMT_FP4, 160, 96, 5, 1, 0, 32 }, { DSV4_WFMT_FP8, A->d_model, A->d_ff, 1, 0, 10 }, { DSV4_WFMT_FP8, A->d_model, A->d_ff, 3, 1, 10 },
                              { DSV4_WFMT_FP8, A->d_model, A->d_ff, 17, 0, 0 }, { DSV4_WFMT_FP4, 160, 96, 5, 1, 0 },
                              { DSV4_WFMT_FP8, 384, 256, 1, 0, 10 },            { DSV4_WFMT_BF16, 96, 64, 3, 1, 10 },
                              { DSV4_WFMT_F32, 33, 17, 2, 0, 10 },               { DSV4_WFMT_FP8, F->d_model, F->d_ff, 2, 0, 10 } };
@@ -332,10 +353,10 @@ static void run_expert(struct chk *h)
         int d = cases[s][1], f = cases[s][2], n = cases[s][3], ldx = d + 1, limit = cases[s][5];
         struct dsv4_plan_dims dims = chk_dims();
         dims.max_rows = n, dims.d_model = d, dims.d_ff_exp = f;
-        chk_case(h, &dims, "%s d %d f %d, %d rows%s, limit %d", dsv4_wfmt_name(fmt), d, f, n, cases[s][4] ? ", weighted" : "",
-                 limit);
+        chk_case(h, &dims, "%s d %d f %d, %d rows%s, limit %d%s", dsv4_wfmt_name(fmt), d, f, n,
+                 cases[s][4] ? ", weighted" : "", limit, cases[s][6] ? ", block 32" : "");
         struct dsv4_expert_w e;
-        make_expert(h, &e, fmt, d, f);
+        make_expert(h, &e, fmt, d, f, cases[s][6]);
         struct dsv4_linear *ws[] = { &e.w1, &e.w3, &e.w2 };
         chk_weights(h, ws, 3);
         float *x = chk_floats(h, (size_t)n * ldx), *rw = cases[s][4] ? chk_floats(h, (size_t)n) : NULL;
@@ -353,6 +374,7 @@ struct experts_case {
     const char    *what;
     enum dsv4_wfmt fmt;
     int            d, f, n_exp, n_groups, ids[4], off[5], limit;
+    int            block; /* FP8 block / activation group: 0 (128, V4) or 32 (V4.1) */
 };
 
 /* The group table `moe_dispatch` would write (backend.h): the count, the used experts' ids
@@ -371,25 +393,28 @@ static void run_experts(struct chk *h)
     const struct chk_model *A = &chk_models[0], *F = &chk_models[2];
     /* groups of 1 row (GEMV), 3, 17 (the bf16 GEMM from 6 / 12 rows) and 60 (tiles' GEMM) */
     const struct experts_case cases[] = {
-        { "tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 3, { 5, 0, 7 }, { 0, 1, 4, 21 }, 10 },
-        { "tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 2, { 2, 3 }, { 0, 60, 64 }, 0 },
-        { "tiny fp8 experts", DSV4_WFMT_FP8, A->d_model, A->d_ff, A->n_exp, 2, { 1, 6 }, { 0, 3, 10 }, 10 },
-        { "awkward", DSV4_WFMT_FP4, 160, 96, 3, 3, { 2, 0, 1 }, { 0, 1, 4, 13 }, 0 },
-        { "awkward", DSV4_WFMT_BF16, 96, 64, 2, 1, { 1 }, { 0, 7 }, 10 },
-        { "flash", DSV4_WFMT_FP4, F->d_model, F->d_ff, F->n_exp, 3, { 200, 7, 255 }, { 0, 1, 3, 9 }, 10 },
+        { "tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 3, { 5, 0, 7 }, { 0, 1, 4, 21 }, 10, 0 },
+        { "tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 2, { 2, 3 }, { 0, 60, 64 }, 0, 0 },
+        { "tiny fp8 experts", DSV4_WFMT_FP8, A->d_model, A->d_ff, A->n_exp, 2, { 1, 6 }, { 0, 3, 10 }, 10, 0 },
+        { "awkward", DSV4_WFMT_FP4, 160, 96, 3, 3, { 2, 0, 1 }, { 0, 1, 4, 13 }, 0, 0 },
+        { "awkward", DSV4_WFMT_BF16, 96, 64, 2, 1, { 1 }, { 0, 7 }, 10, 0 },
+        { "flash", DSV4_WFMT_FP4, F->d_model, F->d_ff, F->n_exp, 3, { 200, 7, 255 }, { 0, 1, 3, 9 }, 10, 0 },
+        { "v4.1 tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 3, { 5, 0, 7 }, { 0, 1, 4, 21 }, 10, 32 },
+        { "v4.1 tiny", DSV4_WFMT_FP4, A->d_model, A->d_ff, A->n_exp, 2, { 2, 3 }, { 0, 60, 64 }, 0, 32 },
+        { "v4.1 tiny fp8 experts", DSV4_WFMT_FP8, A->d_model, A->d_ff, A->n_exp, 2, { 1, 6 }, { 0, 3, 10 }, 10, 32 },
     };
     for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) {
         const struct experts_case *c = &cases[s];
         int d = c->d, f = c->f, np = c->off[c->n_groups];
         struct dsv4_plan_dims dims = chk_dims();
         dims.max_rows = np, dims.d_model = d, dims.d_ff_exp = f, dims.n_exp = c->n_exp;
-        chk_case(h, &dims, "%s %s d %d f %d, %d groups, %d rows, limit %d", c->what, dsv4_wfmt_name(c->fmt), d, f,
-                 c->n_groups, np, c->limit);
+        chk_case(h, &dims, "%s %s d %d f %d, %d groups, %d rows, limit %d%s", c->what, dsv4_wfmt_name(c->fmt), d, f,
+                 c->n_groups, np, c->limit, c->block ? ", block 32" : "");
         struct dsv4_expert_w *ex = chk_alloc(h, sizeof(*ex) * (size_t)c->n_exp); /* only the used ones have weights */
         struct dsv4_linear   *ws[12];
         for (int g = 0; g < c->n_groups; g++) {
             struct dsv4_expert_w *e = &ex[c->ids[g]];
-            make_expert(h, e, c->fmt, d, f);
+            make_expert(h, e, c->fmt, d, f, c->block);
             ws[3 * g] = &e->w1, ws[3 * g + 1] = &e->w3, ws[3 * g + 2] = &e->w2;
         }
         chk_weights(h, ws, 3 * c->n_groups);

@@ -52,11 +52,10 @@ static int round_wo_a(struct dsv4_model *m, struct dsv4_layer_w *L, struct dsv4_
     if (w->fmt != DSV4_WFMT_FP8 || !w->scale_f32) return DSV4_OK;
     uint16_t *copy = dsv4_arena_alloc(&m->arena, sizeof(uint16_t) * (size_t)w->n_out * (size_t)w->n_in, 64);
     if (!copy) return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for a bf16 copy of layer %d's wo_a", L->il);
-    int n_kb = (w->n_in + 127) / 128;
     for (int o = 0; o < w->n_out; o++)
         for (int k = 0; k < w->n_in; k++) {
             float s;
-            memcpy(&s, (const uint8_t *)w->scale + ((size_t)(o / 128) * (size_t)n_kb + (size_t)(k / 128)) * 4, 4);
+            memcpy(&s, (const uint8_t *)w->scale + dsv4_fp8_scale_index(w, o, k) * 4, 4);
             float v = dsv4_f32_from_e4m3(((const uint8_t *)w->w)[(size_t)o * (size_t)w->n_in + (size_t)k]) * s;
             copy[(size_t)o * (size_t)w->n_in + (size_t)k] = dsv4_bf16_from_f32(v);
         }

@@ -102,7 +102,7 @@ struct dsv4_config {
     double norm_eps;         /* rms_norm_eps */
     int   n_mtp;             /* num_nextn_predict_layers: V4 its MTP block (0 or 1), V4.1 its DSpark stages */
     int   bos_id, eos_id;
-    bool  fp8;               /* quantization_config: fp8 e4m3, 128x128 blocks, dynamic activations */
+    bool  fp8;               /* quantization_config: fp8 e4m3, fp8_block x fp8_block blocks, dynamic activations */
     enum dsv4_wfmt wfmt;     /* format of the quantised dense projections (FP8 or BF16) */
     enum dsv4_wfmt expert_wfmt; /* routed experts: FP4, FP8 or BF16 */
     struct dsv4_layer_kind kind[DSV4_MAX_LAYERS]; /* each layer's kind, n_layer + n_mtp used (layer_kind.h) */

@@ -136,14 +136,14 @@ void dsv4_bind_linear(struct dsv4_binder *b, struct dsv4_linear *l, const char *
     l->fmt   = fmt;
     l->n_out = n_out;
     l->n_in  = n_in;
+    l->block = b->cfg->fp8_block;
     const struct dsv4_tensor *w = NULL, *s = NULL;
     switch (fmt) {
     case DSV4_WFMT_BF16: w = dsv4_bind_expect(b, wn, DSV4_DT(BF16), 2, n_out, n_in); break;
     case DSV4_WFMT_F32:  w = dsv4_bind_expect(b, wn, DSV4_DT(F32), 2, n_out, n_in); break;
     case DSV4_WFMT_FP8:
         w = dsv4_bind_expect(b, wn, DSV4_DT(F8_E4M3), 2, n_out, n_in);
-        s = dsv4_bind_expect(b, sn, DSV4_DT(F8_E8M0) | DSV4_DT(F32), 2, cdiv(n_out, b->cfg->fp8_block),
-                             cdiv(n_in, b->cfg->fp8_block));
+        s = dsv4_bind_expect(b, sn, DSV4_DT(F8_E8M0) | DSV4_DT(F32), 2, cdiv(n_out, l->block), cdiv(n_in, l->block));
         break;
     case DSV4_WFMT_FP4:
         if (n_in % 32 != 0)

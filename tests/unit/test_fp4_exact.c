@@ -16,16 +16,16 @@
 #include <cpuid.h>
 #endif
 
-/* Activations as the FP8/FP4 projections get them: e4m3 per 128 with a power-of-two scale,
- * dequantised (the quantiser's plain-C rule), over magnitudes from 2^-25 to 2^14, with exact
- * zeros, subnormal e4m3 codes and a block of zeros. */
-static void quantised_row(unsigned long long *seed, float *x, int n)
+/* Activations as the FP8/FP4 projections get them: e4m3 per group of B (128 V4, 32 V4.1)
+ * with a power-of-two scale, dequantised (the quantiser's plain-C rule), over magnitudes
+ * from 2^-25 to 2^14, with exact zeros, subnormal e4m3 codes and a block of zeros. */
+static void quantised_row(unsigned long long *seed, float *x, int n, int B)
 {
     float mag = ldexpf(1.0f, (int)(test_rand_u64(seed) % 40) - 25);
     for (int i = 0; i < n; i++) x[i] = test_rand_f32(seed) * mag * (i % 9 == 0 ? 1e-3f : 1.0f) * (i % 31 == 5 ? 0 : 1);
     if (n >= 256)
         for (int i = 128; i < 256; i++) x[i] = 0;
-    test_quant_e4m3_row(x, n, x);
+    test_quant_e4m3_row(x, n, B, x);
 }
 
 /* A random FP4 projection: codes of every kind, e8m0 scales 2^-12 .. 2^-4. */
@@ -42,7 +42,7 @@ static void make_fp4(struct fp4_lin *r, int n_rows, int n_in, int row_off, unsig
     for (size_t i = 0; i < nw; i++) r->w[i] = (uint8_t)test_rand_u64(&seed);
     for (size_t i = 0; i < ns; i++) r->s[i] = (uint8_t)(115 + test_rand_u64(&seed) % 9);
     r->l = (struct dsv4_linear){ .fmt = DSV4_WFMT_FP4, .n_out = n_rows - row_off, .n_in = n_in, .row_off = row_off,
-                                 .w = r->w, .scale = r->s };
+                                 .w = r->w, .scale = r->s, .block = 128 };
 }
 
 static void test_layout(struct test_ctx *t)
@@ -59,13 +59,15 @@ static void test_layout(struct test_ctx *t)
         size_t nf = dsv4_fp4x_floats(n);
         float *x = malloc(sizeof(float) * (size_t)n), *q = malloc(sizeof(float) * (size_t)n);
         float *a = calloc(nf, sizeof(float)), *b = calloc(nf, sizeof(float));
-        for (int it = 0; it < 4; it++) {
-            quantised_row(&seed, q, n);
+        for (int it = 0; it < 8; it++) {
+            int B = it % 2 ? 32 : 128; /* activation groups of V4 and V4.1 */
+            quantised_row(&seed, q, n, B);
             /* the writer quantises itself: feed it values that quantise to q (q itself) */
             memcpy(x, q, sizeof(float) * (size_t)n);
-            dsv4_fp4x_quant_avx2(x, n, a);
-            dsv4_fp4x_layout_ref(q, n, b);
-            CHECKF(memcmp(a, b, sizeof(float) * nf) == 0, "n %d: the AVX2 layout differs from the plain-C one", n);
+            dsv4_fp4x_quant_avx2(x, n, B, a);
+            dsv4_fp4x_layout_ref(q, n, B, b);
+            CHECKF(memcmp(a, b, sizeof(float) * nf) == 0, "n %d B %d: the AVX2 layout differs from the plain-C one", n,
+                   B);
             /* the layout holds the values: 256 H + L = xi and xi 2^ex = x, F = xi */
             const int16_t *A = (const int16_t *)(const void *)b;
             const int32_t *E = (const int32_t *)(const void *)(b + dsv4_fp4x_e_off(n));
@@ -73,7 +75,7 @@ static void test_layout(struct test_ctx *t)
             for (int k = 0; k < n; k++) {
                 int     blk = k / 32, i = k % 32, hi = i >= 16, j = i & 15, p = (j & 1) * 8 + j / 2;
                 int32_t xi  = 256 * A[blk * 64 + hi * 16 + p] + A[blk * 64 + 32 + hi * 16 + p];
-                bad += ldexp(xi, E[k / 128]) != (double)q[k] || abs(xi) >= 1 << 18;
+                bad += ldexp(xi, E[k / 32]) != (double)q[k] || abs(xi) >= 1 << 18;
             }
             CHECKF(bad == 0, "n %d: %d inputs do not come back from the layout", n, bad);
         }
@@ -131,9 +133,9 @@ static void test_kernels_same_bits(struct test_ctx *t)
         make_fp4(&L, shapes[s].rows, shapes[s].n_in, shapes[s].row_off, seed + s);
         int    K = shapes[s].n_in, ld = (int)dsv4_fp4x_floats(K) + 3, maxt = 29;
         float *q = malloc(sizeof(float) * (size_t)K), *x = calloc((size_t)maxt * (size_t)ld, sizeof(float));
-        for (int tk = 0; tk < maxt; tk++) {
-            quantised_row(&seed, q, K);
-            dsv4_fp4x_layout_ref(q, K, x + (size_t)tk * (size_t)ld);
+        for (int tk = 0; tk < maxt; tk++) { /* groups of 128 (V4) and of 32 (V4.1) in turn */
+            quantised_row(&seed, q, K, tk % 2 ? 32 : 128);
+            dsv4_fp4x_layout_ref(q, K, tk % 2 ? 32 : 128, x + (size_t)tk * (size_t)ld);
         }
         int    ldy = L.l.n_out + 1;
         float *want = calloc((size_t)maxt * (size_t)ldy, sizeof(float)), *got = calloc((size_t)maxt * (size_t)ldy, sizeof(float));
@@ -168,14 +170,14 @@ static void test_kernels_same_bits(struct test_ctx *t)
 static void test_reference_is_exact_sum(struct test_ctx *t)
 {
     unsigned long long seed = 23;
-    static const int   Ks[] = { 32, 128, 4096 };
-    for (size_t c = 0; c < sizeof(Ks) / sizeof(Ks[0]); c++) {
-        int            K = Ks[c], rows = 16, ld = (int)dsv4_fp4x_floats(K);
+    static const int   Ks[] = { 32, 128, 4096, 96, 4128 };
+    for (size_t c = 0; c < 2 * sizeof(Ks) / sizeof(Ks[0]); c++) {
+        int            K = Ks[c / 2], B = c % 2 ? 32 : 128, rows = 16, ld = (int)dsv4_fp4x_floats(K);
         struct fp4_lin L;
         make_fp4(&L, rows, K, 0, seed + c);
         float *q = malloc(sizeof(float) * (size_t)K), *x = calloc((size_t)ld, sizeof(float)), y[16];
-        quantised_row(&seed, q, K);
-        dsv4_fp4x_layout_ref(q, K, x);
+        quantised_row(&seed, q, K, B);
+        dsv4_fp4x_layout_ref(q, K, B, x);
         dsv4_fp4x_dot_ref(&L.l, 0, rows, 1, x, ld, y, 1);
         int bad = 0;
         for (int o = 0; o < rows; o++) {
@@ -190,7 +192,7 @@ static void test_reference_is_exact_sum(struct test_ctx *t)
              * 2^-24 of a partial sum no larger than the sum of magnitudes */
             bad += fabs((double)y[o] - exact) > (double)(K / 32 * 8 + 7) * 0x1p-24 * mag;
         }
-        CHECKF(bad == 0, "K %d: %d of %d outputs are not the dot product", K, bad, rows);
+        CHECKF(bad == 0, "K %d B %d: %d of %d outputs are not the dot product", K, B, bad, rows);
         free(q);
         free(x);
         free(L.w);
@@ -226,19 +228,24 @@ static void test_linear_op(struct test_ctx *t)
     float *x = malloc(sizeof(float) * MAXT * K), *q = malloc(sizeof(float) * K), *lay = malloc(sizeof(float) * MAXT * (size_t)ld);
     float *y = malloc(sizeof(float) * MAXT * N), *want = malloc(sizeof(float) * MAXT * N), *y2 = malloc(sizeof(float) * MAXT * N);
     for (int i = 0; i < MAXT * K; i++) x[i] = test_rand_f32(&seed) * (i % 13 == 0 ? 8.0f : 1.0f);
-    for (int tk = 0; tk < MAXT; tk++) {
-        memcpy(q, x + (size_t)tk * K, sizeof(float) * K);
-        test_quant_e4m3_row(q, K, q);
-        dsv4_fp4x_layout_ref(q, K, lay + (size_t)tk * (size_t)ld);
-    }
-    dsv4_fp4x_dot_ref(&L.l, 0, N, MAXT, lay, ld, want, N);
-    static const int nts[] = { 1, 3, 7, 40 };
-    for (size_t i = 0; i < sizeof(nts) / sizeof(nts[0]); i++) {
-        int nt = nts[i];
-        fast.ops->linear(&fast, &L.l, nt, x, K, y, N, DSV4_ACT_FP8, DSV4_OUT_F32);
-        CHECKF(memcmp(y, want, sizeof(float) * (size_t)nt * N) == 0, "linear op, %d tokens: not the reference's bits", nt);
-        avx2.ops->linear(&avx2, &L.l, nt, x, K, y2, N, DSV4_ACT_FP8, DSV4_OUT_F32);
-        CHECKF(memcmp(y, y2, sizeof(float) * (size_t)nt * N) != 0, "linear op, %d tokens: the avx2 level's bits", nt);
+    for (int B = 128; B >= 32; B /= 4) { /* activation groups of V4, then of V4.1 */
+        L.l.block = B;
+        for (int tk = 0; tk < MAXT; tk++) {
+            memcpy(q, x + (size_t)tk * K, sizeof(float) * K);
+            test_quant_e4m3_row(q, K, B, q);
+            dsv4_fp4x_layout_ref(q, K, B, lay + (size_t)tk * (size_t)ld);
+        }
+        dsv4_fp4x_dot_ref(&L.l, 0, N, MAXT, lay, ld, want, N);
+        static const int nts[] = { 1, 3, 7, 40 };
+        for (size_t i = 0; i < sizeof(nts) / sizeof(nts[0]); i++) {
+            int nt = nts[i];
+            fast.ops->linear(&fast, &L.l, nt, x, K, y, N, DSV4_ACT_FP8, DSV4_OUT_F32);
+            CHECKF(memcmp(y, want, sizeof(float) * (size_t)nt * N) == 0,
+                   "linear op, block %d, %d tokens: not the reference's bits", B, nt);
+            avx2.ops->linear(&avx2, &L.l, nt, x, K, y2, N, DSV4_ACT_FP8, DSV4_OUT_F32);
+            CHECKF(memcmp(y, y2, sizeof(float) * (size_t)nt * N) != 0, "linear op, block %d, %d tokens: the avx2 level's bits",
+                   B, nt);
+        }
     }
     free(x);
     free(q);

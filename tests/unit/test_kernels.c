@@ -21,14 +21,22 @@ struct rand_lin {
     uint8_t           *w, *s;
 };
 
-static void make_lin(struct rand_lin *r, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales,
-                     unsigned long long seed)
+/* Scales of l (FP8: BxB blocks, B = l->block; FP4: per 32 of a row; else none). */
+static size_t n_scales(const struct dsv4_linear *l)
+{
+    return l->fmt == DSV4_WFMT_FP8 ? dsv4_fp8_scale_index(l, l->n_out - 1, l->n_in - 1) + 1
+         : l->fmt == DSV4_WFMT_FP4 ? (size_t)l->n_out * (size_t)(l->n_in / 32) : 0;
+}
+
+/* A random projection with FP8 blocks / activation groups of `block` (128 V4, 32 V4.1). */
+static void make_lin_b(struct rand_lin *r, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales,
+                       unsigned long long seed, int block)
 {
     memset(r, 0, sizeof(*r));
     size_t nw = fmt == DSV4_WFMT_FP8 ? (size_t)n_out * n_in : fmt == DSV4_WFMT_FP4 ? (size_t)n_out * n_in / 2
               : fmt == DSV4_WFMT_BF16 ? (size_t)n_out * n_in * 2 : (size_t)n_out * n_in * 4;
-    size_t ns = fmt == DSV4_WFMT_FP8 ? (size_t)((n_out + 127) / 128) * ((n_in + 127) / 128)
-              : fmt == DSV4_WFMT_FP4 ? (size_t)n_out * (n_in / 32) : 0;
+    r->l      = (struct dsv4_linear){ .fmt = fmt, .n_out = n_out, .n_in = n_in, .block = block };
+    size_t ns = n_scales(&r->l);
     r->w = malloc(nw + 64);
     r->s = malloc(ns * 4 + 64);
     for (size_t i = 0; i < nw; i++) r->w[i] = (uint8_t)test_rand_u64(&seed);
@@ -54,7 +62,13 @@ static void make_lin(struct rand_lin *r, enum dsv4_wfmt fmt, int n_out, int n_in
         }
     }
     r->l = (struct dsv4_linear){ .fmt = fmt, .n_out = n_out, .n_in = n_in, .w = r->w, .scale = ns ? r->s : NULL,
-                                 .scale_f32 = f32_scales };
+                                 .scale_f32 = f32_scales, .block = block };
+}
+
+static void make_lin(struct rand_lin *r, enum dsv4_wfmt fmt, int n_out, int n_in, bool f32_scales,
+                     unsigned long long seed)
+{
+    make_lin_b(r, fmt, n_out, n_in, f32_scales, seed, 128);
 }
 
 static void free_lin(struct rand_lin *r)
@@ -69,7 +83,9 @@ static double wval(const struct dsv4_linear *l, int o, int k)
     const uint8_t *w = l->w;
     double         s = 1;
     if (l->fmt == DSV4_WFMT_FP8 || l->fmt == DSV4_WFMT_FP4) {
-        size_t idx = l->fmt == DSV4_WFMT_FP8 ? (size_t)(o / 128) * (size_t)((l->n_in + 127) / 128) + (size_t)(k / 128)
+        /* the FP8 block of (o, k), written out (not dsv4_fp8_scale_index: checked against it) */
+        int    B   = l->block;
+        size_t idx = l->fmt == DSV4_WFMT_FP8 ? (size_t)(o / B) * (size_t)((l->n_in + B - 1) / B) + (size_t)(k / B)
                                              : (size_t)o * (size_t)(l->n_in / 32) + (size_t)(k / 32);
         if (l->scale_f32) {
             float f;
@@ -110,16 +126,20 @@ static void check_dot(struct test_ctx *t, const char *what, const struct dsv4_li
                 mag += fabs(p);
             }
             double got = y[(size_t)tt * (size_t)l->n_out + (size_t)o];
-            CHECKF(fabs(got - exact) <= 2e-6 * mag + 1e-30, "%s fmt %d [%d x %d] row %d tok %d: %.9g vs %.9g", what,
-                   (int)l->fmt, l->n_out, l->n_in, o, tt, got, exact);
+            CHECKF(fabs(got - exact) <= 2e-6 * mag + 1e-30, "%s fmt %d [%d x %d] block %d row %d tok %d: %.9g vs %.9g",
+                   what, (int)l->fmt, l->n_out, l->n_in, l->block, o, tt, got, exact);
         }
 }
 
 static void test_projection_kernels(struct test_ctx *t)
 {
     enum dsv4_cpu_level top = dsv4_cpu_detect();
-    /* odd: some e8m0 scales outside the range the kernels fold into bf16 exponents */
-    struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s, odd; } shapes[] = {
+    /* odd: some e8m0 scales outside the range the kernels fold into bf16 exponents; block:
+     * FP8 blocks of 32 (V4.1) where set, else 128 */
+    struct { enum dsv4_wfmt fmt; int n_out, n_in; bool f32s, odd; int block; } shapes[] = {
+        { DSV4_WFMT_FP8, 1, 32, false, false, 32 },  { DSV4_WFMT_FP8, 37, 96, false, false, 32 },
+        { DSV4_WFMT_FP8, 130, 160, true, false, 32 }, { DSV4_WFMT_FP8, 260, 384, false, true, 32 },
+        { DSV4_WFMT_FP8, 66, 1056, false, false, 32 },
         { DSV4_WFMT_FP4, 12, 1024, false, true }, { DSV4_WFMT_FP8, 260, 384, false, true },
         { DSV4_WFMT_FP8, 1, 128, false, false },   { DSV4_WFMT_FP8, 5, 384, false, false },   { DSV4_WFMT_FP8, 130, 256, true, false },
         { DSV4_WFMT_FP8, 260, 1024, false, false }, { DSV4_WFMT_FP4, 1, 32, false, false },   { DSV4_WFMT_FP4, 7, 160, true, false },
@@ -129,10 +149,10 @@ static void test_projection_kernels(struct test_ctx *t)
     unsigned long long seed = 77;
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         struct rand_lin r;
-        make_lin(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, shapes[si].f32s, seed++);
+        make_lin_b(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, shapes[si].f32s, seed++,
+                   shapes[si].block ? shapes[si].block : 128);
         if (shapes[si].odd) {
-            size_t ns = shapes[si].fmt == DSV4_WFMT_FP4 ? (size_t)r.l.n_out * (size_t)(r.l.n_in / 32)
-                                                        : (size_t)((r.l.n_out + 127) / 128) * (size_t)((r.l.n_in + 127) / 128);
+            size_t ns = n_scales(&r.l);
             /* small ones everywhere, large ones (2^114) only where sums stay finite */
             for (size_t i = 0; i < ns; i++)
                 if (i % 5 == 2) r.s[i] = 5;
@@ -188,7 +208,8 @@ static void test_projection_kernels(struct test_ctx *t)
                         same = same && memcmp(ya, yb, sizeof(float) * (size_t)ntv[i] * (size_t)n_o) == 0;
                     }
                 }
-                CHECKF(same, "%s %s %dx%d: the GEMV and the GEMM differ in bits", k->name, dsv4_wfmt_name(r.l.fmt), O, K);
+                CHECKF(same, "%s %s %dx%d block %d: the GEMV and the GEMM differ in bits", k->name,
+                       dsv4_wfmt_name(r.l.fmt), O, K, r.l.block);
                 free(xg);
                 free(ya);
                 free(yb);
@@ -303,6 +324,61 @@ static void test_fp8_all_codes(struct test_ctx *t)
     free(y);
     free_lin(&r);
     test_levels_not_here(t, (int)dsv4_cpu_detect(), DSV4_CPU_AVX512BF16);
+}
+
+/*
+ * The scalar reference's linear (ref_linear.c) against a direct computation here: the
+ * activations quantised by the test's own rule (test_quant_e4m3_row, groups of B), each
+ * weight dequantised by wval (its BxB or 1x32 scale), the dot product in double. FP8 blocks
+ * and activation groups of 128 (V4) and 32 (V4.1), with and without activation
+ * quantisation, rows and K not multiples of 128 (K a multiple of 32). The reference sums in
+ * double and rounds once to f32, so it is within 2^-24 of the dot product plus double
+ * rounding of the magnitudes.
+ */
+static void test_reference_linear(struct test_ctx *t)
+{
+    static const struct { enum dsv4_wfmt fmt; int n_out, n_in, block; bool f32s; enum dsv4_act act; } cases[] = {
+        { DSV4_WFMT_FP8, 37, 96, 32, false, DSV4_ACT_FP8 },  { DSV4_WFMT_FP8, 70, 224, 32, true, DSV4_ACT_FP8 },
+        { DSV4_WFMT_FP8, 33, 160, 32, false, DSV4_ACT_NONE }, { DSV4_WFMT_FP8, 130, 384, 128, false, DSV4_ACT_FP8 },
+        { DSV4_WFMT_FP8, 5, 200, 128, false, DSV4_ACT_FP8 },  { DSV4_WFMT_FP4, 9, 160, 32, false, DSV4_ACT_FP8 },
+        { DSV4_WFMT_FP4, 9, 160, 128, false, DSV4_ACT_FP8 },
+    };
+    enum { NT = 3 };
+    unsigned long long seed = 91;
+    size_t             sc = 1 << 16;
+    float             *scratch = malloc(sizeof(float) * sc);
+    struct dsv4_backend ref = { .ops = &dsv4_cpu_ref_ops, .scratch = scratch, .scratch_len = sc };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct rand_lin r;
+        int             K = cases[c].n_in, O = cases[c].n_out, B = cases[c].block;
+        make_lin_b(&r, cases[c].fmt, O, K, cases[c].f32s, seed++, B);
+        float *x = malloc(sizeof(float) * NT * (size_t)K), *q = malloc(sizeof(float) * NT * (size_t)K);
+        float *y = malloc(sizeof(float) * NT * (size_t)O);
+        for (int i = 0; i < NT * K; i++) x[i] = dsv4_round_bf16(test_rand_f32(&seed) * (i % 7 ? 1.0f : 64.0f));
+        for (int tk = 0; tk < NT; tk++) {
+            if (cases[c].act == DSV4_ACT_FP8) test_quant_e4m3_row(x + (size_t)tk * K, K, B, q + (size_t)tk * K);
+            else memcpy(q + (size_t)tk * K, x + (size_t)tk * K, sizeof(float) * (size_t)K);
+        }
+        ref.ops->linear(&ref, &r.l, NT, x, K, y, O, cases[c].act, DSV4_OUT_F32);
+        int bad = 0;
+        for (int tk = 0; tk < NT; tk++)
+            for (int o = 0; o < O; o++) {
+                double exact = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    double p = wval(&r.l, o, k) * q[(size_t)tk * K + k];
+                    exact += p;
+                    mag += fabs(p);
+                }
+                bad += !(fabs(y[(size_t)tk * O + o] - exact) <= 0x1p-24 * fabs(exact) + 1e-12 * mag + 1e-30);
+            }
+        CHECKF(bad == 0, "%s [%d x %d] block %d act %d: %d outputs are not the direct dot product",
+               dsv4_wfmt_name(cases[c].fmt), O, K, B, (int)cases[c].act, bad);
+        free(x);
+        free(q);
+        free(y);
+        free_lin(&r);
+    }
+    free(scratch);
 }
 
 /* The fast op table against the reference op table on the same inputs, at one level. */
@@ -808,15 +884,18 @@ static void test_fast_ops_vs_ref(struct test_ctx *t)
 static void i16_kernels_at(struct test_ctx *t, enum dsv4_cpu_level level)
 {
     const struct dsv4_kernels *k = dsv4_cpu_kernels_bf16(level);
-    struct { enum dsv4_wfmt fmt; int n_out, n_in; } shapes[] = {
+    /* block: FP8 blocks of 32 (V4.1) where set, else 128 */
+    struct { enum dsv4_wfmt fmt; int n_out, n_in, block; } shapes[] = {
         { DSV4_WFMT_FP8, 5, 384 },  { DSV4_WFMT_FP8, 260, 1024 }, { DSV4_WFMT_FP8, 48, 128 },
+        { DSV4_WFMT_FP8, 5, 96, 32 }, { DSV4_WFMT_FP8, 100, 352, 32 },
         { DSV4_WFMT_FP4, 66, 512 }, { DSV4_WFMT_FP4, 16, 32 },    { DSV4_WFMT_FP4, 130, 2048 },
         { DSV4_WFMT_BF16, 64, 1024 }, { DSV4_WFMT_BF16, 9, 224 },
     };
     unsigned long long seed = 5;
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         struct rand_lin r;
-        make_lin(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, false, seed++);
+        make_lin_b(&r, shapes[si].fmt, shapes[si].n_out, shapes[si].n_in, false, seed++,
+                   shapes[si].block ? shapes[si].block : 128);
         int K = r.l.n_in, O = r.l.n_out, G = dsv4_i16_groups(&r.l), P = K / 2;
         CHECKF(dsv4_i16_eligible(&r.l), "%s %dx%d should be eligible", dsv4_wfmt_name(r.l.fmt), O, K);
         size_t wb, sb;
@@ -835,8 +914,8 @@ static void i16_kernels_at(struct test_ctx *t, enum dsv4_cpu_level level)
                         double want = row < O ? wval(&r.l, row, k_in) : 0, got;
                         if (r.l.fmt == DSV4_WFMT_FP8) {
                             uint8_t c = wi[((size_t)g * P + p) * 32 + lane * 2 + j];
-                            int     n_kb = (K + 127) / 128;
-                            got = dsv4_f32_from_e4m3(c) * (row < O ? dsv4_f32_from_e8m0(r.s[(row / 128) * n_kb + k_in / 128]) : 1);
+                            int     B = r.l.block, n_kb = (K + B - 1) / B;
+                            got = dsv4_f32_from_e4m3(c) * (row < O ? dsv4_f32_from_e8m0(r.s[(row / B) * n_kb + k_in / B]) : 1);
                         } else if (r.l.fmt == DSV4_WFMT_FP4) {
                             uint8_t c = wi[((size_t)g * P + p) * 16 + lane];
                             got = dsv4_f32_from_e2m1(j ? c >> 4 : c & 15) *
@@ -955,6 +1034,56 @@ static void fill_quant_input(unsigned long long *seed, float *x, int n)
     }
 }
 
+/* The f32 levels' quantiser against the plain-C rule in groups of B. */
+static void check_quant_f32(struct test_ctx *t, const struct dsv4_kernels *k, int B, unsigned long long *seed)
+{
+    static const int lens[] = { 1, 3, 7, 8, 9, 31, 32, 33, 100, 127, 128, 129, 255, 300, 1024 };
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int    n  = lens[li];
+        float *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
+        float *qb = malloc(sizeof(float) * (size_t)(n + 1));
+        fill_quant_input(seed, xa, n);
+        if (n > 5) xa[5] = -INFINITY; /* saturates its block (scale 1), as the codec */
+        test_quant_e4m3_row(xa, n, B, qa);
+        qb[n] = 12345.0f;
+        k->quant_f32(xa, n, B, qb);
+        int diff = -1;
+        for (int i = 0; i < n && diff < 0; i++)
+            if (memcmp(&qa[i], &qb[i], 4)) diff = i;
+        CHECKF(diff < 0, "%s quant_f32 n=%d B=%d: element %d is %g, codec gives %g", k->name, n, B, diff,
+               diff < 0 ? 0 : qb[diff], diff < 0 ? 0 : qa[diff]);
+        CHECKF(qb[n] == 12345.0f, "quant_f32 n=%d wrote past the row", n);
+        free(xa);
+        free(qa);
+        free(qb);
+    }
+}
+
+/* The bf16 level's quantiser against the plain-C rule in groups of B. */
+static void check_quant_bf16(struct test_ctx *t, const struct dsv4_kernels *kb, int B, unsigned long long *seed)
+{
+    static const int lens[] = { 1, 3, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 255, 300, 1024 };
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int       n  = lens[li];
+        float    *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
+        uint16_t *b  = malloc(2 * (size_t)n + 64);
+        fill_quant_input(seed, xa, n);
+        if (n > 5) xa[5] = NAN; /* a NaN neither sets the scale nor crashes (448 like the codec path) */
+        test_quant_e4m3_row(xa, n, B, qa);
+        b[n] = 0xbeef;
+        kb->quant_bf16(xa, n, B, b);
+        int diff = -1;
+        for (int i = 0; i < n && diff < 0; i++)
+            if (i != 5 && dsv4_bf16_from_f32(qa[i]) != b[i]) diff = i;
+        CHECKF(diff < 0, "%s quant_bf16 n=%d B=%d: element %d is 0x%04x, codec gives 0x%04x", kb->name, n, B, diff,
+               diff < 0 ? 0 : b[diff], diff < 0 ? 0 : dsv4_bf16_from_f32(qa[diff]));
+        CHECKF(b[n] == 0xbeef, "quant_bf16 n=%d wrote past the row", n);
+        free(xa);
+        free(qa);
+        free(b);
+    }
+}
+
 static void test_fast_quantiser(struct test_ctx *t)
 {
     enum { NT = 5 };
@@ -966,68 +1095,31 @@ static void test_fast_quantiser(struct test_ctx *t)
             CHECKF(0, "%s", err.msg);
             return;
         }
-        struct rand_lin r;
-        make_lin(&r, DSV4_WFMT_FP8, 128, 128, false, 3);
-        memset(r.w, 0, 128 * 128);
-        for (int i = 0; i < 128; i++) r.w[i * 128 + i] = 0x38; /* e4m3 1.0 */
-        r.s[0] = 127;
         size_t              sc      = 1 << 16;
         float              *scratch = malloc(sizeof(float) * sc), x[NT * 128], y[NT * 128], q[NT * 128];
         struct dsv4_backend fast    = { .ops = &dsv4_cpu_fast_ops, .impl = cpu, .scratch = scratch, .scratch_len = sc };
-        int                 bad     = 0;
-        for (int it = 0; it < 400 && !bad; it++) {
-            for (int row = 0; row < NT; row++) fill_quant_input(&seed, x + row * 128, 128);
-            fast.ops->linear(&fast, &r.l, NT, x, 128, y, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
-            for (int row = 0; row < NT; row++) test_quant_e4m3_row(x + row * 128, 128, q + row * 128);
-            for (int i = 0; i < NT * 128; i++) bad |= y[i] != q[i]; /* the sum turns -0 into +0 */
-            CHECKF(!bad, "%s: quantised activations differ (iteration %d)", dsv4_cpu_level_name(cpu->level), it);
-        }
-        if (cpu->k->quant_f32) { /* the f32 levels' quantiser directly, on awkward lengths */
-            static const int lens[] = { 1, 3, 7, 8, 9, 100, 127, 128, 129, 255, 300, 1024 };
-            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
-                int    n  = lens[li];
-                float *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
-                float *qb = malloc(sizeof(float) * (size_t)(n + 1));
-                fill_quant_input(&seed, xa, n);
-                if (n > 5) xa[5] = -INFINITY; /* saturates its block (scale 1), as the codec */
-                test_quant_e4m3_row(xa, n, qa);
-                qb[n] = 12345.0f;
-                cpu->k->quant_f32(xa, n, qb);
-                int diff = -1;
-                for (int i = 0; i < n && diff < 0; i++)
-                    if (memcmp(&qa[i], &qb[i], 4)) diff = i;
-                CHECKF(diff < 0, "%s quant_f32 n=%d: element %d is %g, codec gives %g", cpu->k->name, n, diff,
-                       diff < 0 ? 0 : qb[diff], diff < 0 ? 0 : qa[diff]);
-                CHECKF(qb[n] == 12345.0f, "quant_f32 n=%d wrote past the row", n);
-                free(xa);
-                free(qa);
-                free(qb);
+        /* through the linear op on an identity FP8 weight, then the quantisers directly on
+         * awkward lengths, in groups of 128 (V4) and 32 (V4.1) */
+        for (int B = 128; B >= 32; B /= 4) {
+            struct rand_lin r;
+            make_lin_b(&r, DSV4_WFMT_FP8, 128, 128, false, 3, B);
+            memset(r.w, 0, 128 * 128);
+            for (int i = 0; i < 128; i++) r.w[i * 128 + i] = 0x38; /* e4m3 1.0 */
+            memset(r.s, 127, n_scales(&r.l));
+            int bad = 0;
+            for (int it = 0; it < 400 && !bad; it++) {
+                for (int row = 0; row < NT; row++) fill_quant_input(&seed, x + row * 128, 128);
+                fast.ops->linear(&fast, &r.l, NT, x, 128, y, 128, DSV4_ACT_FP8, DSV4_OUT_F32);
+                for (int row = 0; row < NT; row++) test_quant_e4m3_row(x + row * 128, 128, B, q + row * 128);
+                for (int i = 0; i < NT * 128; i++) bad |= y[i] != q[i]; /* the sum turns -0 into +0 */
+                CHECKF(!bad, "%s block %d: quantised activations differ (iteration %d)",
+                       dsv4_cpu_level_name(cpu->level), B, it);
             }
-        }
-        if (cpu->kb) {
-            static const int lens[] = { 1, 3, 15, 16, 17, 100, 127, 128, 129, 255, 300, 1024 };
-            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
-                int      n  = lens[li];
-                float   *xa = malloc(sizeof(float) * (size_t)n), *qa = malloc(sizeof(float) * (size_t)n);
-                uint16_t *b = malloc(2 * (size_t)n + 64);
-                fill_quant_input(&seed, xa, n);
-                if (n > 5) xa[5] = NAN; /* a NaN neither sets the scale nor crashes (448 like the codec path) */
-                test_quant_e4m3_row(xa, n, qa);
-                b[n] = 0xbeef;
-                cpu->kb->quant_bf16(xa, n, b);
-                int diff = -1;
-                for (int i = 0; i < n && diff < 0; i++)
-                    if (i != 5 && dsv4_bf16_from_f32(qa[i]) != b[i]) diff = i;
-                CHECKF(diff < 0, "%s quant_bf16 n=%d: element %d is 0x%04x, codec gives 0x%04x", cpu->kb->name, n, diff,
-                       diff < 0 ? 0 : b[diff], diff < 0 ? 0 : dsv4_bf16_from_f32(qa[diff]));
-                CHECKF(b[n] == 0xbeef, "quant_bf16 n=%d wrote past the row", n);
-                free(xa);
-                free(qa);
-                free(b);
-            }
+            free_lin(&r);
+            if (cpu->k->quant_f32) check_quant_f32(t, cpu->k, B, &seed);
+            if (cpu->kb) check_quant_bf16(t, cpu->kb, B, &seed);
         }
         free(scratch);
-        free_lin(&r);
         dsv4_cpu_free(cpu);
     }
     test_levels_not_here(t, (int)dsv4_cpu_detect(), DSV4_CPU_AVX512BF16);
@@ -1166,6 +1258,7 @@ static void test_level_pick(struct test_ctx *t)
 
 const struct test_case test_group_kernels[] = {
     { "projection_kernels_all_levels", test_projection_kernels },
+    { "reference_linear_is_the_dot_product", test_reference_linear },
     { "fp8_all_codes_all_levels", test_fp8_all_codes },
     { "fast_ops_vs_reference", test_fast_ops_vs_ref },
     { "fast_activation_quantiser", test_fast_quantiser },

@@ -104,9 +104,10 @@ struct dsv4_kernels {
     void (*dotb_fp4)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
     void (*dotb_bf16)(const struct dsv4_linear *w, int o0, int o1, int nt, const uint16_t *x, int ldx, float *y, int ldy);
     void (*to_bf16)(const float *x, int n, uint16_t *out);
-    /* Activation quantisation of one row straight to bf16: e4m3 per block of 128 with a
-     * power-of-two scale (dsv4_act_scale), the dequantised values written as bf16 (exact). */
-    void (*quant_bf16)(const float *x, int n, uint16_t *out);
+    /* Activation quantisation of one row straight to bf16: e4m3 per group of B (w->block)
+     * with a power-of-two scale (dsv4_act_scale), the dequantised values written as bf16
+     * (exact). */
+    void (*quant_bf16)(const float *x, int n, int B, uint16_t *out);
     /* f32 helpers for attention and small ops */
     float (*vdot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
@@ -142,14 +143,14 @@ struct dsv4_kernels {
     void (*rmsnorm_row)(const float *x, int d, const uint16_t *w, double eps, float *y);
     void (*rope_row)(float *x, int n_vec, int d_full, int d_rope, const double *c, const double *s);
     void (*hadamard_rows)(float *x, int n, int d);
-    /* The f32 levels' activation quantiser (FP8/FP4 projections): one row, e4m3 per block of
-     * 128 with a power-of-two scale (the last block may be short), the dequantised values
-     * (exact) as f32. NULL: plain C in ops_fast.c. */
-    void (*quant_f32)(const float *x, int n, float *out);
+    /* The f32 levels' activation quantiser (FP8/FP4 projections): one row, e4m3 per group of
+     * B (w->block) with a power-of-two scale (the last group may be short), the dequantised
+     * values (exact) as f32. NULL: plain C in ops_fast.c. */
+    void (*quant_f32)(const float *x, int n, int B, float *out);
     /* The -int sub-levels (fp4_exact.h; NULL on every other table): one row quantised as
      * quant_f32 does and written in the exact-sum layout its dot_fp4 reads (n % 32 == 0,
      * dsv4_fp4x_floats(n) floats). FP4 projections on quantised activations take it. */
-    void (*quant_fp4x)(const float *x, int n, float *out);
+    void (*quant_fp4x)(const float *x, int n, int B, float *out);
     /* The data ops' arithmetic (ops_data.c's expressions, NULL: those plain C loops): bf16 ->
      * f32; x[i] = bf16(f32(x[i] * s)) and x[i] = bf16(f32(x[i] + e[i])) in double; a MoE
      * combine row, f[i] = bf16(f32(sum_j ye[p[j] * d + i] + sh[i])) summed in double in the
@@ -288,7 +289,7 @@ void dsv4_fp4x_dot_z512(const struct dsv4_linear *w, int o0, int o1, int nt, con
                         int gmin);
 void dsv4_fp4x_dot_z512v(const struct dsv4_linear *w, int o0, int o1, int nt, const float *x, int ldx, float *y,
                          int ldy, int gmin);
-void dsv4_fp4x_quant_avx2(const float *x, int n, float *out);
+void dsv4_fp4x_quant_avx2(const float *x, int n, int B, float *out);
 #endif
 /* A built level's tables, for code that must not name an x86 table (tests, cpu.c): the f32
  * kernels (scalar, avx2, or avx512 for avx512 and up) and the bf16-activation kernels

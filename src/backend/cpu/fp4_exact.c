@@ -48,15 +48,18 @@ static int block_ex(const float *x, int n)
     return amax > 0 ? ilogbf(amax) - 17 : 0;
 }
 
-void dsv4_fp4x_layout_ref(const float *x, int n, float *out)
+void dsv4_fp4x_layout_ref(const float *x, int n, int B, float *out)
 {
     int16_t *A = (int16_t *)(void *)out;
     float   *F = out + dsv4_fp4x_f_off(n);
     int32_t *E = (int32_t *)(void *)(out + dsv4_fp4x_e_off(n));
-    for (int b = 0; b < n; b += 128) E[b / 128] = block_ex(x + b, n - b < 128 ? n - b : 128);
+    for (int g = 0; g < n; g += B) {
+        int ex = block_ex(x + g, n - g < B ? n - g : B);
+        for (int b = g; b < g + B && b < n; b += 32) E[b / 32] = ex;
+    }
     for (int b = 0; b < n; b += 32) {
         int32_t xi[32];
-        int     ex = E[b / 128];
+        int     ex = E[b / 32];
         for (int k = 0; k < 32; k++) {
             double v = ldexp((double)x[b + k], -ex); /* exact: an integer below 2^18 */
             xi[k]    = isfinite(v) && fabs(v) < 262144.0 ? (int32_t)v : 0;
@@ -97,7 +100,7 @@ void dsv4_fp4x_dot_ref(const struct dsv4_linear *w, int o0, int o1, int nt, cons
             const int32_t *E   = (const int32_t *)(const void *)(row + dsv4_fp4x_e_off(K));
             float          a[8] = { 0 };
             for (int b = 0; b < nb; b++) {
-                float s = dsv4_fp4x_sc[dsv4_fp4x_sc_index(sc[(size_t)ow * (size_t)nb + (size_t)b], E[b / 4])];
+                float s = dsv4_fp4x_sc[dsv4_fp4x_sc_index(sc[(size_t)ow * (size_t)nb + (size_t)b], E[b])];
                 for (int d = 0; d < 8; d++) {
                     int32_t S = 0;
                     for (int j = 0; j < 4; j++) {

@@ -4,7 +4,8 @@
  * (fp4_exact.c), the fast ops (ops_fast.c) and the tests.
  *
  * Why: an FP4 row has e2m1 weights with an e8m0 scale per 32 inputs, and its activations are
- * e4m3 codes with a power-of-two scale per 128 (docs/MODEL.md §R5.2-R5.3), so every product
+ * e4m3 codes with a power-of-two scale per group of B = w->block (128 for V4, 32 for V4.1;
+ * docs/MODEL.md §R5.2-R5.3), so every product
  * of a weight and an activation is exact and a few of them sum exactly. The default levels
  * round after every product (one f32 FMA each); these levels sum exactly and round once per
  * block and lane, which lets the one-token GEMV run on integer dot products (VPMADDWD, or
@@ -14,7 +15,7 @@
  *
  * The numerics, for output row o and token t (the definition every path computes):
  *   - w2[k] = 2 x e2m1 code value, an integer in [-12, 12];
- *   - per activation block of 128 (the last may be short): ex = ilogb(amax) - 17 of the
+ *   - per activation group of B (the last may be short): ex = ilogb(amax) - 17 of the
  *     dequantised values (0 when all are zero), and xi[k] = x[k] / 2^ex, an integer with
  *     |xi| < 2^18 (x is an e4m3 value times a power of two, so a multiple of 2^ex);
  *   - eight f32 lane accumulators a[0..7], +0 at the start; for each 32-block b in order and
@@ -36,7 +37,8 @@
  *       L = xi & 511 (so xi = 256 H + L);
  *   float F[n / 32][32]: xi as floats, vector j (8 lanes) lane d holding input
  *       base(d) + {0, 2, 16, 18}[j], base(d) = d < 4 ? 4d : 4(d - 4) + 1 (the GEMM's order);
- *   int32 E[ceil(n / 128)]: the blocks' ex.
+ *   int32 E[n / 32]: each 32-block's ex (that of the group it lies in; B is a multiple of
+ *       32), so the dot kernels read E[b] whatever the group.
  */
 #ifndef DSV4_FP4_EXACT_H
 #define DSV4_FP4_EXACT_H
@@ -49,7 +51,7 @@
 /* Floats of one token's activation row in the layout (A, F, E). */
 static inline size_t dsv4_fp4x_floats(int n)
 {
-    return 2 * (size_t)n + (size_t)(n + 127) / 128;
+    return 2 * (size_t)n + (size_t)(n + 31) / 32;
 }
 
 /* Offsets of F and E in the row, in floats. */
@@ -72,9 +74,9 @@ static inline int dsv4_fp4x_sc_index(int e_w, int ex)
 }
 
 /* The layout of one row of n dequantised activations (e4m3 values times a power of two per
- * 128; n % 32 == 0) in plain C: the reference the SIMD writers are tested against. Non-finite
+ * group of B; n % 32 == 0, B % 32 == 0) in plain C: the reference the SIMD writers are tested against. Non-finite
  * inputs are written as 0. */
-void dsv4_fp4x_layout_ref(const float *x, int n, float *out);
+void dsv4_fp4x_layout_ref(const float *x, int n, int B, float *out);
 
 /* The numerics above in plain C (integers and fmaf), rows [o0, o1) of an FP4 projection with
  * e8m0 scales against nt activation rows in the layout (stride ldx floats). */

@@ -35,18 +35,18 @@ static void dot_fp8(const struct dsv4_linear *w, int o0, int o1, int nt, const f
 {
     (void)gmin; /* one path at every token count */
     tables();
-    int n_kb = (w->n_in + 127) / 128;
+    int B = w->block;
     for (int o = o0; o < o1; o++) {
         int            ow = o + w->row_off;
         const uint8_t *wr = (const uint8_t *)w->w + (size_t)ow * (size_t)w->n_in;
         for (int t = 0; t < nt; t++) {
             const float *xt  = x + (size_t)t * (size_t)ldx;
             float        acc = 0;
-            for (int kb = 0; kb < n_kb; kb++) {
-                int   b = kb * 128, e = b + 128 < w->n_in ? b + 128 : w->n_in;
+            for (int b = 0; b < w->n_in; b += B) {
+                int   e    = b + B < w->n_in ? b + B : w->n_in;
                 float part = 0;
                 for (int k = b; k < e; k++) part += e4m3_tab[wr[k]] * xt[k];
-                acc += part * wscale(w, (size_t)(ow / 128) * (size_t)n_kb + (size_t)kb);
+                acc += part * wscale(w, dsv4_fp8_scale_index(w, ow, b));
             }
             y[(size_t)t * (size_t)ldy + (size_t)o] = acc;
         }

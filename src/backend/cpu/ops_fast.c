@@ -82,7 +82,7 @@ static const struct dsv4_kernels *f32_kernels(const struct dsv4_cpu *cpu, const 
  * query's scores and a decoded row, an indexer key. */
 static size_t ref_scratch_floats(const struct dsv4_plan_dims *c)
 {
-    size_t lin = (size_t)max_in(c), sc = lin + lin / 128 + 2;
+    size_t lin = (size_t)max_in(c), sc = lin + lin / 32 + 2; /* activation groups of 32 at least */
     size_t att = (size_t)c->n_head * (size_t)c->max_attn_rows + (size_t)c->d_head;
     if (att > sc) sc = att;
     if ((size_t)c->d_idx_head > sc) sc = (size_t)c->d_idx_head;
@@ -212,11 +212,11 @@ static inline float e4m3_round(float v)
     return copysignf(fminf(r, 448.0f), v);
 }
 
-/* Quantises one row to e4m3 per 128 and writes the dequantised (exact) values. */
-static void quantise_row(const float *xr, int n_in, float *qr)
+/* Quantises one row to e4m3 per group of B and writes the dequantised (exact) values. */
+static void quantise_row(const float *xr, int n_in, int B, float *qr)
 {
-    for (int b = 0; b < n_in; b += 128) {
-        int   e    = b + 128 < n_in ? b + 128 : n_in;
+    for (int b = 0; b < n_in; b += B) {
+        int   e    = b + B < n_in ? b + B : n_in;
         float amax = 0;
         for (int k = b; k < e; k++) {
             float a = fabsf(xr[k]);
@@ -229,13 +229,14 @@ static void quantise_row(const float *xr, int n_in, float *qr)
 
 /*
  * Activations of a projection as its kernels read them, rows in parallel: quantised to
- * e4m3 per 128 (FP8/FP4 weights) or as they are, as f32 rows into xq or, on the bf16
+ * e4m3 per group of w->block (FP8/FP4 weights) or as they are, as f32 rows into xq or, on the bf16
  * levels, straight to bf16 rows into xb. x is never the scratch these are written to.
  */
 struct prep_job {
     const struct dsv4_kernels *k, *kb;
     const float               *x;
     int                        ldx, K, ldq; /* ldq: act_ld(K), the stride of xq */
+    int                        B;           /* the activation group (w->block) */
     bool                       quant;
     bool                       fp4x; /* write the avx2-int layout (quant_fp4x), stride ldq = act_ld_x(K) */
     float                     *xq;
@@ -250,26 +251,26 @@ static void prep_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         const float *xr = J->x + (size_t)t * (size_t)J->ldx;
         if (J->xb) {
             uint16_t *br = J->xb + (size_t)t * (size_t)J->K;
-            if (J->quant) J->kb->quant_bf16(xr, J->K, br);
+            if (J->quant) J->kb->quant_bf16(xr, J->K, J->B, br);
             else J->kb->to_bf16(xr, J->K, br);
         } else {
             float *qr = J->xq + (size_t)t * (size_t)J->ldq;
-            if (J->fp4x) J->k->quant_fp4x(xr, J->K, qr);
-            else if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, qr);
-            else if (J->quant) quantise_row(xr, J->K, qr);
+            if (J->fp4x) J->k->quant_fp4x(xr, J->K, J->B, qr);
+            else if (J->quant && J->k->quant_f32) J->k->quant_f32(xr, J->K, J->B, qr);
+            else if (J->quant) quantise_row(xr, J->K, J->B, qr);
             else memcpy(qr, xr, sizeof(float) * (size_t)J->K);
         }
     }
 }
 
-/* n rows of x into xq (the start of the scratch): bf16 rows of K when kb is given (*xb
- * set), else f32 rows of stride act_ld(K) (*xb NULL), or with fp4x (quantised, no kb) rows
- * in the avx2-int layout of stride act_ld_x(K). */
+/* n rows of x into xq (the start of the scratch), quantised in groups of qb (0: as they
+ * are): bf16 rows of K when kb is given (*xb set), else f32 rows of stride act_ld(K) (*xb
+ * NULL), or with fp4x (quantised, no kb) rows in the avx2-int layout of stride act_ld_x(K). */
 static void prepare_rows(struct dsv4_cpu *cpu, const struct dsv4_kernels *kb, const float *x, int ldx, int n, int K,
-                         bool quant, bool fp4x, float *xq, uint16_t **xb)
+                         int qb, bool fp4x, float *xq, uint16_t **xb)
 {
     struct prep_job J = { .k = cpu->k, .kb = kb, .x = x, .ldx = ldx, .K = K, .ldq = fp4x ? act_ld_x(K) : act_ld(K),
-                          .quant = quant, .fp4x = fp4x, .xq = xq, .xb = kb ? (uint16_t *)(void *)xq : NULL };
+                          .quant = qb > 0, .B = qb, .fp4x = fp4x, .xq = xq, .xb = kb ? (uint16_t *)(void *)xq : NULL };
     /* about 8 KiB of input a thread at least: the split costs more below that */
     dsv4_pool_for(cpu->pool, n, 1, 1 + 2048 / K, prep_rows, &J);
     *xb = J.xb;
@@ -288,7 +289,8 @@ static void fast_linear(struct dsv4_backend *be, const struct dsv4_linear *w, in
     if (act == DSV4_ACT_FP8 || bf) {
         /* an F32 projection on a bf16 level reads f32 activations (quantised or not) */
         uint16_t *xb;
-        prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8, x4, xq, &xb);
+        prepare_rows(cpu, bf ? cpu->kb : NULL, x, ldx, n_tok, w->n_in, act == DSV4_ACT_FP8 ? w->block : 0, x4, xq,
+                     &xb);
         j.x   = xq;
         j.ldx = bf ? w->n_in : x4 ? act_ld_x(w->n_in) : act_ld(w->n_in);
         if (xb) {
@@ -456,7 +458,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
                          .panels = (uint16_t *)(void *)(be->scratch + xlen + 16), .panel_len = plen };
     uint16_t *xb;
     /* phase 1: gate and up */
-    prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant, x4, xq, &xb);
+    prepare_rows(cpu, cpu->kb, x, d, n_pairs, d, quant ? e0->w1.block : 0, x4, xq, &xb);
     J.fp4x = x4;
     J.phase = 1;
     /* on interleaved tiles a job covers 64 rows: the GEMV then keeps four independent sums in
@@ -471,7 +473,7 @@ static void fast_experts(struct dsv4_backend *be, const struct dsv4_expert_w *ex
     struct swiglu_job S = { .k = cpu->k, .g = gbuf, .v = scratch + (size_t)n_pairs * (size_t)f, .row_w = row_w, .f = f, .limit = limit };
     dsv4_pool_for(cpu->pool, n_pairs, 1, 1 + 4096 / f, swiglu_rows, &S);
     /* phase 3: down */
-    prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant, x4, xq, &xb);
+    prepare_rows(cpu, cpu->kb, gbuf, f, n_pairs, f, quant ? e0->w2.block : 0, x4, xq, &xb);
     J.phase = 3;
     J.tiles_per_mat = (d + J.tile_rows - 1) / J.tile_rows;
     J.xq = xq, J.xb = xb, J.out = y;

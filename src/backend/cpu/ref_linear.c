@@ -1,10 +1,11 @@
 /*
  * ref_linear.c - the scalar reference projection for every weight format of the release.
  *
- * Numerics follow the demo's fp8_gemm / fp4_gemm: with FP8 activations each 128-wide block
- * of an input row becomes e4m3 codes times a power-of-two scale s_x; per block the products
- * of codes are summed in f32, then scaled by s_x * s_w (FP8 weights: one s_w per 128x128
- * block; FP4 weights: per 32-wide sub-block s_w, then s_x per 128). Without activation
+ * Numerics follow the demo's fp8_gemm / fp4_gemm: with FP8 activations each group of B
+ * inputs of a row (B = w->block: 128 for V4, 32 for V4.1) becomes e4m3 codes times a
+ * power-of-two scale s_x; per block the products of codes are summed, then scaled by
+ * s_x * s_w (FP8 weights: one s_w per BxB block; FP4 weights: per 32-wide sub-block s_w,
+ * then s_x per B). Without activation
  * quantisation (wo_a, compressor, router, head) the input is used as it is against the
  * dequantised weight. The reference accumulates in double (exact for these products up to
  * double rounding); the output is rounded to f32, or to bf16 through f32.
@@ -38,15 +39,16 @@ static double scale_at(const struct dsv4_linear *w, size_t idx)
     return e8m0_lut[((const uint8_t *)w->scale)[idx]];
 }
 
-/* Quantises one row of n_in values: q[k] = value of the e4m3 code, s[b] = block scale. */
-static void quant_row(const float *x, int n_in, float *q, float *s)
+/* Quantises one row of n_in values in groups of B: q[k] = value of the e4m3 code, s[g] =
+ * group g's scale. */
+static void quant_row(const float *x, int n_in, int B, float *q, float *s)
 {
-    for (int b = 0; b < n_in; b += 128) {
-        int   e    = b + 128 < n_in ? b + 128 : n_in;
+    for (int b = 0; b < n_in; b += B) {
+        int   e    = b + B < n_in ? b + B : n_in;
         float amax = 0;
         for (int k = b; k < e; k++) amax = fmaxf(amax, fabsf(x[k]));
         float sc = dsv4_act_scale(amax, 448.0f, 1e-4f);
-        s[b / 128] = sc;
+        s[b / B] = sc;
         for (int k = b; k < e; k++) q[k] = e4m3_lut[dsv4_e4m3_from_f32(x[k] / sc)];
     }
 }
@@ -55,13 +57,13 @@ static double dot_fp8(const struct dsv4_linear *w, int o, const float *q, const 
 {
     o += w->row_off;
     const uint8_t *wr    = (const uint8_t *)w->w + (size_t)o * (size_t)w->n_in;
-    int            n_kb  = (w->n_in + 127) / 128;
+    int            B     = w->block;
     double         acc   = 0;
-    for (int kb = 0; kb < n_kb; kb++) {
-        int    b = kb * 128, e = b + 128 < w->n_in ? b + 128 : w->n_in;
+    for (int b = 0; b < w->n_in; b += B) {
+        int    e    = b + B < w->n_in ? b + B : w->n_in;
         double part = 0;
         for (int k = b; k < e; k++) part += (double)q[k] * e4m3_lut[wr[k]];
-        acc += part * (s ? s[kb] : 1.0f) * scale_at(w, (size_t)(o / 128) * (size_t)n_kb + (size_t)kb);
+        acc += part * (s ? s[b / B] : 1.0f) * scale_at(w, dsv4_fp8_scale_index(w, o, b));
     }
     return acc;
 }
@@ -72,18 +74,19 @@ static double dot_fp4(const struct dsv4_linear *w, int o, const float *q, const 
     const uint8_t *wr  = (const uint8_t *)w->w + (size_t)o * (size_t)(w->n_in / 2);
     size_t         srow = (size_t)o * (size_t)(w->n_in / 32);
     double         acc  = 0;
-    for (int b = 0; b < w->n_in; b += 128) {
-        int    e    = b + 128 < w->n_in ? b + 128 : w->n_in;
-        double p128 = 0;
+    int            B    = w->block;
+    for (int b = 0; b < w->n_in; b += B) {
+        int    e    = b + B < w->n_in ? b + B : w->n_in;
+        double pg   = 0;
         for (int sb = b; sb < e; sb += 32) {
             double p32 = 0;
             for (int k = sb; k < sb + 32; k++) {
                 uint8_t byte = wr[k / 2];
                 p32 += (double)q[k] * e2m1_lut[k % 2 ? byte >> 4 : byte & 15];
             }
-            p128 += p32 * scale_at(w, srow + (size_t)(sb / 32));
+            pg += p32 * scale_at(w, srow + (size_t)(sb / 32));
         }
-        acc += p128 * (s ? s[b / 128] : 1.0f);
+        acc += pg * (s ? s[b / B] : 1.0f);
     }
     return acc;
 }
@@ -106,8 +109,8 @@ void dsv4_ref_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n
                      float *y, int ldy, enum dsv4_act act, enum dsv4_out out)
 {
     pthread_once(&lut_once, lut_init);
-    int n_kb = (w->n_in + 127) / 128;
-    DSV4_ASSERT(be->scratch_len >= (size_t)w->n_in + (size_t)n_kb);
+    DSV4_ASSERT(w->block > 0 || (w->fmt != DSV4_WFMT_FP8 && act == DSV4_ACT_NONE));
+    DSV4_ASSERT(be->scratch_len >= (size_t)w->n_in + (size_t)(w->n_in / 32 + 1));
     float *q = be->scratch;
     float *s = q + w->n_in;
     for (int r = 0; r < n_tok; r++) {
@@ -115,7 +118,7 @@ void dsv4_ref_linear(struct dsv4_backend *be, const struct dsv4_linear *w, int n
         float       *yr = y + (size_t)r * (size_t)ldy;
         const float *qx = xr, *sx = NULL;
         if (act == DSV4_ACT_FP8) {
-            quant_row(xr, w->n_in, q, s);
+            quant_row(xr, w->n_in, w->block, q, s);
             qx = q;
             sx = s;
         }

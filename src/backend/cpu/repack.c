@@ -8,7 +8,7 @@
  *   BF16  uint16 [g][p][r][2]  likewise                                   (64 bytes per (g, p))
  *   FP4   bytes  [g][p][r]     = the release's byte w[16g+r][p] (low nibble input 2p)
  * and FP4's per-32 scales as bytes [g][n_in/32][r] (padding rows: 127, i.e. 2^0). FP8 keeps
- * its 128x128 block scales as released: a group lies inside one 128-row block.
+ * its BxB block scales as released (B = l->block, 128 or 32): a group lies inside one block.
  *
  * Why: one register then holds 16 outputs' worth of weights for one input pair, so a kernel
  * accumulates 16 outputs per register with the activation pair broadcast (VDPBF16PS), the
@@ -24,8 +24,9 @@ bool dsv4_i16_eligible(const struct dsv4_linear *l)
     if (l->n_in % 32 != 0 || l->n_out < 1 || l->row_off != 0) return false;
     if (l->fmt == DSV4_WFMT_BF16) return true;
     if ((l->fmt != DSV4_WFMT_FP8 && l->fmt != DSV4_WFMT_FP4) || l->scale_f32 || !l->scale) return false;
+    if (l->fmt == DSV4_WFMT_FP8 && l->block % 16) return false; /* a 16-row group in one block */
     /* the kernels fold scales into bf16 exponents: every scale must keep bf16 weights normal */
-    size_t         n = l->fmt == DSV4_WFMT_FP8 ? (size_t)((l->n_out + 127) / 128) * (size_t)((l->n_in + 127) / 128)
+    size_t         n = l->fmt == DSV4_WFMT_FP8 ? dsv4_fp8_scale_index(l, l->n_out - 1, l->n_in - 1) + 1
                                                : (size_t)l->n_out * (size_t)(l->n_in / 32);
     const uint8_t *s = l->scale;
     for (size_t i = 0; i < n; i++)

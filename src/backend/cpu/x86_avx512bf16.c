@@ -74,9 +74,9 @@ static inline __attribute__((always_inline)) __m512i load_w(const struct dsv4_li
     return _mm512_loadu_si512((const uint16_t *)w->w + (size_t)ow * (size_t)w->n_in + (size_t)k);
 }
 
-static inline __attribute__((always_inline)) float bscale(const struct dsv4_linear *w, int kind, int ow, int kb, int n_kb)
+static inline __attribute__((always_inline)) float bscale(const struct dsv4_linear *w, int kind, int ow, int kb)
 {
-    if (kind == 0) return scale_at(w, (size_t)(ow / 128) * (size_t)n_kb + (size_t)(kb / 128));
+    if (kind == 0) return scale_at(w, dsv4_fp8_scale_index(w, ow, kb));
     return scale_at(w, (size_t)ow * (size_t)(w->n_in / 32) + (size_t)(kb / 32));
 }
 
@@ -92,8 +92,7 @@ static float tail(const struct dsv4_linear *w, int ow, int k0, const uint16_t *x
 static inline __attribute__((always_inline)) void rows4(const struct dsv4_linear *w, int kind, int NT, int ow,
                                                         const uint16_t *x, int ldx, float *y, int ldy, int o)
 {
-    int    kmax = w->n_in / 32 * 32, n_kb = (w->n_in + 127) / 128;
-    int    bk   = kind == 0 ? 128 : kind == 1 ? 32 : kmax;
+    int    kmax = w->n_in / 32 * 32, bk = kind == 0 ? w->block : kind == 1 ? 32 : kmax;
     __m512 tot[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
@@ -120,7 +119,7 @@ static inline __attribute__((always_inline)) void rows4(const struct dsv4_linear
         }
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            __m512 s = kind <= 1 ? _mm512_set1_ps(bscale(w, kind, ow + r, kb, n_kb)) : _mm512_set1_ps(1.0f);
+            __m512 s = kind <= 1 ? _mm512_set1_ps(bscale(w, kind, ow + r, kb)) : _mm512_set1_ps(1.0f);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) tot[r][t] = _mm512_fmadd_ps(blk[r][t], s, tot[r][t]);
         }
@@ -138,8 +137,7 @@ static inline __attribute__((always_inline)) void rows4(const struct dsv4_linear
 static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const uint16_t *x, int ldx, float *y, int ldy,
                  int o)
 {
-    int kmax = w->n_in / 32 * 32, n_kb = (w->n_in + 127) / 128;
-    int bk   = kind == 0 ? 128 : kind == 1 ? 32 : kmax;
+    int kmax = w->n_in / 32 * 32, bk = kind == 0 ? w->block : kind == 1 ? 32 : kmax;
     for (int t = 0; t < nt; t++) {
         const uint16_t *xt  = x + (size_t)t * (size_t)ldx;
         __m512          tot = _mm512_setzero_ps();
@@ -147,7 +145,7 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
             __m512 blk = _mm512_setzero_ps();
             for (int k = kb; k < kb + bk; k += 32)
                 blk = _mm512_dpbf16_ps(blk, as_bh(load_w(w, kind, ow, k)), as_bh(_mm512_loadu_si512(xt + k)));
-            float s = kind <= 1 ? bscale(w, kind, ow, kb, n_kb) : 1.0f;
+            float s = kind <= 1 ? bscale(w, kind, ow, kb) : 1.0f;
             tot     = _mm512_fmadd_ps(blk, _mm512_set1_ps(s), tot);
         }
         float v = _mm512_reduce_add_ps(tot);
@@ -157,7 +155,7 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
 }
 
 /*
- * FP8 and FP4 with e8m0 scales: the block scale (128x128 for FP8, 1x32 for FP4) is applied to
+ * FP8 and FP4 with e8m0 scales: the block scale (BxB for FP8, B = w->block, 1x32 for FP4) is applied to
  * the decoded bf16 weights by adding to their exponent field (exact for power-of-two scales),
  * so every 32 weights are one VDPBF16PS straight into the totals, with no per-block partial
  * sum. This is also exactly what the GEMM path computes from its dequantised panels (same
@@ -168,9 +166,8 @@ static void row1(const struct dsv4_linear *w, int kind, int ow, int nt, const ui
  */
 static inline __attribute__((always_inline)) unsigned fold_exp(const struct dsv4_linear *w, int kind, int row, int kb)
 {
-    int K = w->n_in;
-    if (kind == 0) return ((const uint8_t *)w->scale)[(size_t)(row / 128) * (size_t)(K / 128) + (size_t)(kb / 128)];
-    return ((const uint8_t *)w->scale)[(size_t)row * (size_t)(K / 32) + (size_t)(kb / 32)];
+    if (kind == 0) return ((const uint8_t *)w->scale)[dsv4_fp8_scale_index(w, row, kb)];
+    return ((const uint8_t *)w->scale)[(size_t)row * (size_t)(w->n_in / 32) + (size_t)(kb / 32)];
 }
 
 static inline __attribute__((always_inline)) __m512i fold_w(const struct dsv4_linear *w, int kind, int row, int k,
@@ -184,13 +181,13 @@ static inline __attribute__((always_inline)) __m512i fold_w(const struct dsv4_li
 /* True when a projection takes the folded path: e8m0 scales, K a multiple of the block. */
 static inline bool foldable(const struct dsv4_linear *w, int kind)
 {
-    return kind <= 1 && !w->scale_f32 && w->n_in % (kind == 0 ? 128 : 32) == 0;
+    return kind <= 1 && !w->scale_f32 && w->n_in % (kind == 0 ? w->block : 32) == 0;
 }
 
 static inline __attribute__((always_inline)) void rows4_fold(const struct dsv4_linear *w, int kind, int NT, int ow,
                                                              const uint16_t *x, int ldx, float *y, int ldy, int o)
 {
-    int    K = w->n_in, bk = kind == 0 ? 128 : 32;
+    int    K = w->n_in, bk = kind == 0 ? w->block : 32;
     __m512 tot[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
@@ -208,7 +205,7 @@ static inline __attribute__((always_inline)) void rows4_fold(const struct dsv4_l
             /* scale outside the safe exponent range: unscaled block sums times the scale */
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                __m512 s = _mm512_set1_ps(bscale(w, kind, ow + r, kb, (K + 127) / 128));
+                __m512 s = _mm512_set1_ps(bscale(w, kind, ow + r, kb));
                 for (int t = 0; t < NT; t++) {
                     __m512 blk = _mm512_setzero_ps();
                     for (int k = kb; k < kb + bk; k += 32)
@@ -244,7 +241,7 @@ static inline __attribute__((always_inline)) void rows4_fold(const struct dsv4_l
 static void row1_fold(const struct dsv4_linear *w, int kind, int ow, int nt, const uint16_t *x, int ldx, float *y,
                       int ldy, int o)
 {
-    int K = w->n_in, bk = kind == 0 ? 128 : 32;
+    int K = w->n_in, bk = kind == 0 ? w->block : 32;
     for (int t = 0; t < nt; t++) {
         const uint16_t *xt  = x + (size_t)t * (size_t)ldx;
         __m512          tot = _mm512_setzero_ps();
@@ -254,7 +251,7 @@ static void row1_fold(const struct dsv4_linear *w, int kind, int ow, int nt, con
                 __m512 blk = _mm512_setzero_ps();
                 for (int k = kb; k < kb + bk; k += 32)
                     blk = _mm512_dpbf16_ps(blk, as_bh(load_w(w, kind, ow, k)), as_bh(_mm512_loadu_si512(xt + k)));
-                tot = _mm512_fmadd_ps(blk, _mm512_set1_ps(bscale(w, kind, ow, kb, (K + 127) / 128)), tot);
+                tot = _mm512_fmadd_ps(blk, _mm512_set1_ps(bscale(w, kind, ow, kb)), tot);
                 continue;
             }
             for (int k = kb; k < kb + bk; k += 32)
@@ -412,7 +409,7 @@ static void dotb_bf16(const struct dsv4_linear *w, int o0, int o1, int nt, const
  * the partial-sum treatment (never seen in real checkpoints; kept for exactness). */
 static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *panel)
 {
-    int            K = w->n_in, n_kb = (K + 127) / 128;
+    int            K = w->n_in, B = w->block;
     const uint8_t *sc = w->scale;
     const __m512i  base = _mm512_loadu_si512(e2m1_twice);
     for (int r = 0; r < n; r++) {
@@ -432,12 +429,12 @@ static bool dequant_panel(const struct dsv4_linear *w, int ow, int n, uint16_t *
             }
             continue;
         }
-        for (int kb = 0; kb < K; kb += 128) {
-            unsigned e = sc[(size_t)(row / 128) * (size_t)n_kb + (size_t)(kb / 128)];
+        for (int kb = 0; kb < K; kb += B) {
+            unsigned e = sc[dsv4_fp8_scale_index(w, row, kb)];
             if (e - 10u > 230u) return false;
             /* a power-of-two scale multiplies a bf16 by adding to its exponent field */
             __m512i add = _mm512_set1_epi16((short)(((int)e - 127) * 128));
-            for (int k = kb; k < kb + 128 && k < K; k += 32) {
+            for (int k = kb; k < kb + B && k < K; k += 32) {
                 /* rows are contiguous: 1 KiB ahead runs on into the next row */
                 _mm_prefetch((const char *)w->w + (size_t)row * (size_t)K + (size_t)k + 1024, _MM_HINT_T0);
                 __m512i   v  = e4m3_bf16((const uint8_t *)w->w + (size_t)row * (size_t)K + (size_t)k);
@@ -554,14 +551,14 @@ static inline __m256i quant16(__m512 xv, __m512 inv, __m512 sv)
     return (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(e4m3_round(_mm512_mul_ps(xv, inv)), sv));
 }
 
-/* One row quantised to e4m3 per 128 (the scalar quantiser's rule, lane by lane: ties to
+/* One row quantised to e4m3 per group of B (the scalar quantiser's rule, lane by lane: ties to
  * even, multiples of 2^-9 below 2^-6, saturation at 448, NaN to 448) and written as bf16.
  * Whole vectors use plain loads: with a mask register made in every iteration (kmov, then a
  * masked load) the loop ran 4x slower on AMD Zen 4; masks are for the tail only. */
-static void quant_bf16(const float *x, int n, uint16_t *out)
+static void quant_bf16(const float *x, int n, int B, uint16_t *out)
 {
-    for (int b = 0; b < n; b += 128) {
-        int    e = b + 128 < n ? b + 128 : n, full = b + (e - b) / 16 * 16, k;
+    for (int b = 0; b < n; b += B) {
+        int    e = b + B < n ? b + B : n, full = b + (e - b) / 16 * 16, k;
         __mmask16 tail = (__mmask16)((1u << (e - full)) - 1);
         float  s = e4m3_block_scale_of(x, b, full, tail);
         __m512 inv = _mm512_set1_ps(1.0f / s), sv = _mm512_set1_ps(s);

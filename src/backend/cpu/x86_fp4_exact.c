@@ -87,7 +87,7 @@ __attribute__((target("avx512vnni,avx512vl"))) INL __m256i i4_dot_v512(const str
         for (int b = 0; b < nb; b++) {                                                                             \
             const float *tp[4];                                                                                    \
             if (PF) i4_prefetch4(w, ow, b * 32);                                                                   \
-            for (int t = 0; t < NT; t++) tp[t] = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b / 4];                    \
+            for (int t = 0; t < NT; t++) tp[t] = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b];                    \
             for (int r = 0; r < R; r++) { /* one row's decode live at a time: 4 registers, not 16 */               \
                 struct i4_w wd = i4_load(wr[r] + (size_t)b * 16);                                                  \
                 for (int t = 0; t < NT; t++)                                                                       \
@@ -145,7 +145,7 @@ INL void i4_tile4(int NT, const float *p, const uint8_t *e, int b0, int n_b, int
             const float   *row = x + (size_t)t * (size_t)ldx;
             const float   *f   = row + dsv4_fp4x_f_off(K) + (size_t)b * 32;
             const int32_t *E   = (const int32_t *)(const void *)(row + dsv4_fp4x_e_off(K));
-            const float   *tp  = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[b / 4];
+            const float   *tp  = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[b];
             __m256 x0 = _mm256_loadu_ps(f), x1 = _mm256_loadu_ps(f + 8), x2 = _mm256_loadu_ps(f + 16),
                    x3 = _mm256_loadu_ps(f + 24);
             for (int r = 0; r < 4; r++) {
@@ -237,24 +237,24 @@ I4_DOT_ENTRY(dsv4_fp4x_dot_v512, i4_rows_v512, TGT_V512)
 
 /* ------------------------------------------------------------------ the activation layout */
 
-/* One row of n activations quantised (the avx2 level's quant_f32: e4m3 per 128, the reference's
+/* One row of n activations quantised (the avx2 level's quant_f32: e4m3 per group of B, the reference's
  * bits) and written in the layout: the dequantised values go to F first, then each 32-block
  * is read back from F and written as A and F. */
-void dsv4_fp4x_quant_avx2(const float *x, int n, float *out)
+void dsv4_fp4x_quant_avx2(const float *x, int n, int B, float *out)
 {
     float   *F = out + dsv4_fp4x_f_off(n);
     int32_t *E = (int32_t *)(void *)(out + dsv4_fp4x_e_off(n));
     int16_t *A = (int16_t *)(void *)out;
-    dsv4_kernels_avx2.quant_f32(x, n, F);
+    dsv4_kernels_avx2.quant_f32(x, n, B, F);
     const __m256  absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256  lim  = _mm256_set1_ps(262144.0f), fmax = _mm256_set1_ps(3.4028235e38f);
     const __m256i evod = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7), ilv = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i m511 = _mm256_set1_epi32(511);
-    for (int b128 = 0; b128 < n; b128 += 128) {
-        int    len  = n - b128 < 128 ? n - b128 : 128;
+    for (int g0 = 0; g0 < n; g0 += B) {
+        int    len  = n - g0 < B ? n - g0 : B;
         __m256 amax = _mm256_setzero_ps();
         for (int k = 0; k < len; k += 8) {
-            __m256 a = _mm256_and_ps(_mm256_loadu_ps(F + b128 + k), absm);
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(F + g0 + k), absm);
             amax     = _mm256_max_ps(_mm256_and_ps(a, _mm256_cmp_ps(a, fmax, _CMP_LE_OQ) /* finite ones */), amax);
         }
         float am[8], mx = 0;
@@ -267,7 +267,7 @@ void dsv4_fp4x_quant_avx2(const float *x, int n, float *out)
             int be = (int)(bits >> 23) & 255;
             ex     = (be ? be - 127 : -118 - __builtin_clz(bits)) - 17;
         }
-        E[b128 / 128] = ex;
+        for (int b = g0; b < g0 + len; b += 32) E[b / 32] = ex;
         /* 2^-ex as two factors, each representable (|ex| <= 166); both products exact */
         int    h1 = -ex / 2, h2 = -ex - h1;
         __m256 m1 = _mm256_set1_ps(0), m2 = m1;
@@ -279,7 +279,7 @@ void dsv4_fp4x_quant_avx2(const float *x, int n, float *out)
             m1 = _mm256_set1_ps(f1);
             m2 = _mm256_set1_ps(f2);
         }
-        for (int b = b128; b < b128 + len; b += 32) {
+        for (int b = g0; b < g0 + len; b += 32) {
             __m256i xi[4];
             __m256  g[4];
             for (int j = 0; j < 4; j++) {

@@ -111,7 +111,7 @@ INL void z_store2(__m512 acc, float *y0, float *y1)
             struct z_w wd[2] = { z_load(wr[0] + (size_t)b * 16, wr[1] + (size_t)b * 16),                           \
                                  z_load(wr[2] + (size_t)b * 16, wr[3] + (size_t)b * 16) };                         \
             for (int t = 0; t < NT; t++) {                                                                         \
-                const float *tp = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b / 4];                                   \
+                const float *tp = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[t][b];                                   \
                 struct z_h   h  = z_act(A[t] + (size_t)b * 4);                                                     \
                 for (int p = 0; p < 2; p++)                                                                        \
                     acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(&wd[p], &h)),                               \
@@ -168,7 +168,7 @@ INL void z_tile4(int NT, const float *p, const uint8_t *e, int b0, int n_b, int 
             const float   *row = x + (size_t)t * (size_t)ldx;
             const float   *f   = row + dsv4_fp4x_f_off(K) + (size_t)b * 32;
             const int32_t *E   = (const int32_t *)(const void *)(row + dsv4_fp4x_e_off(K));
-            const float   *tp  = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[b / 4];
+            const float   *tp  = dsv4_fp4x_sc + DSV4_FP4X_SC_OFF + E[b];
             __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(f)), x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(f + 8));
             __m512 x2 = _mm512_broadcast_f32x8(_mm256_loadu_ps(f + 16)), x3 = _mm512_broadcast_f32x8(_mm256_loadu_ps(f + 24));
             for (int q = 0; q < 2; q++) {

@@ -30,15 +30,15 @@ static inline size_t tile_bytes(int kind)
 }
 
 /*
- * Exponent adds of group g for the 32-input block b: FP8 one value (its 128x128 block), FP4
+ * Exponent adds of group g for the 32-input block b: FP8 one value (its BxB block, B =
+ * w->block, 32 or 128: a group of 16 rows lies in one block), FP4
  * one per row (both words of each dword lane), BF16 none. Eligible tensors have every scale
  * in [10, 240], so folded weights stay normal bf16 (repack.c).
  */
 static inline __attribute__((always_inline)) __m512i block_adds(int kind, const struct dsv4_linear *w, int g, int b)
 {
     if (kind == I16_FP8) {
-        int n_kb = (w->n_in + 127) / 128;
-        int e    = ((const uint8_t *)w->scale)[(size_t)(g * 16 / 128) * (size_t)n_kb + (size_t)(b / 4)];
+        int e = ((const uint8_t *)w->scale)[dsv4_fp8_scale_index(w, g * 16, b * 32)];
         return _mm512_set1_epi16((short)((e - 127) * 128));
     }
     if (kind == I16_FP4) {
