@@ -38,7 +38,7 @@ endif
 DEPS_PKGS := jansson oniguruma libmicrohttpd
 ALL_CFLAGS  = -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -pthread
 ALL_CPPFLAGS = -Iinclude -Isrc -Itools -D_GNU_SOURCE $(DEFS) -MMD -MP
-LDLIBS   := -ljansson -lonig -lmicrohttpd -lm -lpthread
+LDLIBS   := -ljansson -lonig -lmicrohttpd -lutf8proc -lm -lpthread
 LDFLAGS  += $(SANFLAGS) -pthread
 
 ifneq ($(origin ARCH),command line)

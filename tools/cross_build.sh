@@ -6,10 +6,10 @@
 #      DSV4_HAVE_X86=0, then the kernels and forward test groups natively (scalar only).
 #   2. A cross compiler (CROSS_CC, default aarch64-linux-gnu-gcc) into build-aarch64/ with
 #      -Werror: the library and tool objects, and dsv4 and run_tests when the target's
-#      libjansson, libonig and libmicrohttpd are installed. The host's headers serve (the
+#      libjansson, libonig, libmicrohttpd and libutf8proc are installed. The host's headers serve (the
 #      cross compiler searches /usr/include), so the runtime packages are enough (Debian:
 #      dpkg --add-architecture arm64; apt-get update; apt-get install libjansson4:arm64
-#      libonig5:arm64 libmicrohttpd12:arm64); the linker finds them through .so links made
+#      libonig5:arm64 libmicrohttpd12:arm64 libutf8proc2:arm64); the linker finds them through .so links made
 #      here. Not the -dev:arm64 packages: libonig-dev:arm64 replaces libonig-dev:amd64, and
 #      with two instances of libjansson-dev `dpkg -s libjansson-dev` fails, which
 #      tools/install_deps.sh reads as missing.
@@ -51,7 +51,7 @@ echo "== cross build with $CROSS_CC"
 LINKDIR="$PWD/build-aarch64/linklibs"
 LIBDIR="/usr/lib/$("$CROSS_CC" -print-multiarch 2>/dev/null || echo aarch64-linux-gnu)"
 mkdir -p "$LINKDIR"
-for l in jansson onig microhttpd; do
+for l in jansson onig microhttpd utf8proc; do
     so=$(ls "$LIBDIR/lib$l.so."[0-9]* 2>/dev/null | head -n 1 || true)
     [ -e "$LIBDIR/lib$l.so" ] || [ -z "$so" ] || ln -sf "$so" "$LINKDIR/lib$l.so"
 done

@@ -4,12 +4,12 @@
  * tensors with the Engram tables apart, bytes read per decoded token, KV per sequence and
  * the memory for --ctx / --seqs (src/model/stats_v41.c derives each figure); and for
  * `dsv4 inspect -m DIR` the same model section of a V4.1 checkpoint, its Engram tables' bytes
- * apart and its engram_token_map.json checked (cmd_inspect.c binds and lists the problems).
+ * apart and its Engram token map checked, saying whether it came from engram_token_map.json or
+ * from tokenizer.json (cmd_inspect.c binds and lists the problems).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "inspect_v41.h"
 #include "io/io.h"
@@ -173,23 +173,19 @@ uint64_t inspect_v41_bytes(const struct dsv4_checkpoint *ck, uint64_t *engram)
     return total;
 }
 
-/* The checkpoint's engram_token_map.json (docs/ENGRAM.md), checked against the config when
- * present: 0 when absent, 1 when valid, -1 (err says why) when not. *n: its token ids. */
-static int token_map(const char *dir, const struct dsv4_config *c, int64_t *n, struct dsv4_err *err)
+/* The checkpoint's Engram token map (docs/ENGRAM.md, "The token map"): its
+ * engram_token_map.json, else computed from its tokenizer.json, checked against the config.
+ * 1 when valid, -1 (err says why) when not or when neither file is there. *n: its token ids;
+ * *src: where it came from. */
+static int token_map(const char *dir, const struct dsv4_config *c, int64_t *n,
+                     enum dsv4_engram_map_source *src, struct dsv4_err *err)
 {
-    char *path = dsv4_path_join(dir, "engram_token_map.json");
-    *n         = 0;
-    if (!path || access(path, F_OK) != 0) {
-        free(path);
-        return 0;
-    }
     int32_t *map = NULL;
-    int      rc  = dsv4_engram_map_load(path, 0, c->v41.engram_cvocab, &map, n, err);
+    int      rc  = dsv4_engram_map_open(dir, 0, c->v41.engram_cvocab, &map, n, src, err);
     if (rc == DSV4_OK && *n > c->vocab_size)
-        rc = dsv4_err_set(err, DSV4_EFORMAT, "%s: %lld entries, more than vocab_size %d", path, (long long)*n,
-                          c->vocab_size);
+        rc = dsv4_err_set(err, DSV4_EFORMAT, "%s: %lld entries, more than vocab_size %d",
+                          dsv4_engram_map_source_name(*src), (long long)*n, c->vocab_size);
     free(map);
-    free(path);
     return rc == DSV4_OK ? 1 : -1;
 }
 
@@ -204,13 +200,13 @@ bool inspect_v41_checkpoint_text(const char *dir, const struct dsv4_config *c, c
     if (c->n_mtp) printf("dspark       %s\n", has_dspark ? "available" : "unavailable (no complete mtp.* stages)");
     if (c->v41.vision)
         printf("vision       %d tensors of the vision tower, not checked (image input is out of scope)\n", n_vision);
-    struct dsv4_err err;
-    int64_t         n;
-    int             m = c->v41.n_engram ? token_map(dir, c, &n, &err) : 1;
-    if (m == 0) printf("token map    no engram_token_map.json (its computation from tokenizer.json is not done yet)\n");
-    else if (m > 0 && c->v41.n_engram)
-        printf("token map    engram_token_map.json: %lld token ids -> %d compressed ids\n", (long long)n,
-               c->v41.engram_cvocab);
+    struct dsv4_err             err;
+    int64_t                     n;
+    enum dsv4_engram_map_source src;
+    int                         m = c->v41.n_engram ? token_map(dir, c, &n, &src, &err) : 1;
+    if (m > 0 && c->v41.n_engram)
+        printf("token map    from %s: %lld token ids -> %d compressed ids\n", dsv4_engram_map_source_name(src),
+               (long long)n, c->v41.engram_cvocab);
     else if (m < 0) printf("token map    %s\n", err.msg);
     struct dsv4_v41_sizes s;
     dsv4_v41_sizes(c, &s);
@@ -227,12 +223,14 @@ bool inspect_v41_checkpoint_json(json_t *o, const char *dir, const struct dsv4_c
     json_object_set_new(o, "layers", layers_json(c));
     json_object_set_new(o, "dspark_available", json_boolean(has_dspark));
     json_object_set_new(o, "config_sizes", sizes_json(&s, ctx, seqs));
-    struct dsv4_err err;
-    int64_t         n;
-    int             m = c->v41.n_engram ? token_map(dir, c, &n, &err) : 1;
-    json_object_set_new(o, "token_map", m < 0    ? json_pack("{s:b, s:s}", "ok", 0, "error", err.msg)
-                                        : m == 0 ? json_pack("{s:b, s:b}", "ok", 1, "present", 0)
-                                                 : json_pack("{s:b, s:b, s:I}", "ok", 1, "present", 1, "n_ids",
-                                                             (json_int_t)n));
+    struct dsv4_err             err;
+    int64_t                     n;
+    enum dsv4_engram_map_source src;
+    int                         m = c->v41.n_engram ? token_map(dir, c, &n, &src, &err) : 1;
+    if (c->v41.n_engram)
+        json_object_set_new(o, "token_map", m < 0 ? json_pack("{s:b, s:s}", "ok", 0, "error", err.msg)
+                                                  : json_pack("{s:b, s:s, s:I}", "ok", 1, "source",
+                                                              dsv4_engram_map_source_name(src), "n_ids",
+                                                              (json_int_t)n));
     return m >= 0;
 }

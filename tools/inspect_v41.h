@@ -14,7 +14,8 @@ void inspect_v41_config(const char *path, const struct dsv4_config *c, long long
 /* `dsv4 inspect -m DIR` on a bound V4.1 checkpoint: the model section of the report, as text
  * or as fields of o (the caller prints the problems). has_dspark: every DSpark stage bound;
  * n_vision: the vision tower's tensors (bind report).
- * False when its engram_token_map.json is present but wrong (the message printed / in o). */
+ * False when its Engram token map is wrong, or there is neither engram_token_map.json nor
+ * tokenizer.json to take it from (the message printed / in o). */
 bool inspect_v41_checkpoint_text(const char *dir, const struct dsv4_config *c, const struct dsv4_checkpoint *ck,
                                  bool has_dspark, int n_vision, long long ctx, long long seqs);
 bool inspect_v41_checkpoint_json(json_t *o, const char *dir, const struct dsv4_config *c, bool has_dspark,

@@ -21,7 +21,7 @@
 # the same fix. NO_INSTALL=1 installs nothing and only reports.
 set -u
 
-BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev"
+BUILD_PKGS="build-essential pkg-config libjansson-dev libonig-dev libmicrohttpd-dev libutf8proc-dev"
 # the house test's function lengths (tools/func_lengths.sh); systemd-analyze, which the deploy
 # group runs on deploy/systemd/dsv4.service (a container needs only the package, not systemd
 # running); curl: deploy/rollout.sh reads the canary's /metrics with it (loadtest/rollout_phases);
@@ -33,7 +33,7 @@ CI_PKGS="clang libclang-rt-14-dev valgrind ca-certificates"
 # libc6-dev-arm64-cross: only a Recommends of gcc-aarch64-linux-gnu, which apt_install skips
 CROSS_PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 # runtime packages only: the host's headers serve the cross compiler (tools/cross_build.sh)
-ARM64_PKGS="libc6:arm64 libjansson4:arm64 libonig5:arm64 libmicrohttpd12:arm64"
+ARM64_PKGS="libc6:arm64 libjansson4:arm64 libonig5:arm64 libmicrohttpd12:arm64 libutf8proc2:arm64"
 
 can_apt() {
     [ "${NO_INSTALL:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1

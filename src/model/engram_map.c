@@ -1,5 +1,6 @@
 /*
- * engram_map.c - engram_token_map.json into a token id -> compressed id table (engram_map.h).
+ * engram_map.c - engram_token_map.json into a token id -> compressed id table, and the choice
+ * between that file and the tokenizer (engram_map_tok.c) for a checkpoint (engram_map.h).
  *
  * Every way the file can be wrong is an error naming the file and the element: the map decides
  * every Engram row a token reads, and a map from another tokenizer revision would hash
@@ -9,6 +10,8 @@
 
 #include <jansson.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "io/io.h"
@@ -99,5 +102,59 @@ int dsv4_engram_map_load(const char *path, int64_t n_vocab, int64_t compressed_v
     if (rc) return rc;
     rc = dsv4_engram_map_parse(text, path, n_vocab, compressed_vocab, map, n, err);
     free(text);
+    return rc;
+}
+
+const char *dsv4_engram_map_source_name(enum dsv4_engram_map_source source)
+{
+    return source == DSV4_ENGRAM_MAP_SOURCE_FILE ? "engram_token_map.json" : "tokenizer.json";
+}
+
+/* The map computed from path (a tokenizer.json), with the checks of the file's map. */
+static int from_tokenizer_file(const char *path, int64_t n_vocab, int64_t compressed_vocab,
+                               int32_t **map, int64_t *n, struct dsv4_err *err)
+{
+    dsv4_tokenizer *tok = NULL;
+    int             rc  = dsv4_tokenizer_load(&tok, path, err);
+    if (rc) return rc;
+    rc = dsv4_engram_map_from_tokenizer(tok, compressed_vocab, map, n, err);
+    dsv4_tokenizer_free(tok);
+    if (rc && err) { /* name the file the tokenizer came from */
+        char msg[sizeof(err->msg)];
+        memcpy(msg, err->msg, sizeof(msg));
+        dsv4_err_set(err, rc, "%s: %s", path, msg);
+    }
+    if (rc == 0 && n_vocab > 0 && *n != n_vocab) {
+        rc = dsv4_err_set(err, DSV4_EFORMAT, "%s: %lld token ids, the vocabulary has %lld", path,
+                          (long long)*n, (long long)n_vocab);
+        free(*map);
+        *map = NULL;
+        *n   = 0;
+    }
+    return rc;
+}
+
+int dsv4_engram_map_open(const char *dir, int64_t n_vocab, int64_t compressed_vocab, int32_t **map,
+                         int64_t *n, enum dsv4_engram_map_source *source, struct dsv4_err *err)
+{
+    *map      = NULL;
+    *n        = 0;
+    char *file = dsv4_path_join(dir, "engram_token_map.json");
+    char *tok  = dsv4_path_join(dir, "tokenizer.json");
+    int   rc;
+    if (!file || !tok) {
+        rc = dsv4_err_set(err, DSV4_ENOMEM, "%s: out of memory", dir);
+    } else if (access(file, F_OK) == 0) {
+        *source = DSV4_ENGRAM_MAP_SOURCE_FILE;
+        rc      = dsv4_engram_map_load(file, n_vocab, compressed_vocab, map, n, err);
+    } else if (access(tok, F_OK) == 0) {
+        *source = DSV4_ENGRAM_MAP_SOURCE_TOKENIZER;
+        rc      = from_tokenizer_file(tok, n_vocab, compressed_vocab, map, n, err);
+    } else {
+        rc = dsv4_err_set(err, DSV4_EIO, "%s: no engram_token_map.json and no tokenizer.json: the "
+                          "Engram token map needs one of them", dir);
+    }
+    free(file);
+    free(tok);
     return rc;
 }

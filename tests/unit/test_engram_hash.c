@@ -268,6 +268,11 @@ static void test_token_map(struct test_ctx *t)
     free(m);
 }
 
+/* test_engram_map.c */
+void test_engram_map_tokenizer(struct test_ctx *t);
+void test_engram_map_open(struct test_ctx *t);
+void test_engram_map_bad_tokenizer(struct test_ctx *t);
+
 const struct test_case test_group_engram[] = {
     { "pcg64_raw_matches_numpy", test_pcg64_raw },
     { "pcg64_integers_match_numpy", test_pcg64_integers },
@@ -275,5 +280,8 @@ const struct test_case test_group_engram[] = {
     { "indices_whole_and_chunked", test_indices },
     { "init_and_id_errors", test_init_errors },
     { "token_map_loader", test_token_map },
+    { "token_map_from_tokenizer", test_engram_map_tokenizer },
+    { "token_map_source", test_engram_map_open },
+    { "token_map_bad_tokenizer", test_engram_map_bad_tokenizer },
     { NULL, NULL },
 };

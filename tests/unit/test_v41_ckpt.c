@@ -136,6 +136,31 @@ static const char *gen_for_cli(struct test_ctx *t, const char *name, char *dir, 
     return bin && gen_v41(t, &o, name, dir, n) ? bin : NULL;
 }
 
+/* Runs `dsv4 inspect -m dir` after shell, expecting a non-zero exit and want in the output. */
+static void inspect_fails_with(struct test_ctx *t, const char *bin, const char *dir, const char *shell,
+                               const char *want)
+{
+    char cmd[3000], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s && %s inspect -m %s", shell, bin, dir);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc != 0 && out && strstr(out, want), "%s: exit %d (want \"%s\"):\n%s", shell, rc, want, out);
+    free(out);
+}
+
+/* Without engram_token_map.json the map is computed from tokenizer.json (here the test
+ * checkpoint's, whose compressed vocab is not this config's, so the count is refused, the
+ * source named); with neither file, inspect says so. Leaves dir without either. */
+static void test_v41_inspect_map_sources(struct test_ctx *t, const char *bin, const char *dir)
+{
+    char shell[1400];
+    snprintf(shell, sizeof(shell), "rm %s/engram_token_map.json && cp models/kjv-v4-tiny/tokenizer.json %s/",
+             dir, dir);
+    inspect_fails_with(t, bin, dir, shell, "the tokenizer gives 3578 compressed ids, the config's "
+                       "engram_compressed_vocab_size is 1536");
+    snprintf(shell, sizeof(shell), "rm %s/tokenizer.json", dir);
+    inspect_fails_with(t, bin, dir, shell, "no engram_token_map.json and no tokenizer.json");
+}
+
 /* `dsv4 inspect -m` validates the checkpoint and describes it, the Engram tables apart. */
 void test_v41_inspect(struct test_ctx *t)
 {
@@ -145,7 +170,8 @@ void test_v41_inspect(struct test_ctx *t)
     snprintf(cmd, sizeof(cmd), "%s inspect -m %s", bin, dir);
     int rc = test_run(cmd, &out);
     CHECKF(rc == 0 && strstr(out, "DeepSeek-V4.1, 8 layers + 2 DSpark stages") && strstr(out, "Engram tables 0.5 MiB") &&
-               strstr(out, "2048 token ids -> 1536 compressed ids") && strstr(out, "ok: every tensor present"),
+               strstr(out, "from engram_token_map.json: 2048 token ids -> 1536 compressed ids") &&
+               strstr(out, "ok: every tensor present"),
            "inspect -m exit %d:\n%s", rc, out);
     free(out);
     snprintf(cmd, sizeof(cmd), "%s inspect -m %s --json", bin, dir);
@@ -160,7 +186,10 @@ void test_v41_inspect(struct test_ctx *t)
     CHECK(json_integer_value(json_object_get(j, "bytes")) == json_integer_value(json_object_get(sz, "bytes")));
     CHECK(json_integer_value(json_object_get(j, "engram_bytes")) == (4062 + 4152) * 66);
     CHECK(json_array_size(json_object_get(j, "problems")) == 0 && json_array_size(json_object_get(j, "layers")) == 10);
+    const char *src = json_string_value(json_object_get(json_object_get(j, "token_map"), "source"));
+    CHECK(src && !strcmp(src, "engram_token_map.json"));
     json_decref(j);
+    test_v41_inspect_map_sources(t, bin, dir);
 }
 
 /* Each corruption is refused by the binder and by `dsv4 inspect -m`, the tensor named. */
