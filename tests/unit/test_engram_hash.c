@@ -13,16 +13,21 @@
 #include "model/engram_hash.h"
 #include "model/engram_map.h"
 #include "test_cases.h"
+#include "test_engram.h"
 
 #define FIXTURE "tests/fixtures/engram/engram_hash.json"
 
-static json_t *load_fixture(struct test_ctx *t)
+json_t *test_engram_fixture(struct test_ctx *t, const char *path, const char *regen)
 {
     json_error_t je;
-    json_t      *root = json_load_file(FIXTURE, 0, &je);
-    CHECKF(root != NULL, "%s: %s (regenerate: /usr/bin/python3 tools/ref/engram_ref.py)", FIXTURE,
-           je.text);
+    json_t      *root = json_load_file(path, 0, &je);
+    CHECKF(root != NULL, "%s: %s (regenerate: %s)", path, je.text, regen);
     return root;
+}
+
+static json_t *load_fixture(struct test_ctx *t)
+{
+    return test_engram_fixture(t, FIXTURE, "/usr/bin/python3 tools/ref/engram_ref.py");
 }
 
 static int64_t jint(json_t *o, const char *key)
@@ -267,11 +272,6 @@ static void test_token_map(struct test_ctx *t)
     CHECK(n == 3 && m && m[0] == 2 && m[2] == 1);
     free(m);
 }
-
-/* test_engram_map.c */
-void test_engram_map_tokenizer(struct test_ctx *t);
-void test_engram_map_open(struct test_ctx *t);
-void test_engram_map_bad_tokenizer(struct test_ctx *t);
 
 const struct test_case test_group_engram[] = {
     { "pcg64_raw_matches_numpy", test_pcg64_raw },
