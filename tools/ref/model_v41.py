@@ -32,8 +32,8 @@ sequence is split into calls, or makes an unspecified choice deterministic):
     released shapes cannot reach: (candidate_topk_blocks - 1) x block size >= index_topk);
   * an e4m3 scale of the compressed-KV FP4 above 448 saturates (the cast would give NaN);
   * text only: no image spans (Engram's token mask, the routers' image bias); the Engram
-    token map is read from the checkpoint's engram_token_map.json (building it from
-    tokenizer.json, `build_compressed_token_map`, is not implemented);
+    token map is the checkpoint's engram_token_map.json, else computed from its tokenizer.json
+    (`build_compressed_token_map`, engram_map_ref.py);
   * DSpark rows (`forward_spec`) are defined for every position t <= T-2 with the known next
     token tokens[t+1] as the block's first token (the official loop drafts after each decode
     step from the sampled token, none after the prefill), and the Markov chain inside a block
@@ -46,6 +46,7 @@ import os
 import numpy as np
 import torch
 
+import engram_map_ref
 import engram_ref
 import model as mdl
 import numerics as nx
@@ -167,14 +168,19 @@ class ModelV41(mdl.Model):
     # ------------------------------------------------------------------ Engram
 
     def _engram_setup(self, token_map):
-        """Token map (the checkpoint's engram_token_map.json unless given), multipliers, primes
+        """Token map (unless given: the checkpoint's engram_token_map.json, else computed from its
+        tokenizer.json by engram_map_ref.py), multipliers, primes
         and offsets of docs/ENGRAM.md, computed by engram_ref.py."""
         c = self.cfg
         if not c.engram_layers:
             return
-        if token_map is None:
-            with open(os.path.join(self.w.model_dir, "engram_token_map.json")) as f:
+        path = os.path.join(self.w.model_dir, "engram_token_map.json")
+        if token_map is None and os.path.exists(path):
+            with open(path) as f:
                 token_map = json.load(f)
+        elif token_map is None:  # as dsv4: the file wins, else the map from tokenizer.json
+            token_map, _ = engram_map_ref.build_map(
+                engram_map_ref.load_tokens(os.path.join(self.w.model_dir, "tokenizer.json")))
         tm = np.array(token_map, dtype=np.int64)
         if tm.ndim != 1 or len(tm) <= c.engram_pad_id or tm.min() < 0 or tm.max() >= c.engram_cvocab:
             raise ValueError("engram_token_map.json: one compressed id in [0, C) per token expected")
