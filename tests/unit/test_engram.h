@@ -18,5 +18,6 @@ void test_engram_map_tokenizer(struct test_ctx *t);
 void test_engram_map_open(struct test_ctx *t);
 void test_engram_map_bad_tokenizer(struct test_ctx *t);
 void test_engram_map_deepseek_v3(struct test_ctx *t);
+void test_engram_map_hf_tokenizers(struct test_ctx *t);
 
 #endif /* DSV4_TEST_ENGRAM_H */

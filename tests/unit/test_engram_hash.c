@@ -284,5 +284,6 @@ const struct test_case test_group_engram[] = {
     { "token_map_source", test_engram_map_open },
     { "token_map_bad_tokenizer", test_engram_map_bad_tokenizer },
     { "token_map_deepseek_v3", test_engram_map_deepseek_v3, TEST_NEEDS_NPM_TOKENIZER },
+    { "token_map_hf_tokenizers", test_engram_map_hf_tokenizers, TEST_NEEDS_NPM_TOKENIZER },
     { NULL, NULL },
 };

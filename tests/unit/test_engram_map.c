@@ -104,6 +104,45 @@ void test_engram_map_deepseek_v3(struct test_ctx *t)
     json_decref(root);
 }
 
+/* dsv4's map of the tokenizer at path against the one the Hugging Face tokenizers library
+ * computes (tests/tokenizer/engram_map_hf.mjs): every element and the count. */
+static void check_against_hf(struct test_ctx *t, const char *path)
+{
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "node tests/tokenizer/engram_map_hf.mjs %s", path);
+    int          rc = test_run(cmd, &out);
+    json_error_t je;
+    json_t      *hf = rc == 0 ? json_loads(out, 0, &je) : NULL;
+    CHECKF(hf != NULL, "%s: exit %d: %.300s", cmd, rc, out ? out : "");
+    free(out);
+    struct dsv4_err err = { 0 };
+    dsv4_tokenizer *tok = NULL;
+    int32_t        *map = NULL;
+    int64_t         n   = 0;
+    CHECKF(dsv4_tokenizer_load(&tok, path, &err) == 0, "%s", err.msg);
+    CHECKF(tok && dsv4_engram_map_from_tokenizer(tok, 0, &map, &n, &err) == 0, "%s", err.msg);
+    if (hf && map) check_map(t, hf, map, n);
+    free(map);
+    int64_t c = json_integer_value(json_object_get(hf, "compressed_vocab"));
+    CHECKF(!tok || dsv4_engram_map_from_tokenizer(tok, c, &map, &n, &err) == 0, "%s", err.msg);
+    if (tok) free(map);
+    dsv4_tokenizer_free(tok);
+    json_decref(hf);
+}
+
+/* The three tokenizers of the fixture, computed by the library the official code runs on. */
+void test_engram_map_hf_tokenizers(struct test_ctx *t)
+{
+    json_t     *root   = load_fixture(t);
+    const char *sets[] = { "kjv", "edge", "deepseek_v3" };
+    for (int s = 0; root && s < 3; s++) {
+        const char *path = json_string_value(json_object_get(json_object_get(root, sets[s]), "tokenizer"));
+        CHECKF(path != NULL, "%s: no tokenizer in the fixture", sets[s]);
+        if (path) check_against_hf(t, path);
+    }
+    json_decref(root);
+}
+
 /* A fresh directory under the run's tmpdir, into path. */
 static void make_dir(struct test_ctx *t, const char *name, char *path, size_t cap)
 {
