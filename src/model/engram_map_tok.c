@@ -2,13 +2,15 @@
  * engram_map_tok.c - the Engram token map computed from the tokenizer, as the official
  * inference/engram.py build_compressed_token_map computes it with the Hugging Face tokenizers
  * library (engram_map.h). docs/ENGRAM.md ("The token map") writes down each step and where it
- * could differ; tools/ref/engram_map_ref.py is the reference and tests/unit/test_engram_map.c
- * compares the two.
+ * could differ; tests/unit/test_engram_map.c compares this map with the reference
+ * tools/ref/engram_map_ref.py and with the Hugging Face library itself
+ * (tests/tokenizer/engram_map_hf.mjs).
  *
  * Per token id, upwards: its ByteLevel decoding (the tokenizer's decode table); a decoding that
  * is not valid UTF-8 or holds U+FFFD is keyed by the token's own spelling, any other by its
- * normalised text (NFKC, NFD, marks dropped, lower case, runs of [ \t\r\n] as one space, White_Space
- * stripped from both ends except a lone space), or by the decoding itself when that is empty.
+ * normalised text (NFKC, NFD, marks dropped, lower case, runs of [ \t\r\n] as one space,
+ * White_Space stripped from both ends except a lone space), or by the decoding itself when that
+ * is empty.
  * A key seen first gets the next compressed id. Unicode data (normalisation forms, general
  * categories, lower case) comes from utf8proc.
  */

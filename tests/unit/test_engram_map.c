@@ -70,7 +70,8 @@ static uint64_t fnv1a64(const int32_t *map, int64_t n)
 {
     uint64_t h = 0xCBF29CE484222325ull;
     for (int64_t i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)map[i] >> (8 * b)) & 0xFF)) * 0x100000001B3ull;
+        for (int b = 0; b < 4; b++) /* little-endian bytes, as the reference hashes them */
+            h = (h ^ (((uint32_t)map[i] >> (8 * b)) & 0xFF)) * 0x100000001B3ull;
     return h;
 }
 
@@ -91,7 +92,8 @@ void test_engram_map_deepseek_v3(struct test_ctx *t)
     size_t  i;
     json_t *e;
     json_array_foreach(json_object_get(set, "sample"), i, e) {
-        int64_t id = json_integer_value(json_array_get(e, 0)), want = json_integer_value(json_array_get(e, 1));
+        int64_t id   = json_integer_value(json_array_get(e, 0));
+        int64_t want = json_integer_value(json_array_get(e, 1));
         CHECKF(map && id < n && map[id] == want, "token %lld: %d, the reference has %lld", (long long)id,
                map && id < n ? map[id] : -1, (long long)want);
     }
