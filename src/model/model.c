@@ -109,7 +109,6 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     memset(m, 0, sizeof(*m));
     dsv4_arena_init(&m->arena, 1 << 20);
     int rc = dsv4_config_load(&m->cfg, dir, err);
-    if (rc == DSV4_OK) rc = dsv4_config_check_runnable(&m->cfg, err); /* before the shards are opened */
     if (rc) goto fail_cfg;
     rc = dsv4_checkpoint_open(&m->ck, dir, err);
     if (rc) goto fail_cfg;

@@ -226,8 +226,8 @@ out:
     dsv4_checkpoint_close(&ck);
 }
 
-static const char *const fixtures[] = { "tiny-a.safetensors", "tiny-b.safetensors", "tiny-a-limit.safetensors",
-                                        "tiny-a-fp8.safetensors" };
+static const char *const fixtures[] = { "tiny-a.safetensors",     "tiny-b.safetensors", "tiny-a-limit.safetensors",
+                                        "tiny-a-fp8.safetensors", "tiny-v41.safetensors" };
 
 static void test_exact_path(struct test_ctx *t)
 {
@@ -236,6 +236,8 @@ static void test_exact_path(struct test_ctx *t)
     check_fixture(t, fixtures[1], "ref", few, 1);
     check_fixture(t, fixtures[2], "ref", all, 1);
     check_fixture(t, fixtures[3], "ref", all, 2);
+    int v41[] = { 0, 1, 3, 7 }; /* DeepSeek-V4.1: bit for bit the reference's (F16 storage aside) */
+    check_fixture(t, fixtures[4], "ref", v41, 4);
 }
 
 static void test_every_level(struct test_ctx *t)
