@@ -225,7 +225,9 @@ struct dsv4_bind_report {
 /*
  * Binds every tensor the config requires (docs/MODEL.md §R2; V4.1: §6, weights_v41.c) into w,
  * allocating the per-layer structs in arena. The iterators below cover V4's tensors only:
- * a V4.1 model's other tensors (Engram, DSpark) are read by the V4.1 forward itself. Every problem (missing tensor, wrong dtype, wrong shape, unexpected
+ * V4.1's own (index keys wk / k_norm, Engram, DSpark) are not handed to prepare_weights, so
+ * the CPU reads them in the checkpoint's layout and no device backend runs V4.1 yet (the
+ * forward refuses one). Every problem (missing tensor, wrong dtype, wrong shape, unexpected
  * tensor) is collected in report; returns DSV4_ECHECKPOINT when there is any, with err
  * holding the count and the first one.
  */
