@@ -200,7 +200,7 @@ int cmd_convert(int argc, char **argv)
     struct dsv4_config     cfg;
     struct dsv4_checkpoint ck;
     /* V4.1: nothing to prepare for a forward that does not exist yet */
-    if (dsv4_config_load(&cfg, src, &err) || dsv4_config_check_runnable(&cfg, &err) ||
+    if (dsv4_config_load(&cfg, src, &err) || dsv4_config_check_convertible(&cfg, &err) ||
         dsv4_checkpoint_open(&ck, src, &err)) {
         fprintf(stderr, "dsv4 convert: %s\n", err.msg);
         return 1;

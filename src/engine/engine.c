@@ -129,6 +129,9 @@ static int check_params(const dsv4_engine *e, const struct dsv4_session_params *
                             p->max_ctx, e->model.cfg.max_ctx);
     if (p->max_chunk < 1 || p->max_chunk > 65536)
         return dsv4_err_set(err, DSV4_EINVAL, "chunk size %d outside [1, 65536]", p->max_chunk);
+    if (p->mtp && e->model.cfg.arch == DSV4_ARCH_V4_1)
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED,
+                            "DeepSeek-V4.1: DSpark drafting (MTP, speculative decoding) is not implemented (issue 41)");
     if (p->mtp && !e->model.w.has_mtp)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
     if (p->spec_draft < 0 || p->spec_draft > DSV4_SPEC_MAX_DRAFT)

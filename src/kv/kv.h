@@ -53,6 +53,9 @@
 #include "kv/kv_dims.h"
 
 enum { DSV4_KV_PAGE_TOKENS = 256 };
+/* Slot bytes of V4.1's Engram history (at least sizeof(struct dsv4_engram_seq), which the
+ * model checks; 64 keeps the slot's parts aligned). */
+enum { DSV4_KV_ENGRAM_BYTES = 64 };
 
 /* DSV4_SPEC_MAX_DRAFT (dsv4.h), the most draft tokens of a verify step: the rings keep that
  * many rows beyond the window. */
@@ -99,6 +102,9 @@ struct dsv4_seq_state {
     int                      mtp_pos;     /* next position the MTP block runs for (every one below
                                              is done): pos - 1 after a forward step, pos after a
                                              draft ran the pending one (0 at the start) */
+    uint8_t                 *engram;      /* [DSV4_KV_ENGRAM_BYTES] in the slot: V4.1's Engram history
+                                             (struct dsv4_engram_seq, model/engram_hash.h; the forward
+                                             resets it at position 0), NULL without Engram layers */
     int                      page_tokens; /* positions per page */
     int                      n_pages;     /* entries of page: ceil(max_ctx / page_tokens) */
     int32_t                 *page;        /* [n_pages] page table: id of the page of positions

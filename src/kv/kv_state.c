@@ -33,6 +33,13 @@ static size_t frontier_floats(const struct dsv4_layer_kind *k, int d)
     return (size_t)(coff * k->ratio) * (size_t)(coff * d);
 }
 
+static bool has_engram(const struct dsv4_kv_dims *c)
+{
+    for (int il = 0; il < c->n_layer; il++)
+        if (c->kind[il].engram) return true;
+    return false;
+}
+
 /*
  * Walks the layout once. With st != NULL it also points st's layers into `slot` and records
  * the page offsets; otherwise it only measures.
@@ -79,9 +86,14 @@ static void walk(const struct dsv4_kv_dims *c, enum dsv4_row_fmt fmt, bool mtp, 
     }
     size_t mtp_bytes = align64(sizeof(float) * (size_t)c->hc * (size_t)c->d_model), mtp_off = sz->slot;
     if (mtp) sz->slot += 2 * mtp_bytes, sz->snap += mtp_bytes;
+    /* V4.1's Engram history (the last compressed token ids, model/engram_hash.h): the
+     * n-grams of the next chunk reach back into it, so it is state like a ring */
+    size_t eng_off = sz->slot;
+    if (has_engram(c)) sz->slot += DSV4_KV_ENGRAM_BYTES, sz->snap += DSV4_KV_ENGRAM_BYTES;
     if (st) {
-        st->mtp_x = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
-        st->mtp_h = mtp ? (float *)(void *)(slot + mtp_off + mtp_bytes) : NULL;
+        st->mtp_x  = mtp ? (float *)(void *)(slot + mtp_off) : NULL;
+        st->mtp_h  = mtp ? (float *)(void *)(slot + mtp_off + mtp_bytes) : NULL;
+        st->engram = has_engram(c) ? slot + eng_off : NULL;
     }
 }
 
@@ -295,6 +307,7 @@ static void snap_copy(const struct dsv4_seq_state *st, uint8_t *snap, bool save)
         }
     }
     if (st->has_mtp) PART(st->mtp_x, sizeof(float) * (size_t)st->mtp_floats);
+    if (st->engram) PART(st->engram, DSV4_KV_ENGRAM_BYTES);
 #undef PART
 }
 

@@ -18,7 +18,7 @@
 
 /* A sequence of the step with rows: its state's offsets are every sequence's (kv.h). The
  * sublayer runs only for a step with rows, so there is one. */
-static const struct dsv4_seq_state *layout_seq(const struct dsv4_step *S)
+const struct dsv4_seq_state *dsv4_layout_seq(const struct dsv4_step *S)
 {
     for (int s = 0; s < S->n_seqs; s++)
         if (S->seq_n[s]) return S->seqs[s].st;
@@ -34,11 +34,11 @@ static void run_compressor(const struct dsv4_model *m, struct dsv4_step *S, cons
     int width = cw->coff * cw->d_out;
     be->ops->linear(be, &cw->wkv, R, S->u, m->cfg.d_model, S->ca, width, DSV4_ACT_NONE, DSV4_OUT_F32);
     be->ops->linear(be, &cw->wgate, R, S->u, m->cfg.d_model, S->cg, width, DSV4_ACT_NONE, DSV4_OUT_F32);
-    dsv4_compress_step(m, S, cw, is_indexer, layout_seq(S), state, il);
+    dsv4_compress_step(m, S, cw, is_indexer, dsv4_layout_seq(S), state, il);
 }
 
 /* Indexer queries and head weights for every row (docs/MODEL.md §R3.7). */
-static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
+void dsv4_indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
 {
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
@@ -46,7 +46,7 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
     enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
     be->ops->linear(be, &L->idx.wq_b, R, S->qr, c->q_lora_rank, S->qi, nI * dI, act, DSV4_OUT_BF16);
     be->ops->rope(be, R, nI, dI, S->qi, S->pos, dsv4_layer_rope(m, L->kind.ratio), false);
-    be->ops->hadamard(be, R * nI, dI, S->qi);
+    if (c->arch == DSV4_ARCH_V4) be->ops->hadamard(be, R * nI, dI, S->qi); /* V4.1: none */
     be->ops->fp4_sim(be, R * nI, dI, dI, S->qi, 32, false);
     be->ops->linear(be, &L->idx.weights_proj, R, S->u, c->d_model, S->wi, nI, DSV4_ACT_NONE, DSV4_OUT_BF16);
     double wscale = (float)(pow(dI, -0.5) * pow(nI, -0.5)); /* an f32 constant, as in the demo */
@@ -54,16 +54,16 @@ static void indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, con
 }
 
 /* The indexer's choice for every row (layers with an indexer), over the keys of the layer's
- * index source, into the step's isel / n_isel (row r's slice at r * idx_topk), and its dump:
+ * keys source, into the step's isel / n_isel (row r's slice at r * idx_topk), and its dump:
  * the selected set, -1 padded to index_topk, as floats. */
-static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_seq_state *st,
-                           const struct dsv4_layer_kind *k, int il)
+void dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_seq_state *st,
+                         const struct dsv4_layer_kind *k, int il, const struct dsv4_idx_cand *cand)
 {
     const struct dsv4_config      *c    = &m->cfg;
     struct dsv4_backend           *be   = &S->be;
-    const struct dsv4_layer_state *keys = &st->layers[k->index_source];
+    const struct dsv4_layer_state *keys = &st->layers[k->keys_source];
     be->ops->indexer_topk(be, &S->desc, keys->kind.ratio, c->n_idx_head, c->d_idx_head, S->qi, S->wi, keys->idx_off,
-                          st->idx_bytes, k->idx_topk, S->isel, S->n_isel, NULL); /* V4: no candidate blocks */
+                          st->idx_bytes, k->idx_topk, S->isel, S->n_isel, cand);
     if (!S->dump.fn) return;
     for (int s = 0; s < S->n_seqs; s++)
         for (int t = 0; t < S->seq_n[s]; t++) {
@@ -78,16 +78,16 @@ static void indexer_select(const struct dsv4_model *m, struct dsv4_step *S, cons
         }
 }
 
-/* Attention of every row of the step, each of the four ops one call for all the sequences:
- * the chunks' rows are encoded into staging, the indexer picks compressed rows (of the
- * layer's kv source), every query attends, then each ring keeps its sequence's last `window`
- * rows. */
-static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
-                        int il)
+/* Attention of every row of the step, each of the three ops one call for all the sequences:
+ * the chunks' rows are encoded into staging, every query attends (with sel, over the
+ * compressed rows of the layer's kv source that S->isel names), then each ring keeps its
+ * sequence's last `window` rows. */
+void dsv4_attend_rows(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
+                      bool sel)
 {
     const struct dsv4_config     *c  = &m->cfg;
     struct dsv4_backend          *be = &S->be;
-    const struct dsv4_seq_state  *st = layout_seq(S);
+    const struct dsv4_seq_state  *st = dsv4_layout_seq(S);
     const struct dsv4_layer_state *ls = &st->layers[state];
     const struct dsv4_layer_kind  *k  = &L->kind;
     float  scale = (float)pow(c->d_head, -0.5);
@@ -97,8 +97,7 @@ static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const s
                                  .row_bytes = st->row_bytes, .ring_off = dsv4_kv_slot_off(st, ls->ring),
                                  .chunk = S->staging };
     if (k->ratio) src.comp_off = st->layers[k->kv_source].comp_off;
-    if (k->indexer) {
-        indexer_select(m, S, st, k, il);
+    if (sel) {
         src.sel        = S->isel;
         src.n_sel      = S->n_isel;
         src.sel_stride = k->idx_topk;
@@ -109,6 +108,30 @@ static void attend_step(const struct dsv4_model *m, struct dsv4_step *S, const s
     struct dsv4_store_dst ring = { .to = DSV4_STORE_RING, .off = src.ring_off, .window = k->window,
                                    .ring_rows = st->ring_rows, .row_bytes = st->row_bytes };
     be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &ring);
+}
+
+void dsv4_attn_output(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    int il = L->il, H = c->n_head, D = c->d_head, HD = H * D;
+    enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
+    /* undo the query-position rotation of the output, then the grouped output projection */
+    be->ops->rope(be, R, H, D, S->o, S->pos, dsv4_layer_rope(m, L->kind.ratio), true);
+    for (int s = 0; s < S->n_seqs; s++)
+        dsv4_dump_dev(S, "o", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->o + (size_t)S->seq_row0[s] * (size_t)HD);
+    int G = c->o_groups, gin = HD / G, gout = c->o_lora_rank;
+    for (int g = 0; g < G; g++) {
+        struct dsv4_linear wa = L->wo_a;
+        wa.n_out   = gout;
+        wa.row_off = g * gout;
+        be->ops->linear(be, &wa, R, S->o + (size_t)g * (size_t)gin, HD, S->z + (size_t)g * (size_t)gout, G * gout,
+                        DSV4_ACT_NONE, DSV4_OUT_BF16);
+    }
+    be->ops->linear(be, &L->wo_b, R, S->z, G * gout, S->f, c->d_model, act, DSV4_OUT_BF16);
+    for (int s = 0; s < S->n_seqs; s++)
+        dsv4_dump_dev(S, "attn_out", il, s, S->seq_pos0[s], S->seq_n[s], c->d_model,
+                      S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
 }
 
 void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L,
@@ -142,24 +165,10 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
     /* compressed rows (and indexer keys) of the completed blocks, then the indexer queries */
     if (L->kind.indexer) {
         run_compressor(m, S, &L->idx.comp, true, state, il, R);
-        indexer_queries(m, S, L, R);
+        dsv4_indexer_queries(m, S, L, R);
     }
     if (L->kind.ratio) run_compressor(m, S, &L->comp, false, state, il, R);
-    attend_step(m, S, L, state, il);
-    /* undo the query-position rotation of the output, then the grouped output projection */
-    be->ops->rope(be, R, H, D, S->o, S->pos, rope, true);
-    for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump_dev(S, "o", il, s, S->seq_pos0[s], S->seq_n[s], HD, S->o + (size_t)S->seq_row0[s] * (size_t)HD);
-    int G = c->o_groups, gin = HD / G, gout = c->o_lora_rank;
-    for (int g = 0; g < G; g++) {
-        struct dsv4_linear wa = L->wo_a;
-        wa.n_out   = gout;
-        wa.row_off = g * gout;
-        be->ops->linear(be, &wa, R, S->o + (size_t)g * (size_t)gin, HD, S->z + (size_t)g * (size_t)gout, G * gout,
-                        DSV4_ACT_NONE, DSV4_OUT_BF16);
-    }
-    be->ops->linear(be, &L->wo_b, R, S->z, G * gout, S->f, c->d_model, act, DSV4_OUT_BF16);
-    for (int s = 0; s < S->n_seqs; s++)
-        dsv4_dump_dev(S, "attn_out", il, s, S->seq_pos0[s], S->seq_n[s], c->d_model,
-                      S->f + (size_t)S->seq_row0[s] * (size_t)c->d_model);
+    if (L->kind.indexer) dsv4_indexer_select(m, S, dsv4_layout_seq(S), &L->kind, il, NULL); /* V4: no candidates */
+    dsv4_attend_rows(m, S, L, state, L->kind.indexer);
+    dsv4_attn_output(m, S, L, R);
 }

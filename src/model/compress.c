@@ -13,7 +13,7 @@
 #include "model/runtime.h"
 
 /* The packed rows' first positions (for RoPE) and the dumps' layout, per sequence. */
-static int block_positions(struct dsv4_step *S, int r)
+int dsv4_group_positions(struct dsv4_step *S, int r)
 {
     int rows = 0;
     for (int s = 0; s < S->n_seqs; s++) {
@@ -52,7 +52,7 @@ void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const s
     }
     be->ops->compress(be, &S->desc, r, cw->overlap, d, S->ca, S->cg, cw->ape, dsv4_kv_slot_off(st, kv),
                       dsv4_kv_slot_off(st, sc), S->crows);
-    int rows = block_positions(S, r);
+    int rows = dsv4_group_positions(S, r);
     if (!rows) return;
     be->ops->rmsnorm(be, rows, d, S->crows, d, cw->norm, c->norm_eps, S->crows, d);
     be->ops->rope(be, rows, 1, d, S->crows, S->cpos, dsv4_layer_rope(m, r), false);

@@ -240,12 +240,11 @@ void dsv4_cfg_v41_check_shapes(struct cfg_parse *p, const struct dsv4_config *c)
                      "must be a multiple of 32 (FP4 groups) and larger than qk_rope_head_dim");
 }
 
-int dsv4_config_check_runnable(const struct dsv4_config *c, struct dsv4_err *err)
+int dsv4_config_check_convertible(const struct dsv4_config *c, struct dsv4_err *err)
 {
     if (c->arch == DSV4_ARCH_V4_1)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED,
-                            "DeepSeek-V4.1 checkpoints: the forward is not implemented yet (issue 41); "
-                            "`dsv4 inspect -m DIR` checks the checkpoint, `dsv4 inspect --config config.json` "
-                            "describes the model");
+                            "DeepSeek-V4.1 checkpoints: `dsv4 convert` is not implemented yet (issue 41); the "
+                            "engine runs them as released (`dsv4 inspect -m DIR` checks the checkpoint)");
     return DSV4_OK;
 }

@@ -48,19 +48,25 @@ static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct 
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
     int d = c->d_model, hc = c->hc, il = L->il;
-    float *t;
+    bool   v41 = c->arch == DSV4_ARCH_V4_1;
+    float *t, *lag = v41 ? S->lag : NULL; /* V4.1: lagged mixes (docs/MODEL.md §6) */
 
+    if (L->kind.engram) {
+        dsv4_engram_layer(m, S, L, R, *X);
+        dump_rows(S, "x_engram", il, *X, hc * d);
+    }
     be->ops->hc_pre(be, R, hc, d, *X, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_sinkhorn_iters,
-                    c->norm_eps, c->hc_eps, NULL, S->u, S->post, S->comb);
+                    c->norm_eps, c->hc_eps, lag, S->u, S->post, S->comb);
     be->ops->rmsnorm(be, R, d, S->u, d, L->attn_norm, c->norm_eps, S->u, d);
     dump_rows(S, "attn_in", il, S->u, d);
-    dsv4_attention_sublayer(m, S, L, state, R);
+    if (v41) dsv4_attention_v41(m, S, L, R);
+    else dsv4_attention_sublayer(m, S, L, state, R);
     be->ops->hc_post(be, R, hc, d, S->f, *X, S->post, S->comb, *Xn);
     t = *X, *X = *Xn, *Xn = t;
     dump_rows(S, "x_attn", il, *X, hc * d);
 
     be->ops->hc_pre(be, R, hc, d, *X, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, c->hc_sinkhorn_iters,
-                    c->norm_eps, c->hc_eps, NULL, S->u, S->post, S->comb);
+                    c->norm_eps, c->hc_eps, lag, S->u, S->post, S->comb);
     be->ops->rmsnorm(be, R, d, S->u, d, L->ffn_norm, c->norm_eps, S->u, d);
     dump_rows(S, "ffn_in", il, S->u, d);
     dsv4_moe_sublayer(m, S, L, R);
@@ -86,12 +92,16 @@ static void head(const struct dsv4_model *m, struct dsv4_step *S, const float *X
 }
 
 /* Main-head logits of every sequence that asks for them, one head pass per run of
- * sequences whose logits buffers are contiguous (their rows gathered into S->Xm). */
-static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const float *X)
+ * sequences whose logits buffers are contiguous (their rows gathered into S->Xm, then
+ * hc_head into S->hid; collapsed (V4.1): X holds [rows, d_model] already collapsed, gathered
+ * into S->hid). */
+static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const float *X, bool collapsed)
 {
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
-    size_t sd = (size_t)c->hc * (size_t)c->d_model, V = (size_t)c->vocab_size, d = (size_t)c->d_model;
+    size_t V = (size_t)c->vocab_size, d = (size_t)c->d_model;
+    size_t sd = collapsed ? d : (size_t)c->hc * d;
+    float *gather = collapsed ? S->hid : S->Xm;
     int    s = 0;
     while (s < S->n_seqs) {
         if (!S->seqs[s].n_logits) {
@@ -104,13 +114,14 @@ static void main_heads(const struct dsv4_model *m, struct dsv4_step *S, const fl
             const struct dsv4_fwd_seq *q = &S->seqs[e];
             if (!q->n_logits) continue;
             if (q->logits != next) break;
-            copy_rows(m, S->Xm + (size_t)rows * sd, X + (size_t)(S->seq_row0[e] + q->n - q->n_logits) * sd,
+            copy_rows(m, gather + (size_t)rows * sd, X + (size_t)(S->seq_row0[e] + q->n - q->n_logits) * sd,
                       sd * (size_t)q->n_logits);
             rows += q->n_logits;
             next += (size_t)q->n_logits * V;
         }
-        be->ops->hc_head(be, rows, c->hc, c->d_model, S->Xm, m->w.hc_head_fn, m->w.hc_head_scale, m->w.hc_head_base,
-                         c->norm_eps, c->hc_eps, S->hid);
+        if (!collapsed)
+            be->ops->hc_head(be, rows, c->hc, c->d_model, S->Xm, m->w.hc_head_fn, m->w.hc_head_scale,
+                             m->w.hc_head_base, c->norm_eps, c->hc_eps, S->hid);
         be->ops->rmsnorm(be, rows, c->d_model, S->hid, c->d_model, m->w.norm, c->norm_eps, S->hid, c->d_model);
         float *y = S->logits_dev ? S->logits_dev : out; /* the caller's buffer when it is the backend's too */
         be->ops->linear(be, &m->w.head, rows, S->hid, c->d_model, y, c->vocab_size, DSV4_ACT_NONE, DSV4_OUT_F32);
@@ -209,6 +220,8 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
 {
     const struct dsv4_config *c = &m->cfg;
     size_t sd = (size_t)c->hc * (size_t)c->d_model;
+    if (c->arch == DSV4_ARCH_V4_1)
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "DeepSeek-V4.1: DSpark drafting is not implemented (issue 41)");
     if (!m->w.has_mtp) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
     if (n_seqs > S->max_rows) return dsv4_err_set(err, DSV4_EINVAL, "%d draft rows exceed the planned %d", n_seqs, S->max_rows);
     for (int s = 0; s < n_seqs; s++) {
@@ -256,6 +269,30 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
     return m->backend->error ? m->backend->error(m->backend_impl, err) : DSV4_OK;
 }
 
+/* What a V4.1 step refuses before anything changes: a backend whose memory the host cannot
+ * write (the lag and the Engram history are host-written), speculative chunks and MTP rows
+ * (DSpark drafting is not implemented), tokens the Engram map lacks. */
+static int check_v41(const struct dsv4_model *m, const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err)
+{
+    if (!m->backend->host_visible)
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "DeepSeek-V4.1 runs on the CPU backend only so far (issue 41)");
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].undo || seqs[s].mtp_logits || seqs[s].st->has_mtp)
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED,
+                                "DeepSeek-V4.1: DSpark drafting (MTP, speculative decoding) is not implemented (issue 41)");
+    return dsv4_engram_check(m, seqs, n_seqs, err);
+}
+
+/* V4.1's per-step start: the lagged mix of every row collapses onto stream 0 first
+ * (make_identity_pre_mix), and the Engram row ids of the step. */
+static void begin_v41(const struct dsv4_model *m, struct dsv4_step *S, int R)
+{
+    int hc = m->cfg.hc;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < hc; j++) S->lag[(size_t)r * (size_t)hc + (size_t)j] = j == 0 ? 1.0f : 0.0f;
+    dsv4_engram_hash_step(m, S);
+}
+
 int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
                  struct dsv4_err *err)
 {
@@ -288,6 +325,7 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     if (R > S->max_rows || n_seqs > S->max_rows)
         return dsv4_err_set(err, DSV4_EINVAL, "step of %d rows exceeds the planned %d", R, S->max_rows);
     int rc = dsv4_step_check_layout(seqs, n_seqs, err);
+    if (rc == DSV4_OK && c->arch == DSV4_ARCH_V4_1) rc = check_v41(m, seqs, n_seqs, err);
     if (rc) return rc;
 
     S->seqs   = seqs;
@@ -310,13 +348,20 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     S->be.ops->embed(&S->be, R, S->tok, m->w.embed, c->d_model, c->hc, S->X);
     dsv4_prof_end(S->be.prof);
     float *X = S->X, *Xn = S->Xn;
+    if (c->arch == DSV4_ARCH_V4_1) begin_v41(m, S, R);
     for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
-    main_heads(m, S, X);
+    if (c->arch == DSV4_ARCH_V4_1) { /* the final collapse with the last FFN's mix: no hc_head */
+        S->be.ops->hc_pre(&S->be, R, c->hc, c->d_model, X, NULL, NULL, NULL, 0, c->norm_eps, c->hc_eps, S->lag, S->u,
+                          NULL, NULL);
+        main_heads(m, S, S->u, true);
+    } else {
+        main_heads(m, S, X, false);
+    }
     for (int s = 0; s < n_seqs; s++) /* a verify chunk's final streams: MTP's input after a rollback */
         if (seqs[s].undo && seqs[s].st->has_mtp)
             copy_rows(m, seqs[s].undo->xf, X + (size_t)S->seq_row0[s] * (size_t)c->hc * (size_t)c->d_model,
                       (size_t)seqs[s].n * (size_t)c->hc * (size_t)c->d_model);
-    if (m->w.has_mtp) mtp_step(m, S, X, Xn);
+    if (m->w.has_mtp && c->arch == DSV4_ARCH_V4) mtp_step(m, S, X, Xn);
     dsv4_prof_end(S->be.prof);
     rc = m->backend->error ? m->backend->error(m->backend_impl, err) : DSV4_OK;
     if (rc) return rc; /* the step's results are not to be trusted: its positions stay */

@@ -109,7 +109,6 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     memset(m, 0, sizeof(*m));
     dsv4_arena_init(&m->arena, 1 << 20);
     int rc = dsv4_config_load(&m->cfg, dir, err);
-    if (rc == DSV4_OK) rc = dsv4_config_check_runnable(&m->cfg, err); /* before the shards are opened */
     if (rc) goto fail_cfg;
     rc = dsv4_checkpoint_open(&m->ck, dir, err);
     if (rc) goto fail_cfg;
@@ -141,21 +140,24 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     m->rope_swa     = (struct dsv4_rope_table){ c->d_rope, m->freq_swa };
     m->rope_comp    = (struct dsv4_rope_table){ c->d_rope, m->freq_comp };
     m->revision     = rev;
-    m->row_fmt      = rev == DSV4_REVISION_CURRENT ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
+    /* V4.1: bf16 rows hold its FP8/FP4-simulated values exactly (docs/MODEL.md §6) */
+    m->row_fmt      = rev == DSV4_REVISION_CURRENT && c->arch == DSV4_ARCH_V4 ? DSV4_ROW_FP8 : DSV4_ROW_BF16;
     m->shared_limit = rev == DSV4_REVISION_CURRENT ? c->swiglu_limit : 0.0f;
+    rc = dsv4_model_load_v41(m, dir, err);
+    if (rc) goto fail_v41;
     m->backend = dsv4_backend_find(params->backend);
     if (!m->backend) {
         char names[256];
         dsv4_backend_list(names, sizeof(names));
         rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "this build has no backend '%s' (it has: %s)", params->backend, names);
-        goto fail_ck;
+        goto fail_v41;
     }
     struct dsv4_backend_params bp = {
         .opts = params->backend_opts, .n_threads = params->n_threads, .lg = lg,
         .profile = params->profile_path && *params->profile_path,
     };
     rc = m->backend->create(&m->backend_impl, &bp, err);
-    if (rc) goto fail_ck;
+    if (rc) goto fail_v41;
     m->ops = m->backend->ops(m->backend_impl);
     char missing[512];
     int  n_missing = dsv4_backend_ops_missing(m->ops, missing, sizeof(missing));
@@ -166,7 +168,7 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
         m->backend->destroy(m->backend_impl);
         m->backend_impl = NULL;
         m->backend      = NULL;
-        goto fail_ck;
+        goto fail_v41;
     }
     const char *prof = params->profile_path;
     if (prof && *prof) {
@@ -185,6 +187,8 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
         return rc;
     }
     return DSV4_OK;
+fail_v41:
+    dsv4_model_free_v41(m);
 fail_ck:
     dsv4_checkpoint_close(&m->ck);
 fail_cfg:
@@ -197,6 +201,7 @@ void dsv4_model_free(struct dsv4_model *m)
     dsv4_prof_finish(m->prof, stderr);
     if (m->prof && m->backend && m->backend->device_profile) m->backend->device_profile(m->backend_impl, stderr);
     if (m->backend) m->backend->destroy(m->backend_impl);
+    dsv4_model_free_v41(m);
     dsv4_checkpoint_close(&m->ck);
     dsv4_arena_free(&m->arena);
     memset(m, 0, sizeof(*m));

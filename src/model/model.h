@@ -26,8 +26,8 @@
  * picks between numerics of the V4 release. */
 enum dsv4_arch {
     DSV4_ARCH_V4   = 0, /* DeepseekV4ForCausalLM, model_type deepseek_v4 */
-    DSV4_ARCH_V4_1 = 1, /* DeepseekV41ForCausalLM, model_type deepseek_v41 (text_config): config,
-                           binding and inspect only, the forward is not implemented yet (issue 41) */
+    DSV4_ARCH_V4_1 = 1, /* DeepseekV41ForCausalLM, model_type deepseek_v41 (text_config): the main
+                           model runs on the CPU backend (issue 41); no DSpark drafting, no convert */
 };
 
 /* Engram layers: as many as the row-index code holds (engram_hash.h), so a config that parses can be hashed. */
@@ -116,11 +116,10 @@ int dsv4_config_parse(struct dsv4_config *cfg, const char *json_text, size_t len
 int dsv4_config_load(struct dsv4_config *cfg, const char *dir, struct dsv4_err *err);
 /* The same from a config.json file named by path (no checkpoint beside it needed). */
 int dsv4_config_load_file(struct dsv4_config *cfg, const char *path, struct dsv4_err *err);
-/* DSV4_OK when the engine can run the model cfg describes; DSV4_EUNSUPPORTED with a message
- * naming why not (a DeepSeek-V4.1 config: its forward is not implemented yet, issue 41).
- * Loading for a run (dsv4_model_load_part) and `dsv4 convert` check it before any shard is
- * opened; binding and `dsv4 inspect -m` do not (a V4.1 checkpoint is bound and checked). */
-int dsv4_config_check_runnable(const struct dsv4_config *cfg, struct dsv4_err *err);
+/* DSV4_OK when `dsv4 convert` can convert the checkpoint cfg describes; DSV4_EUNSUPPORTED with
+ * the reason (a DeepSeek-V4.1 config: its conversion is not implemented, issue 41). Checked
+ * before any shard is opened. */
+int dsv4_config_check_convertible(const struct dsv4_config *cfg, struct dsv4_err *err);
 
 /* ------------------------------------------------------------------ weights */
 
@@ -226,7 +225,9 @@ struct dsv4_bind_report {
 /*
  * Binds every tensor the config requires (docs/MODEL.md §R2; V4.1: §6, weights_v41.c) into w,
  * allocating the per-layer structs in arena. The iterators below cover V4's tensors only:
- * a V4.1 model is bound for `dsv4 inspect`, not run (dsv4_config_check_runnable). Every problem (missing tensor, wrong dtype, wrong shape, unexpected
+ * V4.1's own (index keys wk / k_norm, Engram, DSpark) are not handed to prepare_weights, so
+ * the CPU reads them in the checkpoint's layout and no device backend runs V4.1 yet (the
+ * forward refuses one). Every problem (missing tensor, wrong dtype, wrong shape, unexpected
  * tensor) is collected in report; returns DSV4_ECHECKPOINT when there is any, with err
  * holding the count and the first one.
  */

@@ -36,7 +36,25 @@ struct dsv4_model {
     int                            ep_ranks;    /* the ranks of the layout (1: one process) */
     enum dsv4_ep_dispatch          ep_dispatch; /* params.ep_dispatch */
     struct dsv4_ep                *ep;
+    struct dsv4_v41_model         *v41;         /* DeepSeek-V4.1's load-time tables (model_v41.c), else NULL */
 };
+
+/* What a DeepSeek-V4.1 model computes once at load (model_v41.c): the Engram hashing and
+ * token map, each Engram layer's gate weights and the zero APE table of its ratio-2
+ * compressors (official Compressor without ape). */
+struct dsv4_v41_model {
+    struct dsv4_engram_hash hash;
+    int32_t *map;                                /* [map_n] token id -> compressed id (malloc'd) */
+    int64_t  map_n;
+    int      n_engram;                           /* Engram layers; ids per row: n_engram * hash.n_cols */
+    int      engram_of[DSV4_MAX_LAYERS];         /* layer -> its Engram index, -1 */
+    float   *engram_w[DSV4_MAX_ENGRAM_LAYERS];   /* [hc, d_model] f32(q_weight * k_weight) */
+    float   *zero_ape;                           /* [2, d_head] zeros */
+};
+
+/* model_v41.c: the tables above (arena memory but the map), after binding; frees the map. */
+int  dsv4_model_load_v41(struct dsv4_model *m, const char *dir, struct dsv4_err *err);
+void dsv4_model_free_v41(struct dsv4_model *m);
 
 /* Loads a checkpoint with the engine's parameters (revision, threads, backend and its
  * options, profile). */
@@ -122,6 +140,13 @@ struct dsv4_step {
     /* ---- host metadata */
     int   *pos, *tok;          /* [max_rows] */
     int   *cpos;               /* [max_rows + 1] first positions of a chunk's compressed rows */
+    /* ---- DeepSeek-V4.1 (empty for V4) */
+    float   *lag;              /* [max_rows, hc] the lagged hyper-connection mix (backend) */
+    int     *cand;             /* [max_rows, cand_topk_blocks] candidate blocks (backend) */
+    float   *ckeys;            /* [max_rows + 1, d_idx_head] index keys of a chunk's groups (backend) */
+    float   *erows, *ekv;      /* [max_rows, n_cols * engram_d_head], [max_rows, (hc + 1) d_model] (backend) */
+    int64_t *eids;             /* [max_rows, n_engram * n_cols] Engram row ids (host) */
+    int32_t *ecomp;            /* [max_rows] compressed token ids (host) */
     /* the batch of the current step (set by dsv4_forward) */
     struct dsv4_fwd_seq *seqs;
     int                  n_seqs;
@@ -220,6 +245,32 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
 void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
                         bool is_indexer, const struct dsv4_seq_state *st, int state, int il);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+/* attention.c, shared with V4.1: the chunk's rows into staging, attention over the window
+ * and the rows of S->isel (when sel), the ring update; then inverse RoPE and the grouped
+ * output projection into S->f. */
+void dsv4_attend_rows(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
+                      bool sel);
+void dsv4_attn_output(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+/* attention.c: a sequence of the step with rows (its state gives every layer's offsets); the
+ * indexer's queries and weights of rows [0, R) (S->qi, S->wi; V4: Hadamard-rotated); its
+ * selection into S->isel / S->n_isel over the keys of k->keys_source (cand: V4.1's
+ * candidate blocks, NULL without). */
+const struct dsv4_seq_state *dsv4_layout_seq(const struct dsv4_step *S);
+void dsv4_indexer_queries(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+void dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_seq_state *st,
+                         const struct dsv4_layer_kind *k, int il, const struct dsv4_idx_cand *cand);
+/* compress.c: the first positions of the groups of r positions the step's chunks complete,
+ * packed sequence after sequence, into S->cpos; returns their count. */
+int  dsv4_group_positions(struct dsv4_step *S, int r);
+/* attention_v41.c: DeepSeek-V4.1's attention sublayer (docs/MODEL.md §6). */
+void dsv4_attention_v41(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
+/* engram_fwd.c: the Engram row ids of every row of the step (host, advances each sequence's
+ * history), checked first: DSV4_ERANGE for a token the map lacks, nothing changed. */
+int  dsv4_engram_check(const struct dsv4_model *m, const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err);
+void dsv4_engram_hash_step(const struct dsv4_model *m, struct dsv4_step *S);
+/* The Engram lookup of layer L on the streams X [R, hc, d_model]. */
+void dsv4_engram_layer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R,
+                       float *X);
 
 /* engine.c internals for tools that look inside (dsv4 align, tests). */
 const struct dsv4_model *dsv4_engine_model(const dsv4_engine *e);

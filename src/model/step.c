@@ -109,6 +109,15 @@ static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max
     F(s->hid, r * d);
     B(s->staging, r * (size_t)dsv4_row_bytes(m->row_fmt, c->d_head, c->d_rope));
     if (m->backend && !m->backend->host_visible) F(s->logits_dev, r * (size_t)c->vocab_size);
+    if (c->arch == DSV4_ARCH_V4_1) {
+        const struct dsv4_v41_config *v = &c->v41;
+        size_t cols = v->n_engram ? (size_t)(v->engram_max_ngram - 1) * (size_t)v->engram_n_head : 0;
+        F(s->lag, r * hc);
+        F(s->cand, r * (size_t)imax(v->cand_topk_blocks, 1));
+        F(s->ckeys, (r + 1) * (size_t)c->d_idx_head);
+        F(s->erows, r * cols * (size_t)v->engram_d_head);
+        F(s->ekv, v->n_engram ? r * (hc + 1) * d : 0);
+    }
     size_t sc = m->backend ? m->backend->scratch_floats(m->backend_impl, &dims) : 0;
     F(s->be.scratch, sc);
     *dev_bytes = off;
@@ -122,6 +131,12 @@ static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max
     F(s->seq_n, r);
     F(s->seq_pos0, r);
     B(s->dseq, r * sizeof(struct dsv4_step_seq));
+    if (c->arch == DSV4_ARCH_V4_1 && c->v41.n_engram) {
+        const struct dsv4_v41_config *v = &c->v41;
+        B(s->eids, r * sizeof(int64_t) * (size_t)v->n_engram * (size_t)(v->engram_max_ngram - 1) *
+                       (size_t)v->engram_n_head);
+        B(s->ecomp, r * sizeof(int32_t));
+    }
     *host_bytes = off;
     if (dev) {
         s->be.scratch_len = sc;

@@ -214,9 +214,9 @@ static void test_inspect_flash(struct test_ctx *t)
     free(out);
 }
 
-/* A directory with the V4.1 config and a tokenizer (no weights needed: the refusal comes before any
- * shard is opened). `dsv4 inspect -m` is not refused: it checks the checkpoint (test_v41_ckpt.c). */
-static void test_run_refused(struct test_ctx *t)
+/* A directory with the V4.1 config and a tokenizer (no weights needed: `dsv4 convert` refuses
+ * before any shard is opened). The forward runs: test_v41_fwd.c. */
+static void test_convert_refused(struct test_ctx *t)
 {
     const char *bin = getenv("DSV4_BIN");
     CHECKF(bin != NULL, "DSV4_BIN not set (run through make test)");
@@ -226,14 +226,11 @@ static void test_run_refused(struct test_ctx *t)
     mkdir(dir, 0755);
     snprintf(cmd, sizeof(cmd), "cp %s %s/config.json && cp models/kjv-v4-tiny/tokenizer.json %s/", FLASH, dir, dir);
     CHECK(test_run(cmd, NULL) == 0);
-    for (int i = 0; i < 2; i++) {
-        if (i == 0) snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2 --out %s/l.bin", bin, dir, dir);
-        if (i == 1) snprintf(cmd, sizeof(cmd), "%s run -m %s -p hi -n 1", bin, dir);
-        int rc = test_run(cmd, &out);
-        CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 checkpoints: the forward is not implemented yet"),
-               "%s: exit %d:\n%s", cmd, rc, out);
-        free(out);
-    }
+    snprintf(cmd, sizeof(cmd), "%s convert -m %s -o %s/out", bin, dir, dir);
+    int rc = test_run(cmd, &out);
+    CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 checkpoints: `dsv4 convert` is not implemented yet"),
+           "%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
 }
 
 const struct test_case test_group_v41[] = {
@@ -241,12 +238,12 @@ const struct test_case test_group_v41[] = {
     { "flash_layer_kinds", test_flash_kinds },
     { "config_errors_name_field", test_config_errors },
     { "inspect_config_figures", test_inspect_flash },
-    { "run_refused", test_run_refused },
+    { "convert_refused", test_convert_refused },
     { "gen_tiny_binds", test_v41_gen_binds },
     { "gen_bytes_match_stats", test_v41_gen_sizes },
     { "inspect_checkpoint", test_v41_inspect },
     { "corrupted_named", test_v41_corrupted },
     { "vision_tower_accepted", test_v41_vision },
-    { "logits_refused", test_v41_logits_refused },
+    { "dspark_refused", test_v41_dspark_refused },
     { NULL, NULL },
 };

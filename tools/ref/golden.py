@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 import config as cfgmod  # noqa: E402
 import model as mdl  # noqa: E402
+import model_v41 as mv41  # noqa: E402
 import numerics as nx  # noqa: E402
 import st  # noqa: E402
 import weights as wmod  # noqa: E402
@@ -57,6 +58,12 @@ FIXTURES = [
     ("tiny-a-fp8", ["--preset", "tiny-a", "--seed", "4", "--fp8-experts", "--f32-scales", "--single-file"], 104, [
         dict(key="seq", T=101, revision="current", splits=[37, 1, 3], mtp=True),
     ]),
+    # DeepSeek-V4.1 (model_v41.py): 40 tokens wrap the window of 16 twice, give the ratio-2 kv
+    # source 20 compressed rows and the ratio-1 one 40 (index_topk 4), and let the candidate
+    # pre-filter (3 blocks of 2 keys) exclude blocks from position 6 on. No DSpark rows.
+    ("tiny-v41", ["--preset", "tiny-v41", "--seed", "1"], 105, [
+        dict(key="seq", T=40, revision="current", splits=[40, 1, 3, 7], mtp=False),
+    ]),
 ]
 
 # Per-stage dump: checkpoint, token seed, length, prefill.
@@ -67,6 +74,21 @@ def token_sequence(vocab, T, seed):
     """BOS (0) then T-1 ids drawn uniformly from [2, vocab) with numpy's PCG64."""
     rng = np.random.default_rng(seed)
     return [0] + rng.integers(2, vocab, T - 1).tolist()
+
+
+def load_model(d, revision):
+    """model.Model for V4 checkpoints, model_v41.ModelV41 for V4.1 (by config.json)."""
+    cfg = cfgmod.load_config(d)
+    if cfg.arch == "v4.1":
+        return mv41.ModelV41(cfg, wmod.Weights(d, cfg.weight_block))
+    return mdl.Model(cfg, wmod.Weights(d), cfgmod.Revision(revision))
+
+
+def run(m, toks, N, mtp):
+    """(logits, MTP logits or None) of either release's model."""
+    if isinstance(m, mv41.ModelV41):
+        return mv41.run(m, toks, N)
+    return mdl.run(m, toks, N, mtp=mtp)
 
 
 def rel_l2(a, b):
@@ -85,7 +107,7 @@ def measure_noise(m, toks, N, want_mtp, ref, mref):
     out = {}
     mdl.ACC = torch.float32
     try:
-        a, ma = mdl.run(m, toks, N, mtp=want_mtp)
+        a, ma = run(m, toks, N, want_mtp)
     finally:
         mdl.ACC = torch.float64
     out["noise_f32acc"] = fmt_noise(rel_l2(a, ref))
@@ -95,7 +117,7 @@ def measure_noise(m, toks, N, want_mtp, ref, mref):
     for seed in (1, 2):
         nx.PERTURB = torch.Generator().manual_seed(seed)
         try:
-            a, ma = mdl.run(m, toks, N, mtp=want_mtp)
+            a, ma = run(m, toks, N, want_mtp)
         finally:
             nx.PERTURB = None
         c = rel_l2(a, ref)
@@ -114,14 +136,13 @@ def f16(t):
 
 
 def build_case(d, case, toks, meta):
-    cfg = cfgmod.load_config(d)
-    m = mdl.Model(cfg, wmod.Weights(d), cfgmod.Revision(case["revision"]))
+    m = load_model(d, case["revision"])
     want_mtp = case["mtp"] and m.has_mtp
     k = case["key"]
-    ref, mref = mdl.run(m, toks, case["splits"][0], mtp=want_mtp)
+    ref, mref = run(m, toks, case["splits"][0], want_mtp)
     worst = 0.0
     for N in case["splits"][1:]:
-        a, ma = mdl.run(m, toks, N, mtp=want_mtp)
+        a, ma = run(m, toks, N, want_mtp)
         worst = max(worst, rel_l2(a, ref)[1], rel_l2(ma, mref)[1] if want_mtp else 0.0)
     if worst > 1e-6:
         raise SystemExit(f"{d} {k}: prefill splits disagree (overall rel L2 {worst:.3g}); the reference "
