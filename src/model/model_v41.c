@@ -5,7 +5,6 @@
  * w = f32(q_weight * k_weight) (official Engram.forward multiplies them per call) and the zero
  * APE table its ratio-2 compressors pool with (the official Compressor has no ape).
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "model/engram_map.h"
