@@ -291,7 +291,7 @@ cross-check:
 # it needs). The golden tests by name: the cross build has no Vulkan backend, and its golden
 # test would be a skip that --strict counts as missing.
 AARCH64_TESTS ?= kernels forward golden/exact_path_vs_reference golden/every_level_vs_reference \
-                 golden/align_dump_and_perturbed_weight golden/align_on_strict sched/batch_invariance
+                 golden/align_dump_and_perturbed_weight golden/align_on_strict sched/batch_invariance v41_fwd
 cross-aarch64:
 	CROSS_CC=$(CROSS_CC) QEMU_TESTS="$(AARCH64_TESTS)" tools/cross_build.sh --aarch64
 

@@ -3,6 +3,10 @@
  * down: embed into hc streams, for each block hc_pre -> norm -> attention -> hc_post and
  * hc_pre -> norm -> MoE -> hc_post, then hc_head -> norm -> head for the rows whose logits
  * are wanted, then the MTP block (§3.11) for the positions whose next token is known.
+ * DeepSeek-V4.1 (docs/MODEL.md §6) runs the same loop with its own attention sublayer
+ * (attention_v41.c), Engram before the blocks that have it (engram_fwd.c), lagged mixes (S->lag:
+ * each sublayer collapses with the previous one's pre mix) and a final collapse without
+ * hc_head; no MTP block (its DSpark stages are not run).
  *
  * A step holds chunks of one or more sequences. Every sequence's state advances by its
  * chunk; checks that could fail (token ids, context room, mapped KV pages, batch size)

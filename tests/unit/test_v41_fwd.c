@@ -5,7 +5,7 @@
  * wraps, both kv sources have many compressed rows, the candidate pre-filter excludes blocks)
  * are bit for bit the same whole and in chunks of 1, 3 and 7 (the Engram history and the
  * compressor frontiers carry across calls), and two different sequences in one step each get
- * the logits they get alone.
+ * the logits they get alone; a saved session continues bit for bit.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,8 +160,42 @@ static void test_batch_identical(struct test_ctx *t)
     dsv4_engine_close(e);
 }
 
+/* A session saved after 17 tokens and loaded into a fresh one continues bit for bit: the
+ * saved slot carries the Engram history (the next n-grams reach back into it) with the rings
+ * and frontiers. */
+static void test_saved_session_continues(struct test_ctx *t)
+{
+    char    dir[512], path[600];
+    int32_t toks[T_MAX], back[T_MAX];
+    int     T = 0, n = 0, k = 17;
+    if (!setup(t, dir, sizeof(dir), toks, &T) || T <= k) return;
+    dsv4_engine *e = open_level(t, dir, NULL);
+    if (!e) return;
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    size_t V = (size_t)info.vocab_size;
+    float *whole = malloc(sizeof(float) * (size_t)T * V), *rest = malloc(sizeof(float) * (size_t)T * V);
+    dsv4_session *a = new_session(t, e, T_MAX), *b = new_session(t, e, T_MAX);
+    struct dsv4_err err;
+    snprintf(path, sizeof(path), "%s/v41.session", t->tmpdir);
+    if (a && b && run_chunks(t, e, toks, T, T, whole, info.vocab_size)) {
+        CHECK(dsv4_session_eval(a, toks, k, NULL, NULL, NULL, &err) == DSV4_OK);
+        CHECKF(dsv4_session_save(a, path, toks, k, &err) == DSV4_OK, "save: %s", err.msg);
+        CHECKF(dsv4_session_load(b, path, back, T_MAX, &n, &err) == DSV4_OK && n == k, "load: %s", err.msg);
+        CHECK(dsv4_session_eval(b, toks + k, T - k, rest, NULL, NULL, &err) == DSV4_OK);
+        CHECKF(!memcmp(rest, whole + (size_t)k * V, sizeof(float) * (size_t)(T - k) * V),
+               "logits after a saved and loaded session differ from the whole prompt's");
+    }
+    if (a) dsv4_session_free(a);
+    if (b) dsv4_session_free(b);
+    free(whole);
+    free(rest);
+    dsv4_engine_close(e);
+}
+
 const struct test_case test_group_v41_fwd[] = {
     { "chunks_identical_scalar_and_best", test_chunks_identical },
     { "batch_identical", test_batch_identical },
+    { "saved_session_continues", test_saved_session_continues },
     { NULL, NULL },
 };
