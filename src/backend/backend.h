@@ -357,8 +357,10 @@ struct dsv4_backend_ops {
     /* DeepSeek-V4.1 Engram gate (official Engram.forward): kv[n, (hc + 1) d] holds hc keys then
      * one value (bf16 values), w[hc, d] = q_weight * k_weight (f32). Per row r and stream c,
      * with h = X[r, c], k = key c: rstd = rsqrt(mean h^2 + eps) rsqrt(mean k^2 + eps),
-     * dot = (sum h w_c k) rstd / sqrt(d), g = sigmoid(sign(dot) sqrt(max(|dot|, 1e-6))) and
-     * X[r, c] = bf16(h + g value) (sums in double, each factor rounded to f32). */
+     * dot = (sum h w_c k) rstd f32(d^-0.5), g = sigmoid(sign(dot) sqrt(max(|dot|, 1e-6))) and
+     * X[r, c] = bf16(h + g value): sums in double, each step rounded to f32 where the official
+     * f32 tensors round it (the mean, mean + eps, each rsqrt, their product, the dot's sum, each
+     * product, the clamp at f32(1e-6), the square root), the sigmoid in double. */
     void (*engram_gate)(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
                         float *X);
 

@@ -110,6 +110,11 @@ int dsv4_model_load_part(struct dsv4_model *m, const char *dir, const struct dsv
     dsv4_arena_init(&m->arena, 1 << 20);
     int rc = dsv4_config_load(&m->cfg, dir, err);
     if (rc) goto fail_cfg;
+    if (m->cfg.arch == DSV4_ARCH_V4_1 && rev != DSV4_REVISION_CURRENT) { /* the revisions are V4's demo's (§R0) */
+        rc = dsv4_err_set(err, DSV4_EUNSUPPORTED, "--revision initial reproduces the first DeepSeek-V4 demo; a "
+                                                  "DeepSeek-V4.1 checkpoint has only its own code (use current)");
+        goto fail_cfg;
+    }
     rc = dsv4_checkpoint_open(&m->ck, dir, err);
     if (rc) goto fail_cfg;
     struct dsv4_bind_report rep;

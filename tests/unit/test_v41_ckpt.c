@@ -287,4 +287,10 @@ void test_v41_dspark_refused(struct test_ctx *t)
     CHECKF(rc != 0 && rc < 128 && strstr(out, "`dsv4 convert` is not implemented yet"), "convert exit %d:\n%s", rc,
            out);
     free(out);
+    /* the revisions are the first V4 demo's: a V4.1 checkpoint refuses them */
+    snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2,3 --out %s/l.bin --revision initial", bin, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 checkpoint has only its own code"), "revision exit %d:\n%s",
+           rc, out);
+    free(out);
 }

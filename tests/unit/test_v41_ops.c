@@ -7,6 +7,7 @@
  * level and the Vulkan shaders to these functions.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/ops_data.h"
@@ -90,7 +91,54 @@ static void test_fp4_e4m3_groups(struct test_ctx *t)
     for (int i = 0; i < 48; i++) CHECKF(x[i] == want[i], "element %d: %.9g, want %.9g", i, x[i], want[i]);
 }
 
+/* The official f32 steps of one gate (Engram.forward), written out from the formula. */
+static float gate_f32(const float *h, const float *k, const float *w, int d, double eps, bool divide)
+{
+    double sh = 0, sk = 0, s = 0;
+    for (int i = 0; i < d; i++) sh += (double)h[i] * h[i], sk += (double)k[i] * k[i], s += (double)h[i] * w[i] * k[i];
+    float rh = (float)(1.0 / sqrt((double)(float)((double)(float)(sh / d) + eps)));
+    float rk = (float)(1.0 / sqrt((double)(float)((double)(float)(sk / d) + eps)));
+    float rs = rh * rk, dot = (float)s * rs;
+    dot = divide ? (float)((double)dot / sqrt((double)d)) : dot * (float)pow(d, -0.5);
+    float m = fabsf(dot) > 1e-6f ? fabsf(dot) : 1e-6f, sg = copysignf(sqrtf(m), dot);
+    return (float)(1.0 / (1.0 + exp(-(double)sg)));
+}
+
+/* The gate at the official f32 boundaries at widths where they matter (d not a power of 4, so
+ * f32(d^-0.5) is not exact: V4.1-Flash's 5120): each gate is the formula's bit for bit (and
+ * dividing by sqrt(d) instead would move some), and the op adds g value to the stream. */
+static void test_gate_f32_boundaries(struct test_ctx *t)
+{
+    enum { N = 64, HC = 2 };
+    static const int widths[] = { 320, 5120 };
+    for (size_t wi = 0; wi < 2; wi++) {
+        int    d = widths[wi], bad = 0, moved = 0;
+        float *X = malloc(sizeof(float) * N * HC * d), *X0 = malloc(sizeof(float) * N * HC * d);
+        float *kv = malloc(sizeof(float) * N * (HC + 1) * d), *W = malloc(sizeof(float) * HC * d);
+        unsigned long long seed = 7 + wi;
+        for (int i = 0; i < N * HC * d; i++) X0[i] = X[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+        for (int i = 0; i < N * (HC + 1) * d; i++) kv[i] = dsv4_round_bf16(test_rand_f32(&seed) * 2);
+        for (int i = 0; i < HC * d; i++) W[i] = 1.0f + 0.25f * test_rand_f32(&seed);
+        struct dsv4_backend be = { 0 };
+        dsv4_cpu_engram_gate(&be, N, HC, d, kv, W, 1e-20, X);
+        for (int r = 0; r < N; r++)
+            for (int c = 0; c < HC; c++) {
+                const float *h = X0 + ((size_t)r * HC + c) * d, *k = kv + (size_t)r * (HC + 1) * d + (size_t)c * d;
+                const float *v = kv + (size_t)r * (HC + 1) * d + (size_t)HC * d;
+                float g = gate_f32(h, k, W + (size_t)c * d, d, 1e-20, false);
+                moved += g != gate_f32(h, k, W + (size_t)c * d, d, 1e-20, true);
+                bad += dsv4_cpu_engram_gate_of(h, k, W + (size_t)c * d, (size_t)d, 1e-20) != g;
+                for (int i = 0; i < d; i++)
+                    bad += X[((size_t)r * HC + c) * d + i] != dsv4_round_bf16((float)((double)h[i] + (double)g * v[i]));
+            }
+        CHECKF(bad == 0, "d %d: %d gates or outputs differ from the f32 formula's", d, bad);
+        CHECKF(moved > 0, "d %d: no gate depends on f32(d^-0.5) (the test would not see a division)", d);
+        free(X), free(X0), free(kv), free(W);
+    }
+}
+
 const struct test_case test_group_v41_ops[] = {
+    { "gate_f32_boundaries", test_gate_f32_boundaries },
     { "rows_decode", test_rows_decode },
     { "gate_closed_form", test_gate_closed_form },
     { "fp4_e4m3_groups", test_fp4_e4m3_groups },

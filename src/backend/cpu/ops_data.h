@@ -21,6 +21,8 @@ void dsv4_cpu_engram_rows(struct dsv4_backend *be, int n, int n_cols, const int6
                           const uint8_t *table, const uint8_t *scale, int64_t n_rows, int d, float *out);
 void dsv4_cpu_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
                           float *X);
+/* One stream's gate (engram_gate's g), for the tests that hold it to the official f32 steps. */
+float dsv4_cpu_engram_gate_of(const float *h, const float *k, const float *w, size_t d, double eps);
 void dsv4_cpu_moe_dispatch(struct dsv4_backend *be, int n, int k, int n_exp, const int *ids, const float *w,
                            const float *x, int d, float *xe, float *row_w, int *pair_of, int *grp);
 void dsv4_cpu_moe_combine(struct dsv4_backend *be, int n, int k, int d, const int *pair_of, const float *ye,

@@ -40,17 +40,25 @@ static float mean_square(const float *x, size_t d)
     return (float)(s / (double)d);
 }
 
-/* The gate of one stream: sigmoid of the signed square root of its normalised dot. */
-static float gate_of(const float *h, const float *k, const float *w, size_t d, double eps)
+/* rsqrt(mean(x^2) + eps) as the official f32 tensors give it: the mean and the sum rounded. */
+static float rstd_of(const float *x, size_t d, double eps)
 {
-    float  rstd = (float)(1.0 / sqrt((double)mean_square(h, d) + eps)) *
-                 (float)(1.0 / sqrt((double)mean_square(k, d) + eps));
-    double s = 0;
+    return (float)(1.0 / sqrt((double)(float)((double)mean_square(x, d) + eps)));
+}
+
+/* The gate of one stream: sigmoid of the signed sqrt of its normalised dot, every step at the
+ * official f32 boundaries (Engram.forward): the dot's sum rounded, times the f32 rstd product,
+ * times the f32 constant d^-0.5; the clamp at f32(1e-6) and the square root in f32. */
+float dsv4_cpu_engram_gate_of(const float *h, const float *k, const float *w, size_t d, double eps)
+{
+    float  rstd = rstd_of(h, d, eps) * rstd_of(k, d, eps);
+    float  dsc  = (float)pow((double)d, -0.5);
+    double s    = 0;
     for (size_t i = 0; i < d; i++) s += (double)h[i] * w[i] * k[i];
-    float  dot = (float)((double)(float)((double)(float)s * rstd) / sqrt((double)d));
-    double m   = fabs((double)dot) < 1e-6 ? 1e-6 : fabs((double)dot);
-    double sg  = copysign(sqrt(m), (double)dot);
-    return (float)(1.0 / (1.0 + exp(-sg)));
+    float dot = (float)((double)(float)((double)(float)s * rstd) * dsc);
+    float m   = fabsf(dot) < 1e-6f ? 1e-6f : fabsf(dot);
+    float sg  = copysignf((float)sqrt((double)m), dot);
+    return (float)(1.0 / (1.0 + exp(-(double)sg)));
 }
 
 void dsv4_cpu_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const float *kv, const float *w, double eps,
@@ -62,7 +70,7 @@ void dsv4_cpu_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const f
         const float *key = kv + (size_t)r * (H + 1) * D, *value = key + H * D;
         for (size_t c = 0; c < H; c++) {
             float *h = X + ((size_t)r * H + c) * D;
-            float  g = gate_of(h, key + c * D, w + c * D, D, eps);
+            float  g = dsv4_cpu_engram_gate_of(h, key + c * D, w + c * D, D, eps);
             for (size_t i = 0; i < D; i++) h[i] = dsv4_round_bf16((float)((double)h[i] + (double)g * value[i]));
         }
     }

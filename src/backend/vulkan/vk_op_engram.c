@@ -7,6 +7,7 @@
  * and scales of the rows a step names (a few KB a token) into host metadata and the shader
  * decodes them into the output. A row outside the table gets zero codes: +0, as the reference.
  */
+#include <math.h>
 #include <string.h>
 
 #include "backend/vulkan/vk.h"
@@ -64,8 +65,8 @@ void dsv4_vk_engram_gate(struct dsv4_backend *be, int n, int hc, int d, const fl
     int64_t x0 = dsv4_vk_arg(v, X, 4, (size_t)total * 4, &b[2]);
     if (k0 >= 0 && w0 >= 0 && x0 >= 0 && dsv4_vk_fits_u32(v, kvb / 4 + (uint64_t)k0, "engram_gate") &&
         dsv4_vk_fits_u32(v, total + (uint64_t)x0, "engram_gate")) {
-        struct { double eps; uint32_t kv0, w0, x0, n, hc, d; } pc = {
-            eps, (uint32_t)k0, (uint32_t)w0, (uint32_t)x0, (uint32_t)n, (uint32_t)hc, (uint32_t)d
+        struct { double eps; uint32_t kv0, w0, x0, n, hc, d; float dscale; } pc = {
+            eps, (uint32_t)k0, (uint32_t)w0, (uint32_t)x0, (uint32_t)n, (uint32_t)hc, (uint32_t)d, (float)pow(d, -0.5)
         };
         dsv4_vk_dispatch(v, "engram_gate", b, 3, &pc, sizeof(pc), dsv4_vk_groups(groups, 1), 1, 1);
     }

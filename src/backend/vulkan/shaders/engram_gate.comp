@@ -12,7 +12,7 @@ layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer KV { float kv[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { float w[]; };
 layout(std430, set = 0, binding = 2) buffer X { float x[]; };
-layout(push_constant) uniform P { double eps; uint kv0, w0, x0, n, hc, d; } p;
+layout(push_constant) uniform P { double eps; uint kv0, w0, x0, n, hc, d; float dscale; } p; // dscale: f32(d^-0.5)
 
 shared float s_gate;
 
@@ -27,17 +27,23 @@ float mean_square(uint a, bool in_x)
     return float(s / double(p.d));
 }
 
+// rsqrt(mean + eps) at the official f32 boundaries (the reference's rstd_of).
+float rstd_of(uint a, bool in_x)
+{
+    precise double t = double(float(double(mean_square(a, in_x)) + p.eps));
+    return float(1.0LF / sqrt(t));
+}
+
 float gate_of(uint xa, uint ka, uint wa)
 {
-    precise double rh = 1.0LF / sqrt(double(mean_square(xa, true)) + p.eps);
-    precise double rk = 1.0LF / sqrt(double(mean_square(ka, false)) + p.eps);
-    precise float  rstd = float(rh) * float(rk);
+    precise float  rstd = float(double(rstd_of(xa, true)) * double(rstd_of(ka, false)));
     precise double s = 0.0LF;
     for (uint i = 0u; i < p.d; i++) s += double(x[xa + i]) * double(w[wa + i]) * double(kv[ka + i]);
-    precise float  dot = float(double(float(double(float(s)) * double(rstd))) / sqrt(double(p.d)));
-    precise double m   = max(abs(double(dot)), 1e-6LF);
-    precise double sg  = dot < 0.0 ? -sqrt(m) : sqrt(m);
-    return 1.0 / (1.0 + exp(-float(sg)));
+    precise float  dot = float(double(float(double(float(s)) * double(rstd))) * double(p.dscale));
+    precise float  m   = max(abs(dot), 1e-6);
+    precise float  mag = float(sqrt(double(m)));
+    precise float  sg  = dot < 0.0 ? -mag : mag;
+    return 1.0 / (1.0 + exp(-sg));
 }
 
 void main()
