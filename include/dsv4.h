@@ -153,7 +153,8 @@ struct dsv4_model_info {
     int  n_exp;
     int  n_exp_used;
     int  max_ctx;      /* max_position_embeddings */
-    bool has_mtp;      /* the checkpoint carries a usable MTP block */
+    bool has_mtp;      /* the checkpoint carries a usable MTP block (DeepSeek-V4.1: its DSpark stages) */
+    int  dspark_block; /* DeepSeek-V4.1: rows one DSpark draft gives (dspark_block_size), else 0 */
     int  bos_id;
     int  eos_id;
 };
@@ -253,6 +254,16 @@ int dsv4_session_eval(dsv4_session *s, const int32_t *tokens, int n, float *logi
  */
 int dsv4_session_spec_step(dsv4_session *s, int32_t next, int k, dsv4_sampler *smp, int32_t *out, int *n_out,
                            float *logits, struct dsv4_err *err);
+
+/*
+ * DeepSeek-V4.1 (a session with mtp set on a checkpoint with DSpark stages; docs/SPECULATIVE.md):
+ * the DSpark stages' draft after the session's tokens with `next` the token at its position
+ * (not evaluated): logits [dspark_block, vocab], row i the draft of the token i + 1 after
+ * next, each with the Markov logits of the token before it taken greedily (next, then each
+ * row's argmax, lowest id on ties, as tools/ref/model_v41.py `dspark_head`), and conf
+ * [dspark_block] each row's confidence. Changes nothing. DSV4_EINVAL before the first token.
+ */
+int dsv4_session_dspark_rows(dsv4_session *s, int32_t next, float *logits, float *conf, struct dsv4_err *err);
 
 /* Logits [vocab] after the last evaluated token (NULL before the first). */
 const float *dsv4_session_logits(const dsv4_session *s);

@@ -11,7 +11,7 @@
 #include "cli.h"
 
 struct logits_opts {
-    const char *dir, *out, *mtp_out, *tok_text, *tok_file;
+    const char *dir, *out, *mtp_out, *dspark_out, *tok_text, *tok_file;
     int         chunk;
 };
 
@@ -24,9 +24,34 @@ static const struct cli_opt LOGITS_OPTS[] = {
       1, 1 << 20, NULL },
     { "--mtp-out", NULL, "FILE", "also write the MTP head's logits, [T-1, vocab]: row t predicts token t+2", CLI_STR,
       LO(mtp_out), 0, 0, NULL },
+    { "--dspark-out", NULL, "FILE",
+      "DeepSeek-V4.1: also write the DSpark draft after each position, [T-1, B, vocab + 1]: row t drafts "
+      "tokens t+2 .. t+B+1 with token t+1 known (greedy Markov chain), column vocab the confidence; the "
+      "tokens are then fed one at a time",
+      CLI_STR, LO(dspark_out), 0, 0, NULL },
     { "--out", NULL, "FILE", "float32 little-endian [T, vocab], row t after tokens[0..t]", CLI_STR, LO(out), 0, 0, NULL },
 };
 #undef LO
+
+/* The DSpark rows of a V4.1 session fed tokens one at a time: after position t (t < T - 1),
+ * the draft with toks[t + 1] known, [B, V] logits then the confidence column, into
+ * rows [T - 1, B, V + 1]. */
+static bool dspark_after(dsv4_session *s, const int32_t *toks, int t, int T, int B, int V, float *rows, float *tmp,
+                         struct dsv4_err *err)
+{
+    float conf[64];
+    if (t + 1 >= T) return true;
+    if (B > 64 || dsv4_session_dspark_rows(s, toks[t + 1], tmp, conf, err)) {
+        if (B > 64) snprintf(err->msg, sizeof(err->msg), "a DSpark block of %d rows (at most 64)", B);
+        return false;
+    }
+    for (int i = 0; i < B; i++) {
+        float *row = rows + ((size_t)t * (size_t)B + (size_t)i) * (size_t)(V + 1);
+        memcpy(row, tmp + (size_t)i * (size_t)V, sizeof(float) * (size_t)V);
+        row[V] = conf[i];
+    }
+    return true;
+}
 
 int cmd_logits(int argc, char **argv)
 {
@@ -41,7 +66,7 @@ int cmd_logits(int argc, char **argv)
     int rc = cli_parse(&spec, argc, argv);
     if (rc != CLI_PARSED) return rc;
     const char *dir = o.dir, *out = o.out, *mtp_out = o.mtp_out, *tok_text = o.tok_text, *tok_file = o.tok_file;
-    int         chunk = o.chunk;
+    int         chunk = o.dspark_out ? 1 : o.chunk; /* a draft follows every position */
     if (!dir || !out || (!tok_text == !tok_file))
         return cli_usage_error(&spec, "-m, --out and one of --tokens / --tokens-file are required");
     int32_t *toks;
@@ -63,12 +88,19 @@ int cmd_logits(int argc, char **argv)
     dsv4_session_params_default(&sp);
     sp.max_ctx   = T;
     sp.max_chunk = chunk ? (int)chunk : T;
-    sp.mtp       = mtp_out != NULL;
+    sp.mtp       = mtp_out != NULL || o.dspark_out != NULL;
     rc               = 1;
     dsv4_session *s  = NULL;
-    float        *lg = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
-    float        *ml = mtp_out ? malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size) : NULL;
-    if (!lg || (mtp_out && !ml)) {
+    size_t        V  = (size_t)info.vocab_size, B = (size_t)info.dspark_block;
+    float        *lg = malloc(sizeof(float) * (size_t)T * V);
+    float        *ml = mtp_out ? malloc(sizeof(float) * (size_t)T * V) : NULL;
+    float        *dr = o.dspark_out ? malloc(sizeof(float) * (size_t)T * B * (V + 1) + 1) : NULL;
+    float        *dt = o.dspark_out ? malloc(sizeof(float) * B * V + 1) : NULL;
+    if (o.dspark_out && !B) {
+        fprintf(stderr, "dsv4 logits: --dspark-out: the checkpoint has no DSpark stages\n");
+        goto done;
+    }
+    if (!lg || (mtp_out && !ml) || (o.dspark_out && (!dr || !dt))) {
         fprintf(stderr, "dsv4 logits: out of memory for %d x %d logits\n", T, info.vocab_size);
         goto done;
     }
@@ -85,15 +117,22 @@ int cmd_logits(int argc, char **argv)
             goto done;
         }
         n_mtp += got;
+        if (dr && !dspark_after(s, toks, off, T, (int)B, (int)V, dr, dt, &err)) {
+            fprintf(stderr, "dsv4 logits: %s\n", err.msg);
+            goto done;
+        }
     }
     if (!cli_write_f32("logits", out, lg, (size_t)T * (size_t)info.vocab_size)) goto done;
     if (mtp_out && !cli_write_f32("logits", mtp_out, ml, (size_t)n_mtp * (size_t)info.vocab_size)) goto done;
+    if (dr && !cli_write_f32("logits", o.dspark_out, dr, (size_t)(T - 1) * B * (V + 1))) goto done;
     rc = 0;
 done:
     dsv4_session_free(s);
     dsv4_engine_close(e);
     free(lg);
     free(ml);
+    free(dr);
+    free(dt);
     free(toks);
     return rc;
 }

@@ -200,6 +200,11 @@ struct dsv4_attn_src {
     const uint8_t *chunk;
     const int     *sel, *n_sel;
     int            sel_stride;
+    /* A draft block (DeepSeek-V4.1's DSpark stages, docs/SPECULATIVE.md): not causal. Every
+     * query of a sequence's chunk (p0, n rows) reads the ring rows of positions
+     * max(0, p0 - window) .. p0 - 1, then all n chunk rows; ratio is 0. Read as the window
+     * of a query at p0 + n - 1 that is n rows wider. */
+    bool           block;
 };
 
 /* Where store_rows puts rows (every sequence of the step at once). */
@@ -528,6 +533,8 @@ struct dsv4_plan_dims {
     int n_exp, n_exp_used, d_ff_exp, n_idx_head, d_idx_head, idx_topk;
     int idx_ratio;     /* the smallest ratio of the layers with an indexer (0: none): a query
                           scores at most max_ctx / idx_ratio keys */
+    int wide_in;       /* the widest projection input past those the widths above give (DeepSeek-
+                          V4.1: Engram's wkv, DSpark's main_proj and confidence), 0 when none */
 };
 
 /* What a buffer holds, for the backend's pools and memory accounting. */

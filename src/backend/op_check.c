@@ -198,7 +198,7 @@ void chk_fill_bf16(struct chk *h, float *x, size_t n, float amp)
 
 struct dsv4_plan_dims chk_dims(void)
 {
-    return (struct dsv4_plan_dims){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    return (struct dsv4_plan_dims){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0 };
 }
 
 /* ------------------------------------------------------------------ reporting */

@@ -58,6 +58,7 @@ struct attn_case {
     enum dsv4_row_fmt fmt;
     int n_seqs;
     int pn[CHK_STEP_MAX_SEQS][2];
+    bool block; /* a draft block (window only): struct dsv4_attn_src .block */
 };
 
 /* The rows step row r (sequence s, its t-th) reads, in the contract's order (struct
@@ -66,6 +67,12 @@ static int rows_of(const struct chk_step *f, const struct dsv4_attn_src *src, in
 {
     const struct dsv4_step_seq *q = &f->seq[s];
     int p = q->p0 + t, r = q->row0 + t, n = 0;
+    if (src->block) { /* the ring's last `window` positions before the chunk, then every chunk row */
+        for (int j = q->p0 - src->window > 0 ? q->p0 - src->window : 0; j < q->p0; j++)
+            rows[n++] = q->slot + src->ring_off + (size_t)(j % src->ring_rows) * (size_t)src->row_bytes;
+        for (int j = 0; j < q->n; j++) rows[n++] = src->chunk + (size_t)(q->row0 + j) * (size_t)src->row_bytes;
+        return n;
+    }
     for (int j = p - src->window + 1 > 0 ? p - src->window + 1 : 0; j <= p; j++)
         rows[n++] = j < q->p0 ? q->slot + src->ring_off + (size_t)(j % src->ring_rows) * (size_t)src->row_bytes
                               : src->chunk + (size_t)(q->row0 + j - q->p0) * (size_t)src->row_bytes;
@@ -167,9 +174,10 @@ static void attention_case(struct chk *h, const struct attn_case *c)
     int rb = dsv4_row_bytes(c->fmt, D, R);
     for (int s = 0; s < c->n_seqs; s++) last = last > c->pn[s][0] + c->pn[s][1] - 1 ? last : c->pn[s][0] + c->pn[s][1] - 1;
     int n_comp = ratio ? (last + 1) / ratio : 0, max_rows = W + (topk ? (n_comp < topk ? n_comp : topk) : n_comp);
+    for (int s = 0; c->block && s < c->n_seqs; s++) max_rows = max_rows > W + c->pn[s][1] ? max_rows : W + c->pn[s][1];
     /* a ring longer than the window at byte 64 of a slot; compressed rows in pages of 5 rows */
     struct dsv4_attn_src src = { .window = W, .ratio = ratio, .ring_rows = W + 3, .row_bytes = rb, .ring_off = 64,
-                                 .comp_off = 64 };
+                                 .comp_off = 64, .block = c->block };
     struct chk_step f;
     chk_step_make(h, &f, c->n_seqs, (const int (*)[2])c->pn, 64 + (size_t)(W + 3) * rb + 32, 5 * (ratio ? ratio : 1),
                   64 + (size_t)5 * rb + 32);
@@ -179,7 +187,8 @@ static void attention_case(struct chk *h, const struct attn_case *c)
     dims.max_rows = nq, dims.max_ctx = last + 1, dims.max_attn_rows = max_rows;
     dims.n_head = H, dims.d_head = D, dims.d_rope = R, dims.idx_topk = topk > 0 ? topk : 1;
     static const char *const kinds[] = { "window", "CSA", "HCA" };
-    chk_case(h, &dims, "%s %s %s rows, %d sequence%s, positions %d.. (%d rows)%s", M->name, kinds[c->ratio_kind],
+    chk_case(h, &dims, "%s %s%s %s rows, %d sequence%s, positions %d.. (%d rows)%s", M->name, kinds[c->ratio_kind],
+             c->block ? " draft block" : "",
              c->fmt == DSV4_ROW_FP8 ? "fp8" : "bf16", c->n_seqs, c->n_seqs > 1 ? "s" : "", c->pn[0][0],
              c->pn[0][1], c->n_seqs > 1 ? ", ..." : "");
     src.chunk = chk_alloc(h, (size_t)nq * rb);
@@ -217,17 +226,24 @@ static void run_attention(struct chk *h)
              * then a step of them: a decode row, a chunk across a block and a page boundary
              * and the window's edge, a first chunk */
             struct attn_case cs[] = {
-                { m, kind, DSV4_ROW_FP8, 1, { { m == 2 ? 2100 : 300, 1 } } },
-                { m, kind, DSV4_ROW_FP8, 1, { { W + 5, m == 2 ? 2 : 17 } } },
-                { m, kind, DSV4_ROW_BF16, 1, { { 0, 3 } } },
-                { m, kind, DSV4_ROW_BF16, 1, { { 2 * W + 3, 3 } } },
-                { m, kind, DSV4_ROW_FP8, 3, { { m == 2 ? 2100 : 300, 1 }, { 3 * P - 2, m == 2 ? 3 : 9 }, { 0, 2 } } },
+                { m, kind, DSV4_ROW_FP8, 1, { { m == 2 ? 2100 : 300, 1 } }, false },
+                { m, kind, DSV4_ROW_FP8, 1, { { W + 5, m == 2 ? 2 : 17 } }, false },
+                { m, kind, DSV4_ROW_BF16, 1, { { 0, 3 } }, false },
+                { m, kind, DSV4_ROW_BF16, 1, { { 2 * W + 3, 3 } }, false },
+                { m, kind, DSV4_ROW_FP8, 3, { { m == 2 ? 2100 : 300, 1 }, { 3 * P - 2, m == 2 ? 3 : 9 }, { 0, 2 } }, false },
             };
             for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
                 if (m == 2 && cs[i].fmt == DSV4_ROW_BF16 && i == 3) continue; /* flash: enough rows already */
                 attention_case(h, &cs[i]);
             }
         }
+        /* draft blocks (not causal): a first block, one past the window, a step of three */
+        struct attn_case bl[] = {
+            { m, 0, DSV4_ROW_BF16, 1, { { 0, 3 } }, true },
+            { m, 0, DSV4_ROW_FP8, 1, { { W + 5, 5 } }, true },
+            { m, 0, DSV4_ROW_BF16, 3, { { 2, 3 }, { 2 * W + 1, 7 }, { W - 1, 5 } }, true },
+        };
+        for (size_t i = 0; i < sizeof(bl) / sizeof(bl[0]); i++) attention_case(h, &bl[i]);
     }
 }
 

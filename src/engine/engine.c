@@ -80,6 +80,7 @@ void dsv4_engine_info(const dsv4_engine *e, struct dsv4_model_info *info)
     info->n_exp_used = c->n_exp_used;
     info->max_ctx    = c->max_ctx;
     info->has_mtp    = e->model.w.has_mtp;
+    info->dspark_block = c->arch == DSV4_ARCH_V4_1 && c->n_mtp ? c->v41.dspark_block : 0;
     info->bos_id     = c->bos_id;
     info->eos_id     = c->eos_id;
 }
@@ -129,11 +130,9 @@ static int check_params(const dsv4_engine *e, const struct dsv4_session_params *
                             p->max_ctx, e->model.cfg.max_ctx);
     if (p->max_chunk < 1 || p->max_chunk > 65536)
         return dsv4_err_set(err, DSV4_EINVAL, "chunk size %d outside [1, 65536]", p->max_chunk);
-    if (p->mtp && e->model.cfg.arch == DSV4_ARCH_V4_1)
-        return dsv4_err_set(err, DSV4_EUNSUPPORTED,
-                            "DeepSeek-V4.1: DSpark drafting (MTP, speculative decoding) is not implemented (issue 41)");
     if (p->mtp && !e->model.w.has_mtp)
-        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
+        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no %s",
+                            e->model.cfg.arch == DSV4_ARCH_V4_1 ? "DSpark stages" : "MTP block");
     if (p->spec_draft < 0 || p->spec_draft > DSV4_SPEC_MAX_DRAFT)
         return dsv4_err_set(err, DSV4_EINVAL, "spec_draft %d outside [0, %d]", p->spec_draft, DSV4_SPEC_MAX_DRAFT);
     if (p->spec_draft && !p->mtp)
@@ -142,13 +141,21 @@ static int check_params(const dsv4_engine *e, const struct dsv4_session_params *
     return DSV4_OK;
 }
 
+/* Draft logits rows a step of the session writes: one per draft (V4's MTP block), a whole
+ * block (V4.1's DSpark stages draft dspark_block rows at once, dspark.c). */
+static int draft_rows(const dsv4_engine *e, const struct dsv4_session_params *p)
+{
+    int B = e->model.cfg.arch == DSV4_ARCH_V4_1 && p->mtp ? e->model.cfg.v41.dspark_block : 0;
+    return p->spec_draft > B ? p->spec_draft : B;
+}
+
 size_t dsv4_session_memory_estimate(const dsv4_engine *e, const struct dsv4_session_params *p)
 {
-    int    chunk = p->max_chunk < p->max_ctx ? p->max_chunk : p->max_ctx, k = p->spec_draft;
+    int    chunk = p->max_chunk < p->max_ctx ? p->max_chunk : p->max_ctx, k = p->spec_draft, dr = draft_rows(e, p);
     size_t V     = (size_t)e->model.cfg.vocab_size;
-    size_t spec  = k ? dsv4_spec_undo_bytes(&e->model.cfg, k + 1) + sizeof(float) * V * (size_t)(2 * k + 1) : 0;
+    size_t spec  = k ? dsv4_spec_undo_bytes(&e->model.cfg, k + 1) + sizeof(float) * V * (size_t)(k + 1 + dr) : 0;
     return dsv4_seq_state_bytes(&e->model.cfg.kv, p->max_ctx, e->model.row_fmt, p->mtp) +
-           dsv4_step_bytes(&e->model, (chunk > k ? chunk : k) + 1, p->max_ctx) + sizeof(float) * V + spec;
+           dsv4_step_bytes(&e->model, (chunk > dr ? chunk : dr) + 1, p->max_ctx) + sizeof(float) * V + spec;
 }
 
 int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv4_session **out,
@@ -176,13 +183,13 @@ int dsv4_session_create(dsv4_engine *e, const struct dsv4_session_params *p, dsv
     rc = dsv4_seq_state_init(&s->st, &e->model.cfg.kv, p->max_ctx, e->model.row_fmt, p->mtp, &kvmem, err);
     if (rc) goto fail;
     /* one extra row: with MTP the previous call's last position joins the chunk */
-    rc = dsv4_step_init(&s->step, &e->model, (s->max_chunk > p->spec_draft ? s->max_chunk : p->spec_draft) + 1,
-                        p->max_ctx, err);
+    int dr = draft_rows(e, p);
+    rc     = dsv4_step_init(&s->step, &e->model, (s->max_chunk > dr ? s->max_chunk : dr) + 1, p->max_ctx, err);
     if (rc) goto fail_state;
     if (p->spec_draft) {
         size_t V = (size_t)e->model.cfg.vocab_size, k = (size_t)p->spec_draft;
         s->spec_draft    = p->spec_draft;
-        s->draft_logits  = malloc(sizeof(float) * V * k);
+        s->draft_logits  = malloc(sizeof(float) * V * (size_t)dr);
         s->verify_logits = malloc(sizeof(float) * V * (k + 1));
         if (!s->draft_logits || !s->verify_logits) {
             rc = dsv4_err_set(err, DSV4_ENOMEM, "out of memory for %zu draft logits rows", k);

@@ -22,7 +22,8 @@ struct dsv4_session {
     /* speculative decoding (session_spec.c; spec_draft > 0 only) */
     int                   spec_draft;    /* most draft tokens a step */
     struct dsv4_spec_undo undo;
-    float                *draft_logits;  /* [spec_draft, vocab] the MTP block's */
+    float                *draft_logits;  /* [spec_draft, vocab] the MTP block's; V4.1: [max(spec_draft,
+                                            dspark_block), vocab] the DSpark block's */
     float                *verify_logits; /* [spec_draft + 1, vocab] the model's on next + drafts */
 };
 

@@ -91,7 +91,7 @@ struct dsv4_seq_state {
     int                      window;
     int                      ring_rows;   /* window + DSV4_SPEC_MAX_DRAFT */
     int                      d_head, d_idx_head;
-    int                      n_states;    /* n_layer, + 1 when the MTP block has state */
+    int                      n_states;    /* n_layer, + the draft layers (kv_state.c) when they have state */
     struct dsv4_layer_state *layers;      /* [n_states]; the MTP block's state is last */
     uint8_t                 *slot;        /* the slot the layers point into (the step
                                              descriptor's per-sequence base) */

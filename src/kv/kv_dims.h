@@ -12,7 +12,7 @@
 
 struct dsv4_kv_dims {
     int n_layer;                 /* layers of the main stack */
-    int n_mtp;                   /* MTP layers after them (0 or 1) */
+    int n_mtp;                   /* draft layers after them: V4 its MTP block (0 or 1), V4.1 its DSpark stages */
     int window;                  /* sliding window: raw rows a ring keeps (plus the draft rows) */
     int d_model;                 /* hidden width: the MTP streams are [hc, d_model] */
     int hc;                      /* hyper-connection streams */

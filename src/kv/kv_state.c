@@ -21,9 +21,11 @@ struct kv_sizes {
     size_t slot, page, snap;
 };
 
+/* The main layers, then with mtp the draft layers: V4's MTP block, V4.1's DSpark stages
+ * (each keeps a ring of the main model's rows, model/dspark.c). */
 static int n_states_of(const struct dsv4_kv_dims *c, bool mtp)
 {
-    return c->n_layer + (mtp ? 1 : 0);
+    return c->n_layer + (mtp ? (c->n_mtp > 1 ? c->n_mtp : 1) : 0);
 }
 
 /* Frontier rows x floats per row of one compressor of a layer of kind k. */

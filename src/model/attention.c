@@ -81,7 +81,9 @@ void dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const 
 /* Attention of every row of the step, each of the three ops one call for all the sequences:
  * the chunks' rows are encoded into staging, every query attends (with sel, over the
  * compressed rows of the layer's kv source that S->isel names), then each ring keeps its
- * sequence's last `window` rows. */
+ * sequence's last `window` rows. A DeepSeek-V4.1 DSpark stage (kind.mtp) attends as a draft
+ * block (its ring and all its block rows, not causal) and keeps nothing: its ring holds
+ * the main model's rows (dspark.c). */
 void dsv4_attend_rows(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state,
                       bool sel)
 {
@@ -95,7 +97,7 @@ void dsv4_attend_rows(const struct dsv4_model *m, struct dsv4_step *S, const str
     be->ops->store_rows(be, &S->desc, st->fmt, c->d_head, c->d_rope, S->kv, c->d_head, &stage);
     struct dsv4_attn_src src = { .window = k->window, .ratio = k->ratio, .ring_rows = st->ring_rows,
                                  .row_bytes = st->row_bytes, .ring_off = dsv4_kv_slot_off(st, ls->ring),
-                                 .chunk = S->staging };
+                                 .chunk = S->staging, .block = c->arch == DSV4_ARCH_V4_1 && k->mtp };
     if (k->ratio) src.comp_off = st->layers[k->kv_source].comp_off;
     if (sel) {
         src.sel        = S->isel;
@@ -103,6 +105,7 @@ void dsv4_attend_rows(const struct dsv4_model *m, struct dsv4_step *S, const str
         src.sel_stride = k->idx_topk;
     }
     be->ops->attention(be, &S->desc, c->n_head, c->d_head, c->d_rope, S->q, &src, st->fmt, L->attn_sink, scale, S->o);
+    if (src.block) return;
     /* the ring keeps the last `window` rows (after every query of the chunk has read it), at
      * position % ring_rows */
     struct dsv4_store_dst ring = { .to = DSV4_STORE_RING, .off = src.ring_off, .window = k->window,

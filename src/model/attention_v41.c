@@ -17,6 +17,18 @@
  */
 #include "model/runtime.h"
 
+void dsv4_v41_window_kv(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
+{
+    const struct dsv4_config *c  = &m->cfg;
+    struct dsv4_backend      *be = &S->be;
+    int D = c->d_head;
+    enum dsv4_act act = c->fp8 ? DSV4_ACT_FP8 : DSV4_ACT_NONE;
+    be->ops->linear(be, &L->wkv, R, S->u, c->d_model, S->kv, D, act, DSV4_OUT_BF16);
+    be->ops->rmsnorm(be, R, D, S->kv, D, L->kv_norm, c->norm_eps, S->kv, D);
+    be->ops->rope(be, R, 1, D, S->kv, S->pos, dsv4_layer_rope(m, L->kind.ratio), false);
+    be->ops->fp8_sim(be, R, D, D, S->kv, 32);
+}
+
 /* q into S->q (and q_norm's output in S->qr for the indexer), the window row into S->kv. */
 static void project(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R)
 {
@@ -29,10 +41,7 @@ static void project(const struct dsv4_model *m, struct dsv4_step *S, const struc
     be->ops->rmsnorm(be, R, rank, S->qr, rank, L->q_norm, c->norm_eps, S->qr, rank);
     be->ops->linear(be, &L->wq_b, R, S->qr, rank, S->q, H * D, act, DSV4_OUT_BF16);
     be->ops->rope(be, R, H, D, S->q, S->pos, rope, false);
-    be->ops->linear(be, &L->wkv, R, S->u, c->d_model, S->kv, D, act, DSV4_OUT_BF16);
-    be->ops->rmsnorm(be, R, D, S->kv, D, L->kv_norm, c->norm_eps, S->kv, D);
-    be->ops->rope(be, R, 1, D, S->kv, S->pos, rope, false);
-    be->ops->fp8_sim(be, R, D, D, S->kv, 32);
+    dsv4_v41_window_kv(m, S, L, R);
     for (int s = 0; s < S->n_seqs; s++)
         dsv4_dump_dev(S, "kv", L->il, s, S->seq_pos0[s], S->seq_n[s], D, S->kv + (size_t)S->seq_row0[s] * (size_t)D);
 }
@@ -52,6 +61,7 @@ static int latents(const struct dsv4_model *m, struct dsv4_step *S, const struct
     } else {
         be->ops->linear(be, &cw->wkv, R, S->u, c->d_model, S->ca, D, DSV4_ACT_NONE, DSV4_OUT_F32);
         be->ops->linear(be, &cw->wgate, R, S->u, c->d_model, S->cg, D, DSV4_ACT_NONE, DSV4_OUT_F32);
+        dsv4_compress_save_undo(S, L->il, false, L->il, D, (size_t)D);
         be->ops->compress(be, &S->desc, r, false, D, S->ca, S->cg, m->v41->zero_ape, dsv4_kv_slot_off(st, ls->ckv),
                           dsv4_kv_slot_off(st, ls->csc), S->crows);
     }

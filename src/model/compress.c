@@ -33,6 +33,18 @@ static void dump_blocks(struct dsv4_step *S, bool is_indexer, int r, int d, int 
     }
 }
 
+void dsv4_compress_save_undo(struct dsv4_step *S, int il, bool is_indexer, int state, int d, size_t W)
+{
+    for (int s = 0; s < S->n_seqs; s++) { /* a verify chunk's undo record, before the op moves the frontier */
+        struct dsv4_spec_undo *u = S->seqs[s].undo;
+        if (u && S->seq_n[s]) {
+            size_t off = (size_t)S->seq_row0[s] * W;
+            dsv4_spec_save_compressor(S, u, il, is_indexer, &S->seqs[s].st->layers[state], d, S->ca + off,
+                                      S->cg + off, S->seq_n[s], S->seq_pos0[s]);
+        }
+    }
+}
+
 void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
                         bool is_indexer, const struct dsv4_seq_state *st, int state, int il)
 {
@@ -42,14 +54,7 @@ void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const s
     int    r = cw->ratio, d = cw->d_out;
     size_t W = (size_t)(cw->coff * d);
     const float *kv = is_indexer ? ls->ikv : ls->ckv, *sc = is_indexer ? ls->isc : ls->csc;
-    for (int s = 0; s < S->n_seqs; s++) { /* a verify chunk's undo record, before the op moves the frontier */
-        struct dsv4_spec_undo *u = S->seqs[s].undo;
-        if (u && il < c->n_layer && S->seq_n[s]) {
-            size_t off = (size_t)S->seq_row0[s] * W;
-            dsv4_spec_save_compressor(S, u, il, is_indexer, &S->seqs[s].st->layers[state], d, S->ca + off,
-                                      S->cg + off, S->seq_n[s], S->seq_pos0[s]);
-        }
-    }
+    if (il < c->n_layer) dsv4_compress_save_undo(S, il, is_indexer, state, d, W);
     be->ops->compress(be, &S->desc, r, cw->overlap, d, S->ca, S->cg, cw->ape, dsv4_kv_slot_off(st, kv),
                       dsv4_kv_slot_off(st, sc), S->crows);
     int rows = dsv4_group_positions(S, r);

@@ -210,6 +210,10 @@ static void parse_dspark(struct cfg_parse *p, struct dsv4_config *c)
                      "must list a main layer: the first DSpark stage projects their inputs");
     dsv4_cfg_require(p, v->dspark_n_exp_used <= v->dspark_n_exp, "dspark_num_experts_per_tok",
                      "must not exceed dspark_n_routed_experts");
+    /* the step's expert buffers are planned for the main model's counts */
+    dsv4_cfg_require(p, v->dspark_n_exp <= c->n_exp, "dspark_n_routed_experts", "must not exceed n_routed_experts");
+    dsv4_cfg_require(p, v->dspark_n_exp_used <= c->n_exp_used, "dspark_num_experts_per_tok",
+                     "must not exceed num_experts_per_tok");
 }
 
 void dsv4_cfg_v41_parse(struct cfg_parse *p, struct dsv4_config *c)

@@ -5,6 +5,8 @@
  * before the block, the table rows (FP8, dequantised to bf16), wkv to one key per stream and
  * a value, and the gated add into the streams.
  */
+#include <string.h>
+
 #include "model/runtime.h"
 
 int dsv4_engram_check(const struct dsv4_model *m, const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err)
@@ -30,6 +32,11 @@ void dsv4_engram_hash_step(const struct dsv4_model *m, struct dsv4_step *S)
         int                     r0   = S->seq_row0[s];
         if (q->st->pos == 0) dsv4_engram_seq_reset(hist);
         for (int t = 0; t < q->n; t++) S->ecomp[r0 + t] = v->map[q->tokens[t]];
+        if (q->undo) { /* a verify chunk: what the rollback needs to keep a prefix (spec.c) */
+            q->undo->engram_saved = true;
+            q->undo->engram_hist  = *hist;
+            memcpy(q->undo->engram_ids, S->ecomp + r0, sizeof(int32_t) * (size_t)q->n);
+        }
         struct dsv4_err err;
         int rc = dsv4_engram_chunk(&v->hash, hist, S->ecomp + r0, q->n, S->eids + (size_t)r0 * ld, &err);
         DSV4_ASSERT(rc == DSV4_OK); /* the map's ids are below compressed_vocab (engram_map.c) */

@@ -6,7 +6,8 @@
  * DeepSeek-V4.1 (docs/MODEL.md §6) runs the same loop with its own attention sublayer
  * (attention_v41.c), Engram before the blocks that have it (engram_fwd.c), lagged mixes (S->lag:
  * each sublayer collapses with the previous one's pre mix) and a final collapse without
- * hc_head; no MTP block (its DSpark stages are not run).
+ * hc_head; no MTP block: its DSpark stages draft (dspark.c), fed by the rings this loop
+ * writes for every position it runs.
  *
  * A step holds chunks of one or more sequences. Every sequence's state advances by its
  * chunk; checks that could fail (token ids, context room, mapped KV pages, batch size)
@@ -45,9 +46,8 @@ static void download_logits(const struct dsv4_model *m, float *dst, const float 
     dsv4_prof_xfer(m->prof, DSV4_XFER_SYNC, 0);
 }
 
-/* One block over rows [0, R): *X holds the streams in and out, *Xn is scratch. */
-static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state, int R,
-                  float **X, float **Xn)
+void dsv4_block(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state, int R,
+                float **X, float **Xn)
 {
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
@@ -55,10 +55,6 @@ static void block(const struct dsv4_model *m, struct dsv4_step *S, const struct 
     bool   v41 = c->arch == DSV4_ARCH_V4_1;
     float *t, *lag = v41 ? S->lag : NULL; /* V4.1: lagged mixes (docs/MODEL.md §6) */
 
-    if (L->kind.engram) {
-        dsv4_engram_layer(m, S, L, R, *X);
-        dump_rows(S, "x_engram", il, *X, hc * d);
-    }
     be->ops->hc_pre(be, R, hc, d, *X, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, c->hc_sinkhorn_iters,
                     c->norm_eps, c->hc_eps, lag, S->u, S->post, S->comb);
     be->ops->rmsnorm(be, R, d, S->u, d, L->attn_norm, c->norm_eps, S->u, d);
@@ -163,7 +159,7 @@ static float *mtp_rows(const struct dsv4_model *m, struct dsv4_step *S, int Rm, 
     be->ops->add_streams(be, Rm, c->hc, d, S->f, S->Xm);
     dump_rows(S, "x_in", c->n_layer, S->Xm, c->hc * d);
     float *X = S->Xm, *Xn = Xtmp;
-    block(m, S, L, c->n_layer, Rm, &X, &Xn);
+    dsv4_block(m, S, L, c->n_layer, Rm, &X, &Xn);
     return X;
 }
 
@@ -224,8 +220,7 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
 {
     const struct dsv4_config *c = &m->cfg;
     size_t sd = (size_t)c->hc * (size_t)c->d_model;
-    if (c->arch == DSV4_ARCH_V4_1)
-        return dsv4_err_set(err, DSV4_EUNSUPPORTED, "DeepSeek-V4.1: DSpark drafting is not implemented (issue 41)");
+    if (c->arch == DSV4_ARCH_V4_1) return dsv4_forward_dspark(m, S, seqs, n_seqs, err);
     if (!m->w.has_mtp) return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no MTP block");
     if (n_seqs > S->max_rows) return dsv4_err_set(err, DSV4_EINVAL, "%d draft rows exceed the planned %d", n_seqs, S->max_rows);
     for (int s = 0; s < n_seqs; s++) {
@@ -274,27 +269,49 @@ int dsv4_forward_draft(const struct dsv4_model *m, struct dsv4_step *S, struct d
 }
 
 /* What a V4.1 step refuses before anything changes: a backend whose memory the host cannot
- * write (the lag and the Engram history are host-written), speculative chunks and MTP rows
- * (DSpark drafting is not implemented), tokens the Engram map lacks. */
+ * write (the lag and the Engram history are host-written), V4's MTP rows (V4.1 drafts with
+ * dsv4_forward_draft), DSpark state without DSpark stages, tokens the Engram map lacks. */
 static int check_v41(const struct dsv4_model *m, const struct dsv4_fwd_seq *seqs, int n_seqs, struct dsv4_err *err)
 {
     if (!m->backend->host_visible)
         return dsv4_err_set(err, DSV4_EUNSUPPORTED, "DeepSeek-V4.1 runs on the CPU backend only so far (issue 41)");
-    for (int s = 0; s < n_seqs; s++)
-        if (seqs[s].undo || seqs[s].mtp_logits || seqs[s].st->has_mtp)
-            return dsv4_err_set(err, DSV4_EUNSUPPORTED,
-                                "DeepSeek-V4.1: DSpark drafting (MTP, speculative decoding) is not implemented (issue 41)");
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].mtp_logits)
+            return dsv4_err_set(err, DSV4_EINVAL, "DeepSeek-V4.1 has no MTP rows: its DSpark stages draft "
+                                                  "(dsv4_forward_draft)");
+        if (seqs[s].st->has_mtp && !m->w.has_mtp)
+            return dsv4_err_set(err, DSV4_EUNSUPPORTED, "this checkpoint has no DSpark stages");
+    }
     return dsv4_engram_check(m, seqs, n_seqs, err);
 }
 
-/* V4.1's per-step start: the lagged mix of every row collapses onto stream 0 first
- * (make_identity_pre_mix), and the Engram row ids of the step. */
-static void begin_v41(const struct dsv4_model *m, struct dsv4_step *S, int R)
+void dsv4_v41_identity_lag(const struct dsv4_model *m, struct dsv4_step *S, int R)
 {
     int hc = m->cfg.hc;
     for (int r = 0; r < R; r++)
         for (int j = 0; j < hc; j++) S->lag[(size_t)r * (size_t)hc + (size_t)j] = j == 0 ? 1.0f : 0.0f;
-    dsv4_engram_hash_step(m, S);
+}
+
+/* The main layers: V4.1's Engram before the blocks that have it, and the DSpark input taken
+ * at the entry of its target layers (after Engram, before the block). */
+static float *main_layers(const struct dsv4_model *m, struct dsv4_step *S, int R, bool dspark)
+{
+    const struct dsv4_config *c = &m->cfg;
+    float *X = S->X, *Xn = S->Xn;
+    if (c->arch == DSV4_ARCH_V4_1) { /* every row's first mix collapses onto stream 0 */
+        dsv4_v41_identity_lag(m, S, R);
+        dsv4_engram_hash_step(m, S);
+    }
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct dsv4_layer_w *L = &m->w.layers[il];
+        if (L->kind.engram) {
+            dsv4_engram_layer(m, S, L, R, X);
+            dump_rows(S, "x_engram", il, X, c->hc * c->d_model);
+        }
+        if (dspark) dsv4_dspark_capture(m, S, il, R, X);
+        dsv4_block(m, S, L, il, R, &X, &Xn);
+    }
+    return X;
 }
 
 int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
@@ -351,18 +368,18 @@ int dsv4_forward(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fw
     dsv4_step_describe(S, R);
     S->be.ops->embed(&S->be, R, S->tok, m->w.embed, c->d_model, c->hc, S->X);
     dsv4_prof_end(S->be.prof);
-    float *X = S->X, *Xn = S->Xn;
-    if (c->arch == DSV4_ARCH_V4_1) begin_v41(m, S, R);
-    for (int il = 0; il < c->n_layer; il++) block(m, S, &m->w.layers[il], il, R, &X, &Xn);
+    bool   dspark = c->arch == DSV4_ARCH_V4_1 && dsv4_dspark_wanted(S);
+    float *X = main_layers(m, S, R, dspark), *Xn = X == S->X ? S->Xn : S->X;
     if (c->arch == DSV4_ARCH_V4_1) { /* the final collapse with the last FFN's mix: no hc_head */
         S->be.ops->hc_pre(&S->be, R, c->hc, c->d_model, X, NULL, NULL, NULL, 0, c->norm_eps, c->hc_eps, S->lag, S->u,
                           NULL, NULL);
         main_heads(m, S, S->u, true);
+        if (dspark) dsv4_dspark_rings(m, S, R); /* the DSpark stages' rings of these positions */
     } else {
         main_heads(m, S, X, false);
     }
     for (int s = 0; s < n_seqs; s++) /* a verify chunk's final streams: MTP's input after a rollback */
-        if (seqs[s].undo && seqs[s].st->has_mtp)
+        if (seqs[s].undo && seqs[s].st->has_mtp && c->arch == DSV4_ARCH_V4)
             copy_rows(m, seqs[s].undo->xf, X + (size_t)S->seq_row0[s] * (size_t)c->hc * (size_t)c->d_model,
                       (size_t)seqs[s].n * (size_t)c->hc * (size_t)c->d_model);
     if (m->w.has_mtp && c->arch == DSV4_ARCH_V4) mtp_step(m, S, X, Xn);

@@ -14,9 +14,11 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
 {
     const struct dsv4_config *c  = &m->cfg;
     struct dsv4_backend      *be = &S->be;
-    int d = c->d_model, k = c->n_exp_used;
+    bool dspark = c->arch == DSV4_ARCH_V4_1 && L->kind.mtp; /* DSpark stages have their own experts */
+    int  d = c->d_model, k = dspark ? c->v41.dspark_n_exp_used : c->n_exp_used;
+    int  n_exp = dspark ? c->v41.dspark_n_exp : c->n_exp;
     bool hash = L->kind.hash_routed;
-    be->ops->router(be, R, S->u, &L->gate, hash ? NULL : L->gate_bias, hash ? L->tid2eid : NULL, S->tok, c->n_exp, k,
+    be->ops->router(be, R, S->u, &L->gate, hash ? NULL : L->gate_bias, hash ? L->tid2eid : NULL, S->tok, n_exp, k,
                     c->route_scale, c->arch == DSV4_ARCH_V4_1 ? c->v41.gate_temp : 1.0, S->ids, S->rw, S->router_scratch);
     if (S->dump.fn)
         for (int s = 0; s < S->n_seqs; s++)
@@ -31,12 +33,12 @@ void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const st
                 dsv4_dump(S, "router_w", L->il, s, S->seq_pos0[s] + t, 1, kk, w);
             }
     /* the group table stays on the backend: `experts` reads the count, the host never does */
-    be->ops->moe_dispatch(be, R, k, c->n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
+    be->ops->moe_dispatch(be, R, k, n_exp, S->ids, S->rw, S->u, d, S->xe, S->row_w, S->pair_of, S->grp);
     if (m->ep) /* expert parallelism (src/dist/ep.h): the other ranks' experts run meanwhile */
         dsv4_ep_experts_begin(m->ep, be, L, L->kind.mtp ? c->n_layer : L->il, R, S->u, S->ids, S->rw, S->grp, S->xe,
                               S->row_w, S->ye, S->exp_scratch);
     else
-        be->ops->experts(be, L->experts, c->n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,
+        be->ops->experts(be, L->experts, n_exp, R * k, S->grp, S->xe, S->row_w, c->swiglu_limit, S->ye,
                          S->exp_scratch);
     be->ops->expert(be, &L->shared, R, S->u, d, NULL, m->shared_limit, S->shared_y, S->exp_scratch);
     if (m->ep) dsv4_ep_experts_end(m->ep, S->ye);

@@ -147,6 +147,14 @@ struct dsv4_step {
     float   *erows, *ekv;      /* [max_rows, n_cols * engram_d_head], [max_rows, (hc + 1) d_model] (backend) */
     int64_t *eids;             /* [max_rows, n_engram * n_cols] Engram row ids (host) */
     int32_t *ecomp;            /* [max_rows] compressed token ids (host) */
+    /* ---- DeepSeek-V4.1 DSpark drafting (dspark.c; empty without DSpark stages) */
+    float   *mh;               /* [max_rows, n_dspark_target * d_model] the target layers' mean streams */
+    float   *mmix;             /* [max_rows, hc] 1 / hc: the mean as a collapse (backend) */
+    float   *dconf;            /* [max_rows, d_model + markov_rank] a draft row's collapsed streams and
+                                  the Markov embedding of the token before it: the confidence input */
+    float   *conf;             /* [max_rows] the confidence of each draft row (backend) */
+    float   *mbias;            /* [max(1, max_rows / dspark_block), vocab] Markov logits, a row per
+                                  sequence of a draft step (backend) */
     /* the batch of the current step (set by dsv4_forward) */
     struct dsv4_fwd_seq *seqs;
     int                  n_seqs;
@@ -218,7 +226,11 @@ struct dsv4_spec_undo {
     int                    p0, n;  /* the chunk recorded (n = 0: none) */
     int                    n_layer;
     struct dsv4_spec_comp *comp;   /* [n_layer][2]: main compressor, indexer compressor */
-    float                 *xf;     /* [n_max, hc, d_model] the chunk's final main streams */
+    float                 *xf;     /* [n_max, hc, d_model] the chunk's final main streams (V4) */
+    /* V4.1: the Engram history before the chunk and the chunk's compressed ids (engram_fwd.c) */
+    bool                   engram_saved;
+    struct dsv4_engram_seq engram_hist;
+    int32_t                engram_ids[DSV4_SPEC_MAX_DRAFT + 1];
     struct dsv4_kv_mem     kvmem;
     void                  *mem;
     size_t                 mem_bytes;
@@ -244,6 +256,9 @@ void dsv4_attention_sublayer(const struct dsv4_model *m, struct dsv4_step *S, co
  * rows by step row); st: a sequence of the step whose state gives the layer's offsets. */
 void dsv4_compress_step(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_compressor_w *cw,
                         bool is_indexer, const struct dsv4_seq_state *st, int state, int il);
+/* compress.c: each verify chunk's undo record of layer il's compressor (inputs in S->ca /
+ * S->cg, W floats a row), before the compress op moves its frontier. */
+void dsv4_compress_save_undo(struct dsv4_step *S, int il, bool is_indexer, int state, int d, size_t W);
 void dsv4_moe_sublayer(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 /* attention.c, shared with V4.1: the chunk's rows into staging, attention over the window
  * and the rows of S->isel (when sel), the ring update; then inverse RoPE and the grouped
@@ -262,7 +277,44 @@ void dsv4_indexer_select(const struct dsv4_model *m, struct dsv4_step *S, const 
 /* compress.c: the first positions of the groups of r positions the step's chunks complete,
  * packed sequence after sequence, into S->cpos; returns their count. */
 int  dsv4_group_positions(struct dsv4_step *S, int r);
-/* attention_v41.c: DeepSeek-V4.1's attention sublayer (docs/MODEL.md §6). */
+/* forward.c: one block over rows [0, R) (*X the streams in and out, *Xn scratch), and V4.1's
+ * identity first mix of rows [0, R) (make_identity_pre_mix) into S->lag. */
+void dsv4_block(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int state, int R,
+                float **X, float **Xn);
+void dsv4_v41_identity_lag(const struct dsv4_model *m, struct dsv4_step *S, int R);
+
+/*
+ * DeepSeek-V4.1's DSpark drafting (dspark.c, docs/SPECULATIVE.md). The main forward keeps
+ * each stage's ring: for every position it runs of a sequence with DSpark state
+ * (st->has_mtp), main_x = main_norm(main_proj(the target layers' mean streams)), and per
+ * stage its window row of main_x.
+ *   dsv4_dspark_wanted: a sequence of the step has DSpark state;
+ *   dsv4_dspark_capture: at the entry of main layer il, when it is a target, the mean over
+ *     the streams X into its columns of S->mh;
+ *   dsv4_dspark_rings: main_x of the step's rows and the stages' ring rows.
+ * A draft (dsv4_forward_draft on a V4.1 model) of each sequence (tokens[0] = the token at
+ * st->pos, known but not fed yet) runs the draft block [tokens[0], noise x (B - 1)] at
+ * positions pos .. pos + B - 1 through every stage and writes its B raw logits rows to
+ * mtp_logits [B, vocab] (n_mtp = B); it changes no state. dsv4_dspark_markov then adds to row i
+ * of each sequence the Markov logits of prev[s] (the token before row i's: tokens[0] for
+ * i = 0, then the draft taken from row i - 1), and dsv4_dspark_confidence gives each
+ * sequence's rows' confidence (rows 0 .. i after Markov rounds 0 .. i) into conf [n_seqs, B].
+ * Both take the draft call's seqs, in its order.
+ */
+bool dsv4_dspark_wanted(const struct dsv4_step *S);
+void dsv4_dspark_capture(const struct dsv4_model *m, struct dsv4_step *S, int il, int R, const float *X);
+void dsv4_dspark_rings(const struct dsv4_model *m, struct dsv4_step *S, int R);
+int  dsv4_forward_dspark(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs,
+                         struct dsv4_err *err);
+int  dsv4_dspark_markov(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_fwd_seq *seqs, int n_seqs, int i,
+                        const int32_t *prev, struct dsv4_err *err);
+int  dsv4_dspark_confidence(const struct dsv4_model *m, struct dsv4_step *S, int n_seqs, float *conf,
+                            struct dsv4_err *err);
+
+/* attention_v41.c: DeepSeek-V4.1's attention sublayer (docs/MODEL.md §6); its window KV
+ * row kv_norm(wkv(S->u)) with RoPE, FP8-simulated per 32, into S->kv (also the DSpark
+ * stages' ring rows, dspark.c). */
+void dsv4_v41_window_kv(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 void dsv4_attention_v41(const struct dsv4_model *m, struct dsv4_step *S, const struct dsv4_layer_w *L, int R);
 /* engram_fwd.c: the Engram row ids of every row of the step (host, advances each sequence's
  * history), checked first: DSV4_ERANGE for a token the map lacks, nothing changed. */

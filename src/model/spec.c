@@ -15,7 +15,11 @@
  *     its compress op, restored, and the kept rows' inputs replayed through the same op, so
  *     the frontier holds exactly what a chunk of the kept rows would have left;
  *   - the MTP block's frontier (st->mtp_pos, st->mtp_x: the final streams of the last kept
- *     row, saved by the forward).
+ *     row, saved by the forward);
+ *   - DeepSeek-V4.1's Engram history (the last compressed token ids, in the slot): saved with
+ *     the chunk's ids by the forward (engram_fwd.c), restored and advanced over the kept ones.
+ *     Its DSpark rings need nothing: a rejected row sits at a ring slot no later draft reads,
+ *     and is rewritten when its position is verified again (as the main rings).
  * Nothing of the whole state is copied: per compressor layer a few frontier rows and the
  * chunk's inputs.
  */
@@ -37,6 +41,13 @@ static int saved_rows(const struct dsv4_layer_kind *k, int n)
     return n < k->ratio ? n : k->ratio;
 }
 
+/* The compressors of layer il with a frontier (a partial block kept in the slot): the layer's
+ * own above ratio 1, then the indexer's (V4's CSA). */
+static int n_frontiers(const struct dsv4_layer_kind *k, int il)
+{
+    return (k->ratio > 1 && k->kv_source == il) + k->idx_compress;
+}
+
 /* Lays out (base != NULL) or measures the undo memory: per compressor saved kv/sc rows and
  * the chunk's a/g inputs, then the final streams. */
 static size_t layout(const struct dsv4_config *c, int n_max, uint8_t *base, struct dsv4_spec_undo *u)
@@ -49,8 +60,7 @@ static size_t layout(const struct dsv4_config *c, int n_max, uint8_t *base, stru
     } while (0)
     for (int il = 0; il < c->n_layer; il++) {
         const struct dsv4_layer_kind *kind = &c->kind[il];
-        if (!kind->ratio) continue;
-        for (int k = 0; k < (kind->indexer ? 2 : 1); k++) {
+        for (int k = 0; k < n_frontiers(kind, il); k++) {
             struct dsv4_spec_comp  tmp, *sc = base ? &u->comp[2 * il + k] : &tmp;
             int                    d = k ? c->d_idx_head : c->d_head, width = dsv4_kind_coff(kind) * d;
             int                    rows = saved_rows(kind, n_max);
@@ -149,9 +159,20 @@ static void rewind_compressor(const struct dsv4_model *m, struct dsv4_step *S, c
     }
     /* the pooled rows of blocks the kept rows complete are already in the pages: only the
      * frontier is wanted, S->crows takes the pooled output */
-    S->be.ops->compress(&S->be, desc, cw->ratio, cw->overlap, d, sc->a, sc->g, cw->ape, dsv4_kv_slot_off(st, kv),
+    const float *ape = cw->ape ? cw->ape : m->v41->zero_ape; /* V4.1's compressors have none */
+    S->be.ops->compress(&S->be, desc, cw->ratio, cw->overlap, d, sc->a, sc->g, ape, dsv4_kv_slot_off(st, kv),
                         dsv4_kv_slot_off(st, gs), S->crows);
-    (void)m;
+}
+
+/* V4.1's Engram history back to before the chunk, then over its kept tokens. */
+static void rewind_engram(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_seq_state *st,
+                          struct dsv4_spec_undo *u, int keep)
+{
+    struct dsv4_engram_seq *hist = (struct dsv4_engram_seq *)(void *)st->engram;
+    struct dsv4_err         err;
+    *hist  = u->engram_hist;
+    int rc = dsv4_engram_chunk(&m->v41->hash, hist, u->engram_ids, keep, S->eids, &err);
+    DSV4_ASSERT(rc == DSV4_OK); /* the same ids the forward hashed */
 }
 
 void dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struct dsv4_seq_state *st,
@@ -169,13 +190,14 @@ void dsv4_spec_rollback(const struct dsv4_model *m, struct dsv4_step *S, struct 
         for (int il = 0; il < c->n_layer; il++) {
             const struct dsv4_layer_w *L  = &m->w.layers[il];
             struct dsv4_layer_state   *ls = &st->layers[il];
-            if (!ls->kind.ratio) continue;
-            if (L->kind.indexer) rewind_compressor(m, S, &desc, u, st, ls, &L->idx.comp, il, true);
-            rewind_compressor(m, S, &desc, u, st, ls, &L->comp, il, false);
+            if (ls->ikv) rewind_compressor(m, S, &desc, u, st, ls, &L->idx.comp, il, true);
+            if (ls->ckv) rewind_compressor(m, S, &desc, u, st, ls, &L->comp, il, false);
         }
+        if (u->engram_saved) rewind_engram(m, S, st, u, keep);
     }
+    u->engram_saved = false;
     st->pos = u->p0 + keep;
-    if (st->has_mtp) {
+    if (st->has_mtp && c->arch == DSV4_ARCH_V4) {
         size_t sd = (size_t)c->hc * (size_t)c->d_model;
         copy_floats(S, st->mtp_x, u->xf + (size_t)(keep - 1) * sd, sd);
         if (st->mtp_pos > st->pos - 1) st->mtp_pos = st->pos - 1;

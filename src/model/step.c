@@ -31,6 +31,8 @@ static int max_attn_rows(const struct dsv4_config *c, int max_ctx)
         int rows = max_ctx / k->ratio;
         most     = imax(most, k->indexer ? imax(0, k->idx_topk < rows ? k->idx_topk : rows) : rows);
     }
+    /* a DSpark draft block reads its ring and all its rows (dspark.c) */
+    if (c->arch == DSV4_ARCH_V4_1 && c->n_mtp) most = imax(most, c->v41.dspark_block);
     return c->window + most;
 }
 
@@ -44,10 +46,21 @@ static int idx_ratio(const struct dsv4_config *c)
     return least;
 }
 
+/* DeepSeek-V4.1's projection inputs wider than V4's kinds: Engram's wkv over the table rows of
+ * a token, the first DSpark stage's main_proj over its targets, the confidence head. */
+static int wide_in(const struct dsv4_config *c)
+{
+    if (c->arch != DSV4_ARCH_V4_1) return 0;
+    const struct dsv4_v41_config *v = &c->v41;
+    int w = v->n_engram ? (v->engram_max_ngram - 1) * v->engram_n_head * v->engram_d_head : 0;
+    if (c->n_mtp) w = imax(w, imax(v->n_dspark_target * c->d_model, c->d_model + v->dspark_markov_rank));
+    return w;
+}
+
 /* The widths a backend sizes its scratch by. */
 static struct dsv4_plan_dims plan_dims(const struct dsv4_config *c, int R, int max_ctx)
 {
-    return (struct dsv4_plan_dims){ .max_rows = R, .max_ctx = max_ctx, .max_attn_rows = max_attn_rows(c, max_ctx),
+    return (struct dsv4_plan_dims){ .wide_in = wide_in(c), .max_rows = R, .max_ctx = max_ctx, .max_attn_rows = max_attn_rows(c, max_ctx),
                                     .d_model = c->d_model, .hc = c->hc, .n_head = c->n_head, .d_head = c->d_head,
                                     .d_rope = c->d_rope, .q_lora_rank = c->q_lora_rank, .o_groups = c->o_groups,
                                     .o_lora_rank = c->o_lora_rank, .n_exp = c->n_exp, .n_exp_used = c->n_exp_used,
@@ -117,6 +130,13 @@ static void plan(struct dsv4_step *s, const struct dsv4_model *m, int R, int max
         F(s->ckeys, (r + 1) * (size_t)c->d_idx_head);
         F(s->erows, r * cols * (size_t)v->engram_d_head);
         F(s->ekv, v->n_engram ? r * (hc + 1) * d : 0);
+        if (c->n_mtp) {
+            F(s->mh, r * (size_t)v->n_dspark_target * d);
+            F(s->mmix, r * hc);
+            F(s->dconf, r * (d + (size_t)v->dspark_markov_rank));
+            F(s->conf, r);
+            F(s->mbias, (size_t)imax(1, R / imax(1, v->dspark_block)) * (size_t)c->vocab_size);
+        }
     }
     size_t sc = m->backend ? m->backend->scratch_floats(m->backend_impl, &dims) : 0;
     F(s->be.scratch, sc);

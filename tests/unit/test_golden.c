@@ -76,8 +76,9 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* mine [T, V] f32 vs ref [T, V] f16; argmax on mine rounded to f16 when round16. */
-static struct cmp compare(const float *mine, const struct dsv4_tensor *ref, int T, int V, bool round16)
+/* mine [T, V] f32 vs ref [T, V] f16 (rows ld apart in both); argmax on mine rounded to f16
+ * when round16. */
+static struct cmp compare_ld(const float *mine, const struct dsv4_tensor *ref, int T, int V, int ld, bool round16)
 {
     double *rel = malloc(sizeof(double) * (size_t)T), dd = 0, rr = 0;
     int     agree = 0;
@@ -87,8 +88,8 @@ static struct cmp compare(const float *mine, const struct dsv4_tensor *ref, int 
         float  bm = -INFINITY, br = -INFINITY;
         for (int v = 0; v < V; v++) {
             uint16_t h;
-            memcpy(&h, (const uint8_t *)ref->data + ((size_t)t * V + v) * 2, 2);
-            double b = dsv4_f32_from_f16(h), a = mine[(size_t)t * V + v];
+            memcpy(&h, (const uint8_t *)ref->data + ((size_t)t * (size_t)ld + (size_t)v) * 2, 2);
+            double b = dsv4_f32_from_f16(h), a = mine[(size_t)t * (size_t)ld + (size_t)v];
             float  am16 = round16 ? dsv4_f32_from_f16(dsv4_f16_from_f32((float)a)) : (float)a;
             d2 += (a - b) * (a - b);
             r2 += b * b;
@@ -104,6 +105,11 @@ static struct cmp compare(const float *mine, const struct dsv4_tensor *ref, int 
     struct cmp c = { rel[T / 2], rr > 0 ? sqrt(dd / rr) : 0, (double)agree / T };
     free(rel);
     return c;
+}
+
+static struct cmp compare(const float *mine, const struct dsv4_tensor *ref, int T, int V, bool round16)
+{
+    return compare_ld(mine, ref, T, V, V, round16);
 }
 
 static void parse_noise(const char *s, struct cmp *c)
@@ -144,6 +150,66 @@ static bool run(struct test_ctx *t, dsv4_engine *e, const int32_t *toks, int T, 
     return true;
 }
 
+/* V4.1's DSpark rows of a session fed one token at a time: after each position t < T - 1 the
+ * draft with toks[t + 1] known, rows [(T - 1) x B, V + 1] (the confidence last), as the
+ * fixture's `.dspark`. */
+static bool run_dspark(struct test_ctx *t, dsv4_engine *e, const int32_t *toks, int T, float *rows)
+{
+    struct dsv4_model_info info;
+    dsv4_engine_info(e, &info);
+    size_t B = (size_t)info.dspark_block, V = (size_t)info.vocab_size;
+    struct dsv4_session_params sp;
+    dsv4_session_params_default(&sp);
+    sp.max_ctx   = T;
+    sp.max_chunk = 1;
+    sp.mtp       = true;
+    dsv4_session   *s   = NULL;
+    float          *tmp = malloc(sizeof(float) * B * V), conf[64];
+    struct dsv4_err err;
+    int             rc = B <= 64 ? dsv4_session_create(e, &sp, &s, &err) : DSV4_EINVAL;
+    for (int p = 0; rc == DSV4_OK && p < T; p++) {
+        rc = dsv4_session_eval(s, toks + p, 1, NULL, NULL, NULL, &err);
+        if (rc == DSV4_OK && p + 1 < T) rc = dsv4_session_dspark_rows(s, toks[p + 1], tmp, conf, &err);
+        for (size_t i = 0; rc == DSV4_OK && p + 1 < T && i < B; i++) {
+            float *row = rows + ((size_t)p * B + i) * (V + 1);
+            memcpy(row, tmp + i * V, sizeof(float) * V);
+            row[V] = conf[i];
+        }
+    }
+    CHECKF(rc == DSV4_OK, "DSpark rows: %s", B <= 64 ? err.msg : "a block of more than 64 rows");
+    dsv4_session_free(s);
+    free(tmp);
+    return rc == DSV4_OK;
+}
+
+/* The fixture's DSpark rows (V4.1) against a token-at-a-time session's: the logits within the
+ * bounds of the main logits (noise: the case's mtp_noise_*, measured on these rows), and on
+ * the exact path the confidence column too. */
+static void check_dspark(struct test_ctx *t, dsv4_engine *e, const struct dsv4_tensor *td, const int32_t *toks, int T,
+                         const char *what, bool exact, const struct cmp *noise)
+{
+    int    V = (int)td->shape[1] - 1, R = (int)td->shape[0];
+    float *rows = malloc(sizeof(float) * (size_t)R * (size_t)(V + 1));
+    if (run_dspark(t, e, toks, T, rows)) {
+        struct cmp g = compare_ld(rows, td, R, V, V + 1, exact);
+        double lim_med = exact ? 1e-3 : fmax(2 * noise->median, 0.02);
+        double lim_all = exact ? 2e-3 : fmax(2 * noise->overall, 0.04);
+        double lim_arg = exact ? 1.0 : noise->argmax - 0.10;
+        CHECKF(R == (T - 1) * (R / (T - 1)) && g.median <= lim_med && g.overall <= lim_all && g.argmax >= lim_arg,
+               "%s: DSpark rows median %.3g (<= %.3g) overall %.3g (<= %.3g) argmax %.3f (>= %.3f)", what, g.median,
+               lim_med, g.overall, lim_all, g.argmax, lim_arg);
+        int bad = 0; /* the confidence: the fixture's f16 rounding alone */
+        for (int r = 0; exact && r < R; r++) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)td->data + ((size_t)r * (size_t)(V + 1) + (size_t)V) * 2, 2);
+            double b = dsv4_f32_from_f16(h), a = rows[(size_t)r * (size_t)(V + 1) + (size_t)V];
+            bad += fabs(a - b) > 1e-3 * fabs(b) + 1e-6;
+        }
+        CHECKF(bad == 0, "%s: %d DSpark confidences differ from the reference", what, bad);
+    }
+    free(rows);
+}
+
 /* All cases of one fixture at one CPU level ("ref" = exact path), or on another backend
  * (level "backend:NAME", held to the fast levels' tolerances). */
 static void check_fixture(struct test_ctx *t, const char *file, const char *level, const int *chunks, int n_chunks)
@@ -171,6 +237,8 @@ static void check_fixture(struct test_ctx *t, const char *file, const char *leve
         const struct dsv4_tensor *tl = dsv4_checkpoint_find(&ck, name);
         snprintf(name, sizeof(name), "%s.mtp_logits", K);
         const struct dsv4_tensor *tm = dsv4_checkpoint_find(&ck, name);
+        snprintf(name, sizeof(name), "%s.dspark", K);
+        const struct dsv4_tensor *td = dsv4_checkpoint_find(&ck, name);
         if (!tt || !tl) {
             CHECKF(0, "%s: case %s incomplete", file, K);
             continue;
@@ -217,6 +285,13 @@ static void check_fixture(struct test_ctx *t, const char *file, const char *leve
                        "%s %s [%s, chunk %d]: MTP median %.3g (<= %.3g) overall %.3g (<= %.3g) argmax %.3f (>= %.3f)",
                        file, K, level, chunk, gm.median, lim_med, gm.overall, lim_all, gm.argmax, lim_arg);
             }
+        }
+        if (td) {
+            struct cmp dnoise;
+            char       what[160];
+            parse_noise(mnoise_s, &dnoise);
+            snprintf(what, sizeof(what), "%s %s [%s]", file, K, level);
+            check_dspark(t, e, td, (const int32_t *)tt->data, T, what, exact, &dnoise);
         }
         free(lg);
         free(ml);

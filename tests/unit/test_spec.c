@@ -9,6 +9,8 @@
  * greedy_identity: dsv4_session_spec_step with a greedy sampler gives the tokens and logits
  * of a one-token-at-a-time greedy decode, for K = 1, 2, 3, 7 and prompts chunked by 1, 7 and
  * 512 (five pairs), on tiny-a, tiny-b and the demo model (whose trained MTP head must get drafts kept).
+ * DeepSeek-V4.1 (tiny-v41): the same greedy identity with DSpark drafts (K capped at its block
+ * of 3), and rollback_every_keep_v41 below.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "engine/session.h"
 #include "support/gen.h"
 #include "test_cases.h"
+#include "test_session.h"
 
 #define DEMO_MODEL "models/kjv-v4-tiny"
 
@@ -68,18 +71,25 @@ static bool one_at_a_time(struct test_ctx *t, dsv4_engine *e, const int32_t *tok
     return rc == DSV4_OK;
 }
 
+/* A verify chunk at position P of 2..8 rows (K + 1): the true tokens up to a random kept
+ * prefix (returned), garbage past it (never the true token). */
+static int verify_chunk(unsigned long long *seed, const int32_t *tok, int P, int T, int V, int32_t *chunk, int *K)
+{
+    *K       = 1 + (int)(test_rand_u64(seed) % 7);
+    int keep = 1 + (int)(test_rand_u64(seed) % (unsigned)(*K + 1));
+    if (keep > T - P) keep = T - P;
+    for (int i = 0; i <= *K; i++) {
+        chunk[i] = i < keep ? tok[P + i] : (int32_t)(test_rand_u64(seed) % (unsigned)V);
+        if (i >= keep && P + i < T && chunk[i] == tok[P + i]) chunk[i] = (chunk[i] + 1) % V;
+    }
+    return keep;
+}
+
 static void rollback_every_keep(struct test_ctx *t, const char *preset)
 {
-    char dir[512];
-    if (!make_model(t, preset, dir, sizeof(dir))) return;
-    dsv4_engine    *e;
+    dsv4_engine    *e = test_session_model(t, preset);
     struct dsv4_err err;
-    struct dsv4_engine_params ep;
-    test_engine_params(&ep);
-    if (dsv4_engine_open(&e, dir, &ep, &err)) {
-        CHECKF(0, "open: %s", err.msg);
-        return;
-    }
+    if (!e) return;
     const struct dsv4_model *m = dsv4_engine_model(e);
     size_t                   V = (size_t)m->cfg.vocab_size;
     enum { T = 300, P0 = 5 };
@@ -93,13 +103,8 @@ static void rollback_every_keep(struct test_ctx *t, const char *preset)
     CHECK(dsv4_session_eval(s, tok, P0, NULL, NULL, NULL, &err) == DSV4_OK);
     int bad_lg = 0, bad_ml = 0, n_ml = 0, steps = 0, drafts = 0, bad_draft = 0;
     for (int P = P0; P < T; steps++) {
-        int K = 1 + (int)(test_rand_u64(&seed) % 7), keep = 1 + (int)(test_rand_u64(&seed) % (unsigned)(K + 1));
-        if (keep > T - P) keep = T - P;
         int32_t chunk[8];
-        for (int i = 0; i <= K; i++) {
-            chunk[i] = i < keep ? tok[P + i] : (int32_t)(test_rand_u64(&seed) % V);
-            if (i >= keep && P + i < T && chunk[i] == tok[P + i]) chunk[i] = (chunk[i] + 1) % (int32_t)V;
-        }
+        int     K, keep = verify_chunk(&seed, tok, P, T, (int)V, chunk, &K);
         if (steps % 3 == 0) {
             /* drafts first: the pending row with the true next token (its logits are the
              * reference's MTP row P - 1), then chained rows on garbage */
@@ -143,10 +148,88 @@ done:
     dsv4_engine_close(e);
 }
 
+/* V4.1's reference: the tokens one at a time, logits [T, V], and after each position p < T - 1
+ * the DSpark rows with tok[p + 1] known, [B, V] and their confidence [B]. */
+static bool one_at_a_time_v41(struct test_ctx *t, dsv4_engine *e, const int32_t *tok, int T, float *lg, float *dl,
+                              float *dc)
+{
+    dsv4_session *s = new_session(t, e, T, 1, 0);
+    if (!s) return false;
+    const struct dsv4_model *m = dsv4_engine_model(e);
+    size_t          V = (size_t)m->cfg.vocab_size, B = (size_t)m->cfg.v41.dspark_block;
+    struct dsv4_err err;
+    int             rc = DSV4_OK;
+    for (int p = 0; p < T && rc == DSV4_OK; p++) {
+        rc = dsv4_session_eval(s, tok + p, 1, lg + (size_t)p * V, NULL, NULL, &err);
+        if (rc == DSV4_OK && p + 1 < T)
+            rc = dsv4_session_dspark_rows(s, tok[p + 1], dl + (size_t)p * B * V, dc + (size_t)p * B, &err);
+    }
+    CHECKF(rc == DSV4_OK, "reference run: %s", err.msg);
+    dsv4_session_free(s);
+    return rc == DSV4_OK;
+}
+
+/* rollback_every_keep on tiny-v41 (Engram on layers 1 and 5, a ratio-2 kv source, ratio-1
+ * sources, the candidate pre-filter, 2 DSpark stages): the kept rows' logits are those of
+ * one-at-a-time decoding (a missing frontier or Engram undo shows here), and the DSpark rows
+ * drafted between verify steps, with the true next token, are the one-at-a-time session's
+ * (a ring written by a rejected row and then read would show here). */
+static void rollback_every_keep_v41(struct test_ctx *t)
+{
+    dsv4_engine    *e = test_session_model(t, "tiny-v41");
+    struct dsv4_err err;
+    if (!e) return;
+    const struct dsv4_model *m = dsv4_engine_model(e);
+    size_t                   V = (size_t)m->cfg.vocab_size, B = (size_t)m->cfg.v41.dspark_block;
+    enum { T = 120, P0 = 5 };
+    unsigned long long seed = 77;
+    int32_t           *tok  = malloc(sizeof(int32_t) * T);
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)(test_rand_u64(&seed) % V);
+    float *lg = malloc(sizeof(float) * V * T), *dl = malloc(sizeof(float) * V * B * T), *dc = malloc(sizeof(float) * B * T);
+    float *vl = malloc(sizeof(float) * V * 8), *gl = malloc(sizeof(float) * V * B), gc[64];
+    dsv4_session *s = NULL;
+    if (!one_at_a_time_v41(t, e, tok, T, lg, dl, dc) || !(s = new_session(t, e, T + 8, 16, 7))) goto done;
+    CHECK(dsv4_session_eval(s, tok, P0, NULL, NULL, NULL, &err) == DSV4_OK);
+    int bad_lg = 0, bad_draft = 0, drafts = 0, partial = 0;
+    for (int P = P0; P < T;) {
+        int32_t chunk[8];
+        int     K, keep = verify_chunk(&seed, tok, P, T, (int)V, chunk, &K);
+        if (B <= 64 && dsv4_session_dspark_rows(s, tok[P], gl, gc, &err) == DSV4_OK) {
+            drafts++;
+            bad_draft += memcmp(gl, dl + (size_t)(P - 1) * B * V, sizeof(float) * B * V) != 0 ||
+                         memcmp(gc, dc + (size_t)(P - 1) * B, sizeof(float) * B) != 0;
+        }
+        struct dsv4_fwd_seq q = { .st = &s->st, .tokens = chunk, .n = K + 1, .n_logits = K + 1, .logits = vl,
+                                  .undo = &s->undo };
+        if (dsv4_forward(m, &s->step, &q, 1, &err)) {
+            CHECKF(0, "verify at %d: %s", P, err.msg);
+            break;
+        }
+        for (int i = 0; i < keep; i++) bad_lg += memcmp(vl + (size_t)i * V, lg + (size_t)(P + i) * V, sizeof(float) * V) != 0;
+        partial += keep < K + 1;
+        dsv4_spec_rollback(m, &s->step, &s->st, &s->undo, keep);
+        CHECK(s->st.pos == P + keep);
+        P += keep;
+    }
+    CHECKF(bad_lg == 0, "tiny-v41: %d kept rows' logits differ from one-at-a-time decoding", bad_lg);
+    CHECKF(bad_draft == 0 && drafts > T / 4, "tiny-v41: %d of %d DSpark drafts differ", bad_draft, drafts);
+    CHECKF(partial > 0, "tiny-v41: no verify step rolled back");
+done:
+    dsv4_session_free(s);
+    free(tok);
+    free(lg);
+    free(dl);
+    free(dc);
+    free(vl);
+    free(gl);
+    dsv4_engine_close(e);
+}
+
 static void test_rollback_every_keep(struct test_ctx *t)
 {
     rollback_every_keep(t, "tiny-a");
     rollback_every_keep(t, "tiny-b");
+    rollback_every_keep_v41(t);
 }
 
 /* Greedy decoding of N tokens after the prompt, plain (K < 0) or speculative with K drafts;
@@ -237,6 +320,7 @@ static void test_greedy_identity(struct test_ctx *t)
     char dir[512];
     if (make_model(t, "tiny-a", dir, sizeof(dir))) greedy_identity(t, dir, false);
     if (make_model(t, "tiny-b", dir, sizeof(dir))) greedy_identity(t, dir, false);
+    if (make_model(t, "tiny-v41", dir, sizeof(dir))) greedy_identity(t, dir, false); /* DSpark drafts */
     greedy_identity(t, DEMO_MODEL, true);
 }
 

@@ -244,6 +244,6 @@ const struct test_case test_group_v41[] = {
     { "inspect_checkpoint", test_v41_inspect },
     { "corrupted_named", test_v41_corrupted },
     { "vision_tower_accepted", test_v41_vision },
-    { "dspark_refused", test_v41_dspark_refused },
+    { "cli_dspark_and_refusals", test_v41_cli_dspark },
     { NULL, NULL },
 };

@@ -9,6 +9,6 @@ void test_v41_gen_sizes(struct test_ctx *t);
 void test_v41_inspect(struct test_ctx *t);
 void test_v41_corrupted(struct test_ctx *t);
 void test_v41_vision(struct test_ctx *t);
-void test_v41_dspark_refused(struct test_ctx *t);
+void test_v41_cli_dspark(struct test_ctx *t);
 
 #endif

@@ -266,21 +266,28 @@ void test_v41_vision(struct test_ctx *t)
     bound_close(&b);
 }
 
-/* The main model runs (issue 41) but DSpark drafting does not: `logits --mtp-out` stops with the
- * reason; `dsv4 convert` is refused before any shard is read (no crash). */
-void test_v41_dspark_refused(struct test_ctx *t)
+/* `logits --dspark-out` writes [T-1, B, vocab + 1] floats and `--mtp-out` (V4's MTP rows) is
+ * refused with the reason; `dsv4 convert` is refused before any shard is read (no crash). */
+void test_v41_cli_dspark(struct test_ctx *t)
 {
-    char        dir[512], cmd[2400], *out = NULL;
+    char        dir[512], cmd[2400], path[600], *out = NULL;
     const char *bin = gen_for_cli(t, "v41-logits", dir, sizeof(dir));
     if (!bin) return;
-    snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2,3 --out %s/l.bin", bin, dir, dir);
+    snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2,3,4 --out %s/l.bin --dspark-out %s/d.bin", bin, dir, dir,
+             dir);
     int rc = test_run(cmd, &out);
-    CHECKF(rc == 0, "logits exit %d:\n%s", rc, out);
+    CHECKF(rc == 0, "logits --dspark-out exit %d:\n%s", rc, out);
     free(out);
+    snprintf(path, sizeof(path), "%s/d.bin", dir);
+    FILE *f = fopen(path, "rb");
+    long  n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (f) fclose(f);
+    CHECKF(n == (long)sizeof(float) * 3 * 3 * (2048 + 1), "--dspark-out wrote %ld bytes (3 rows of 3 x 2049 floats)", n);
     snprintf(cmd, sizeof(cmd), "%s logits -m %s --tokens 1,2,3 --out %s/l.bin --mtp-out %s/m.bin", bin, dir, dir, dir);
     rc = test_run(cmd, &out);
-    CHECKF(rc != 0 && rc < 128 && strstr(out, "DSpark drafting (MTP, speculative decoding) is not implemented"),
-           "logits --mtp-out exit %d:\n%s", rc, out);
+    CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 has no MTP rows"), "logits --mtp-out exit %d:\n%s", rc,
+           out);
     free(out);
     snprintf(cmd, sizeof(cmd), "%s convert -m %s -o %s-converted", bin, dir, dir);
     rc = test_run(cmd, &out);

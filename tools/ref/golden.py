@@ -40,7 +40,8 @@ FORMAT = "dsv4-golden/1"
 
 # name, `dsv4 gen` arguments, token-sequence seed, cases.
 # A case: key, length T, revision, prefill splits the C test runs (the stored logits come
-# from the first one; the others are verified equal), whether MTP logits are stored, and
+# from the first one; the others are verified equal), whether MTP logits are stored (V4.1:
+# its DSpark rows, `{key}.dspark` [(T-1) x B, vocab + 1], the confidence last), and
 # optionally "prefix": reuse the first T tokens of another case's sequence.
 FIXTURES = [
     ("tiny-a", ["--preset", "tiny-a", "--seed", "1"], 101, [
@@ -60,9 +61,10 @@ FIXTURES = [
     ]),
     # DeepSeek-V4.1 (model_v41.py): 40 tokens wrap the window of 16 twice, give the ratio-2 kv
     # source 20 compressed rows and the ratio-1 one 40 (index_topk 4), and let the candidate
-    # pre-filter (3 blocks of 2 keys) exclude blocks from position 6 on. No DSpark rows.
+    # pre-filter (3 blocks of 2 keys) exclude blocks from position 6 on. DSpark rows after
+    # every position but the last (each with the true next token, a greedy Markov chain).
     ("tiny-v41", ["--preset", "tiny-v41", "--seed", "1"], 105, [
-        dict(key="seq", T=40, revision="current", splits=[40, 1, 3, 7], mtp=False),
+        dict(key="seq", T=40, revision="current", splits=[40, 1, 3, 7], mtp=True),
     ]),
 ]
 
@@ -85,9 +87,14 @@ def load_model(d, revision):
 
 
 def run(m, toks, N, mtp):
-    """(logits, MTP logits or None) of either release's model."""
+    """(logits, MTP logits or None) of either release's model; V4.1: (logits, its DSpark rows
+    [(T-1) x B, vocab + 1] with the confidence last, or None)."""
     if isinstance(m, mv41.ModelV41):
-        return mv41.run(m, toks, N)
+        lg, spark = mv41.run(m, toks, N, dspark=mtp)
+        if spark is None:
+            return lg, None
+        rows = torch.cat([spark[0], spark[1][..., None]], -1)
+        return lg, rows.reshape(-1, rows.shape[-1])
     return mdl.run(m, toks, N, mtp=mtp)
 
 
@@ -137,7 +144,8 @@ def f16(t):
 
 def build_case(d, case, toks, meta):
     m = load_model(d, case["revision"])
-    want_mtp = case["mtp"] and m.has_mtp
+    v41 = isinstance(m, mv41.ModelV41)
+    want_mtp = case["mtp"] and (m.has_dspark if v41 else m.has_mtp)
     k = case["key"]
     ref, mref = run(m, toks, case["splits"][0], want_mtp)
     worst = 0.0
@@ -152,7 +160,7 @@ def build_case(d, case, toks, meta):
            f"{k}.prefill": np.array(case["splits"], dtype=np.int32),
            f"{k}.logits": f16(ref)}
     if want_mtp:
-        out[f"{k}.mtp_logits"] = f16(mref)
+        out[f"{k}.dspark" if v41 else f"{k}.mtp_logits"] = f16(mref)
     meta[f"{k}.revision"] = case["revision"]
     meta[f"{k}.ref_prefill"] = str(case["splits"][0])
     meta[f"{k}.split_max_rel_l2"] = f"{worst:.3g}"

@@ -238,17 +238,25 @@ void dsv4_cpu_store_rows(struct dsv4_backend *be, const struct dsv4_step_desc *d
     }
 }
 
+/* The position whose window query t reads and that window's width: a draft block's queries
+ * all read the window of its last row, n rows wider (struct dsv4_attn_src .block). */
+static int attn_window(const struct dsv4_cpu_attn_seq *src, int t, int *window)
+{
+    *window = src->window + src->block_n;
+    return src->p0 + (src->block_n ? src->block_n - 1 : t);
+}
+
 /* How many rows query t reads (dsv4_cpu_attn_rows writes them). */
 static int attn_count(const struct dsv4_cpu_attn_seq *src, int t)
 {
-    int p = src->p0 + t, win = p + 1 < src->window ? p + 1 : src->window;
+    int w, p = attn_window(src, t, &w), win = p + 1 < w ? p + 1 : w;
     return win + (src->sel ? src->n_sel[t] : src->ratio ? (p + 1) / src->ratio : 0);
 }
 
 int dsv4_cpu_attn_rows(const struct dsv4_cpu_attn_seq *src, int t, const uint8_t **rows)
 {
-    int p = src->p0 + t, nr = 0;
-    int first = p - src->window + 1 > 0 ? p - src->window + 1 : 0;
+    int w, p = attn_window(src, t, &w), nr = 0;
+    int first = p - w + 1 > 0 ? p - w + 1 : 0;
     for (int q = first; q <= p; q++)
         rows[nr++] = q < src->p0 ? dsv4_kv_row_at(&src->ring, q % src->ring.page_rows) : dsv4_kv_row_at(&src->chunk, q - src->p0);
     if (src->sel) {
@@ -266,7 +274,7 @@ static struct dsv4_cpu_attn_seq attn_seq(const struct dsv4_step_desc *desc, int 
     static const int32_t        page0[1] = { 0 };
     const struct dsv4_step_seq *q        = &desc->seq[s];
     struct dsv4_cpu_attn_seq    v        = {
-        .p0 = q->p0, .window = src->window, .ratio = src->ratio,
+        .p0 = q->p0, .window = src->window, .ratio = src->ratio, .block_n = src->block ? q->n : 0,
         .ring  = { .base = q->slot + src->ring_off, .page = page0, .page_rows = src->ring_rows, .row_bytes = src->row_bytes },
         .chunk = { .base = (uint8_t *)(uintptr_t)(src->chunk + (size_t)q->row0 * (size_t)src->row_bytes), .page = page0,
                    .page_rows = q->n, .row_bytes = src->row_bytes },

@@ -53,6 +53,7 @@ void dsv4_cpu_moe_pairs(int k, const int *pair_of, int *p);
  * compressed rows and its slice of the selection). */
 struct dsv4_cpu_attn_seq {
     int                 p0, window, ratio;
+    int                 block_n; /* a draft block's rows (struct dsv4_attn_src .block), else 0 */
     struct dsv4_kv_rows ring, chunk, comp;
     const int          *sel, *n_sel;
     int                 sel_stride;

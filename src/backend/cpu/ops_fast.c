@@ -40,7 +40,7 @@ static int imax(int a, int b)
 static int max_in(const struct dsv4_plan_dims *c)
 {
     int m = imax(imax(c->d_model, c->q_lora_rank), imax(c->n_head * c->d_head / c->o_groups, c->o_groups * c->o_lora_rank));
-    return imax(m, imax(c->d_ff_exp, c->d_idx_head));
+    return imax(imax(m, c->wide_in), imax(c->d_ff_exp, c->d_idx_head));
 }
 
 static size_t attn_bf16_floats(int n_head, int d_head, int n_rows);

@@ -16,7 +16,10 @@ static int max_rows(const struct dsv4_step_desc *desc, const struct dsv4_attn_sr
     for (int s = 0; s < desc->n_seqs; s++)
         if (desc->seq[s].n && desc->seq[s].p0 + desc->seq[s].n > last) last = desc->seq[s].p0 + desc->seq[s].n;
     int comp = src->sel ? src->sel_stride : src->ratio ? last / src->ratio : 0;
-    return (last < src->window ? last : src->window) + comp;
+    int wide = 0; /* a draft block's window is its chunk wider */
+    for (int s = 0; src->block && s < desc->n_seqs; s++)
+        if (desc->seq[s].n > wide) wide = desc->seq[s].n;
+    return (last < src->window + wide ? last : src->window + wide) + comp;
 }
 
 void dsv4_vk_attention(struct dsv4_backend *be, const struct dsv4_step_desc *desc, int n_head, int d_head, int d_rope,
@@ -46,12 +49,12 @@ void dsv4_vk_attention(struct dsv4_backend *be, const struct dsv4_step_desc *des
         struct {
             uint64_t step, chunk, ring_off, comp_off;
             uint32_t q0, sink0, sel0, nsel0, o0, has_sel, sel_stride, n_head, d, dr, window, ratio, ring_rows, row_bytes,
-                fmt;
+                fmt, block;
             float scale;
         } pc = { step, chunk, src->ring_off, src->comp_off, (uint32_t)q0, (uint32_t)k0, (uint32_t)s0, (uint32_t)n0,
                  (uint32_t)o0, src->sel != NULL, (uint32_t)src->sel_stride, (uint32_t)n_head, (uint32_t)d_head,
                  (uint32_t)d_rope, (uint32_t)src->window, (uint32_t)src->ratio, (uint32_t)src->ring_rows,
-                 (uint32_t)src->row_bytes, (uint32_t)fmt, scale };
+                 (uint32_t)src->row_bytes, (uint32_t)fmt, src->block, scale };
         dsv4_vk_dispatch(v, "attention", b, 5, &pc, sizeof(pc), dsv4_vk_groups((uint64_t)n, 1), (uint32_t)n_head, 1);
     }
     pthread_mutex_unlock(&v->mu);

@@ -5,7 +5,8 @@
 // output dim by one invocation over the rows in order, the probabilities rounded to bf16.
 // Fixed orders, no atomics: a row's result does not depend on the batch. Rows are decoded
 // where they lie (rowfmt.glsl): the window from the ring or the step's staging rows, then
-// the compressed rows (the selection, or every completed one) through the page table.
+// the compressed rows (the selection, or every completed one) through the page table. A draft
+// block (block != 0) reads, for every query, the window of its chunk's last row, n rows wider.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "bf16.glsl"
@@ -22,7 +23,7 @@ layout(std430, set = 0, binding = 3) readonly buffer NS { int n_sel[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P {
     uint64_t step, chunk, ring_off, comp_off;
-    uint q0, sink0, sel0, nsel0, o0, has_sel, sel_stride, n_head, d, dr, window, ratio, ring_rows, row_bytes, fmt;
+    uint q0, sink0, sel0, nsel0, o0, has_sel, sel_stride, n_head, d, dr, window, ratio, ring_rows, row_bytes, fmt, block;
     float scale;
 } p;
 
@@ -90,7 +91,8 @@ void main()
     uint    h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
     for (uint r = gl_WorkGroupID.x; r < uint(st.n_rows); r += gl_NumWorkGroups.x) {
         Seq  sq = st.seq[step_int(p.step, st.rowseq + r)];
-        int  pos = sq.p0 + int(r) - sq.row0, nwin = min(pos + 1, int(p.window));
+        int  pos = p.block != 0u ? sq.p0 + sq.n - 1 : sq.p0 + int(r) - sq.row0; // the window's position
+        int  nwin = min(pos + 1, int(p.window) + (p.block != 0u ? sq.n : 0));
         int  ncomp = p.has_sel != 0u ? n_sel[p.nsel0 + r] : p.ratio != 0u ? (pos + 1) / int(p.ratio) : 0;
         uint n = min(uint(nwin + ncomp), MAXS), qh = p.q0 + (r * p.n_head + h) * p.d;
         float m = scores(st, sq, r, pos, nwin, n, qh);
