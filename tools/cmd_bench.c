@@ -247,7 +247,8 @@ struct bench_opts {
  * MTP state prefilled to ctx; then, best of `reps`, a forward of n = 1 .. K + 1 rows of it
  * (a verify step with its MTP rows; n > 1 rolled back to one row, as a step that keeps no
  * draft, then that row too: each run starts at ctx, for timing only) and one chained draft
- * row (MTP block + head). */
+ * row (MTP block + head); DeepSeek-V4.1: the verify steps write the DSpark rings, and the
+ * drafts are one DSpark block (every stage, the head over its rows) and K Markov rounds. */
 static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int32_t *toks, int ctx, int K, int reps,
                       struct dsv4_err *err)
 {
@@ -255,7 +256,9 @@ static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int
     struct dsv4_kv_mem        kvmem = dsv4_model_kv_mem(m);
     struct dsv4_seq_state     st;
     struct dsv4_spec_undo     u;
-    float *lg = malloc(sizeof(float) * (size_t)c->vocab_size * (size_t)(K + 1));
+    bool   v41  = c->arch == DSV4_ARCH_V4_1;
+    int    rows = v41 && c->v41.dspark_block > K + 1 ? c->v41.dspark_block : K + 1; /* a DSpark block's logits */
+    float *lg = malloc(sizeof(float) * (size_t)c->vocab_size * (size_t)rows);
     int    rc = lg ? dsv4_seq_state_init(&st, &c->kv, ctx + K + 2, m->row_fmt, true, &kvmem, err)
                    : dsv4_err_set(err, DSV4_ENOMEM, "out of memory");
     if (rc) {
@@ -296,10 +299,13 @@ static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int
         struct dsv4_fwd_seq q  = { .st = &st, .tokens = toks, .n = 1, .mtp_logits = lg, .draft_depth = 1 };
         double              t0 = cli_now();
         rc                     = dsv4_forward_draft(m, S, &q, 1, err);
+        for (int i = 0; v41 && i < K && i < c->v41.dspark_block && !rc; i++) /* its Markov rounds */
+            rc = dsv4_dspark_markov(m, S, &q, 1, i, toks, err);
         double dt              = cli_now() - t0;
         bd                     = dt < bd ? dt : bd;
     }
-    if (!rc) printf("%8s %10.2f %10.2f\n", "draft", bd * 1e3, bd / t1);
+    /* V4: one chained MTP row; V4.1: the DSpark block and K Markov rounds (all K drafts) */
+    if (!rc) printf("%8s %10.2f %10.2f\n", v41 ? "drafts" : "draft", bd * 1e3, bd / t1);
     dsv4_spec_undo_free(&u);
     dsv4_seq_state_free(&st);
     free(lg);
@@ -619,7 +625,7 @@ static int bench_model(struct bench_opts *o, const struct dsv4_engine_params *ep
     }
     if (o->spec > 0) {
         if (!R.m->w.has_mtp) {
-            fprintf(stderr, "dsv4 bench: --spec-rows needs a checkpoint with an MTP block\n");
+            fprintf(stderr, "dsv4 bench: --spec-rows needs a checkpoint with an MTP block (V4.1: DSpark stages)\n");
             goto done;
         }
         if (bench_spec(R.m, &R.S, R.toks, o->ctxs[0], o->spec, o->steps, &err)) {

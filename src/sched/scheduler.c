@@ -110,8 +110,12 @@ struct dsv4_sched {
     float                    *logits;  /* [max_seqs * (spec_draft + 1), vocab] the rows sampled from */
     struct dsv4_fwd_seq      *fs;      /* [max_seqs] */
     struct dsv4_spec_undo    *undo;    /* [max_seqs] per slot, when speculating */
-    float                    *draft_logits; /* [max_seqs, spec_draft, vocab] the MTP block's, per slot */
+    float                    *draft_logits; /* [max_seqs, draft_rows, vocab] the MTP block's (V4.1: the
+                                               DSpark block's), per slot */
+    int                       draft_rows;   /* spec_draft (V4.1: at least dspark_block, spec_rows()) */
     struct dsv4_fwd_seq      *dfs;     /* [max_seqs] one depth of draft rows */
+    int32_t                  *dprev;   /* [max_seqs] V4.1: the token before each DSpark row */
+    int                      *dcand;   /* [max_seqs] V4.1: the candidate of each DSpark block of a call */
     struct rq               **cand;    /* [max_seqs] candidates of the batch being built */
     struct rq               **running; /* [max_seqs] in admission order */
     int                       n_running;
@@ -141,6 +145,11 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int max_i(int a, int b)
+{
+    return a > b ? a : b;
 }
 
 static int min_i(int a, int b)
@@ -232,6 +241,14 @@ static double gib(size_t b)
     return (double)b / (1024.0 * 1024.0 * 1024.0);
 }
 
+/* Draft logits rows a slot keeps: one per draft (V4's MTP block), a whole block (V4.1's DSpark
+ * stages draft dspark_block rows at once). */
+static int spec_rows(const struct dsv4_model *m, const struct dsv4_sched_params *p)
+{
+    int B = m->cfg.arch == DSV4_ARCH_V4_1 ? m->cfg.v41.dspark_block : 0;
+    return p->spec_draft > B ? p->spec_draft : B;
+}
+
 static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params *p, struct dsv4_sched_plan *plan,
                      struct dsv4_err *err)
 {
@@ -255,8 +272,8 @@ static int make_plan(const struct dsv4_model *m, const struct dsv4_sched_params 
     plan->step             = dsv4_step_bytes(m, p->max_batch_tokens, p->max_ctx);
     size_t V = (size_t)m->cfg.vocab_size, K = (size_t)p->spec_draft;
     plan->logits           = sizeof(float) * V * (size_t)p->max_seqs * (K + 1);
-    plan->spec             = K ? (dsv4_spec_undo_bytes(&m->cfg, (int)K + 1) + sizeof(float) * V * K +
-                                  sizeof(struct dsv4_fwd_seq)) * (size_t)p->max_seqs
+    plan->spec             = K ? (dsv4_spec_undo_bytes(&m->cfg, (int)K + 1) + sizeof(float) * V * (size_t)spec_rows(m, p) +
+                                  sizeof(struct dsv4_fwd_seq) + sizeof(int32_t)) * (size_t)p->max_seqs
                                : 0;
     plan->total = plan->slots + plan->pages + plan->snapshots + plan->tables + plan->step + plan->logits + plan->spec;
     if (p->mem_limit) {
@@ -390,9 +407,12 @@ int dsv4_sched_create(dsv4_engine *engine, const struct dsv4_sched_params *param
     s->fs       = calloc(ns, sizeof(*s->fs));
     if (K) {
         s->undo         = calloc(ns, sizeof(*s->undo));
-        s->draft_logits = calloc(ns * K * V, sizeof(float));
+        s->draft_rows   = spec_rows(s->m, p);
+        s->draft_logits = calloc(ns * (size_t)s->draft_rows * V, sizeof(float));
         s->dfs          = calloc(ns, sizeof(*s->dfs));
-        if (!s->undo || !s->draft_logits || !s->dfs) {
+        s->dprev        = calloc(ns, sizeof(*s->dprev));
+        s->dcand        = calloc(ns, sizeof(*s->dcand));
+        if (!s->undo || !s->draft_logits || !s->dfs || !s->dprev || !s->dcand) {
             dsv4_sched_free(s);
             return dsv4_err_set(err, DSV4_ENOMEM, "out of memory for the speculative buffers");
         }
@@ -745,6 +765,8 @@ void dsv4_sched_free(dsv4_sched *s)
     free(s->undo);
     free(s->draft_logits);
     free(s->dfs);
+    free(s->dprev);
+    free(s->dcand);
     free(s->logits);
     free(s->fs);
     free(s->cand);
@@ -899,6 +921,8 @@ static int drafts_for(const dsv4_sched *s, const struct rq *r, int n_decode, int
     if (!r->spec_k || r->spec_pause > 0 || n_decode > s->p.spec_max_batch) return 0;
     int pos = s->kv.seq[r->slot].pos, pt = s->p.page_tokens;
     int k   = min_i(r->spec_k, min_i(r->max_tokens - r->n_gen - 1, s->p.max_ctx - pos - 1));
+    if (s->m->cfg.arch == DSV4_ARCH_V4_1) /* one DSpark block, whose rows the step must hold */
+        k = s->step.max_rows < s->m->cfg.v41.dspark_block ? 0 : min_i(k, s->m->cfg.v41.dspark_block);
     if (s->p.prefix_entries > 0) k = min_i(k, (pos / pt + 1) * pt - pos - 1);
     return k < 0 ? 0 : min_i(k, rows_left);
 }
@@ -1045,7 +1069,7 @@ enum { SPEC_PAUSE = 32 };
  * its tokens (r->tok[n_tok + d]), where the verify chunk reads it. */
 static int run_drafts(dsv4_sched *s, int n, struct dsv4_err *err)
 {
-    size_t V = (size_t)s->m->cfg.vocab_size, K = (size_t)s->p.spec_draft;
+    size_t V = (size_t)s->m->cfg.vocab_size, K = (size_t)s->draft_rows;
     for (int d = 0; d < s->p.spec_draft; d++) {
         int nd = 0;
         for (int i = 0; i < n; i++) {
@@ -1067,17 +1091,53 @@ static int run_drafts(dsv4_sched *s, int n, struct dsv4_err *err)
     return DSV4_OK;
 }
 
+/* V4.1: one DSpark block per drafting sequence, as many blocks a step as the step's rows hold,
+ * then depth by depth the Markov logits of the token before each row (over the block's every
+ * sequence: the heads keep their rows by position in the call) and each draft sampled from
+ * its row (model/dspark.c). */
+static int run_dspark(dsv4_sched *s, int n, struct dsv4_err *err)
+{
+    const struct dsv4_model *m = s->m;
+    size_t V = (size_t)m->cfg.vocab_size, D = (size_t)s->draft_rows;
+    int    per = s->step.max_rows / m->cfg.v41.dspark_block, i = 0, rc = DSV4_OK;
+    while (i < n && rc == DSV4_OK) {
+        int nd = 0, deepest = 0;
+        for (; i < n && nd < per; i++) {
+            struct rq *r = s->cand[i];
+            if (!r->k) continue;
+            s->dcand[nd] = i;
+            s->dfs[nd++] = (struct dsv4_fwd_seq){ .st = &s->kv.seq[r->slot], .tokens = r->tok + r->n_tok - 1, .n = 1,
+                                                  .mtp_logits = s->draft_logits + (size_t)r->slot * D * V };
+            deepest = max_i(deepest, r->k);
+        }
+        rc = nd ? dsv4_forward_draft(m, &s->step, s->dfs, nd, err) : DSV4_OK;
+        for (int d = 0; d < deepest && rc == DSV4_OK; d++) {
+            for (int j = 0; j < nd; j++) { /* past its drafts a sequence's row takes a token it has */
+                const struct rq *r = s->cand[s->dcand[j]];
+                s->dprev[j] = r->tok[r->n_tok - 1 + min_i(d, r->k)];
+            }
+            rc = dsv4_dspark_markov(m, &s->step, s->dfs, nd, d, s->dprev, err);
+            for (int j = 0; j < nd && rc == DSV4_OK; j++) {
+                struct rq *r = s->cand[s->dcand[j]];
+                if (r->k > d)
+                    r->tok[r->n_tok + d] = dsv4_sampler_sample(r->sampler, s->dfs[j].mtp_logits + (size_t)d * V, NULL);
+            }
+        }
+    }
+    return rc;
+}
+
 /* After the verify forward: the sampler's verdict on each draft in order (the first
  * rejection's token replaces it; with every draft kept, one more token from the last row),
  * the rollback to the kept rows, the counters and the acceptance estimate. */
 static void verify_drafts(dsv4_sched *s, struct rq *r, const float *rows)
 {
-    size_t V = (size_t)s->m->cfg.vocab_size, K = (size_t)s->p.spec_draft;
+    size_t V = (size_t)s->m->cfg.vocab_size;
     int    kept = 0;
     r->n_out    = 0;
     while (kept < r->k) {
         bool accepted;
-        const float *q = s->draft_logits + ((size_t)r->slot * K + (size_t)kept) * V;
+        const float *q = s->draft_logits + ((size_t)r->slot * (size_t)s->draft_rows + (size_t)kept) * V;
         r->out[r->n_out] = dsv4_sampler_verify(r->sampler, rows + (size_t)kept * V, q, r->tok[r->n_tok + kept], &accepted,
                                                &r->out_prob[r->n_out]);
         r->n_out++;
@@ -1133,7 +1193,7 @@ int dsv4_sched_step(dsv4_sched *s, struct dsv4_err *err)
     s->acc.prefill_tokens += (uint64_t)n_pre;
     double tf = now_s();
     dsv4_alloc_guard_enter();
-    int rc = s->p.spec_draft ? run_drafts(s, n, err) : DSV4_OK;
+    int rc = !s->p.spec_draft ? DSV4_OK : s->m->cfg.arch == DSV4_ARCH_V4_1 ? run_dspark(s, n, err) : run_drafts(s, n, err);
     if (rc == DSV4_OK) rc = dsv4_forward(s->m, &s->step, s->fs, n, err);
     if (rc == DSV4_OK)
         for (int i = 0; i < n; i++) {

@@ -176,10 +176,10 @@ struct fixture {
     struct out   alone[N_REQ];
 };
 
-static bool fixture_init(struct test_ctx *t, struct fixture *f)
+static bool fixture_init_preset(struct test_ctx *t, struct fixture *f, const char *preset)
 {
     memset(f, 0, sizeof(*f));
-    f->e = open_model(t, "tiny-a");
+    f->e = open_model(t, preset);
     if (!f->e) return false;
     struct dsv4_model_info info;
     dsv4_engine_info(f->e, &info);
@@ -197,6 +197,11 @@ static bool fixture_init(struct test_ctx *t, struct fixture *f)
         CHECK(f->alone[i].n == GEN && f->alone[i].fin == DSV4_FINISH_LENGTH && f->alone[i].n_done == 1);
     }
     return true;
+}
+
+static bool fixture_init(struct test_ctx *t, struct fixture *f)
+{
+    return fixture_init_preset(t, f, "tiny-a");
 }
 
 static void fixture_free(struct fixture *f)
@@ -279,6 +284,20 @@ static void test_spec_identity(struct test_ctx *t)
     p.max_batch_tokens = 13;
     p.kv_pages         = 14; /* preemption */
     check_batch(t, &f, &p, "speculative K = 7, 13 rows per step, 14 pages", &mt);
+    CHECK(mt.spec_steps > 0);
+    fixture_free(&f);
+
+    /* DeepSeek-V4.1's DSpark drafts (blocks of 3, Markov rounds batched over the sequences) */
+    if (!fixture_init_preset(t, &f, "tiny-v41")) return;
+    p                = small_params(8);
+    p.spec_draft     = 3;
+    p.spec_max_batch = 8;
+    check_batch(t, &f, &p, "tiny-v41 speculative, 8 together, prefix cache", &mt);
+    CHECKF(mt.spec_steps > 0 && mt.spec_drafted > 0, "tiny-v41: no speculative step ran");
+    p.spec_draft       = 7;
+    p.max_batch_tokens = 13;
+    p.kv_pages         = 14;
+    check_batch(t, &f, &p, "tiny-v41 speculative K = 7 (3), 13 rows per step, 14 pages", &mt);
     CHECK(mt.spec_steps > 0);
     fixture_free(&f);
 
