@@ -22,6 +22,7 @@
 #include "model/runtime.h"
 #include "support/gen.h"
 #include "test_cases.h"
+#include "test_v41.h"
 
 enum { MAX_OUT = 64 };
 
@@ -181,6 +182,10 @@ static bool fixture_init_preset(struct test_ctx *t, struct fixture *f, const cha
     memset(f, 0, sizeof(*f));
     f->e = open_model(t, preset);
     if (!f->e) return false;
+    if (test_v41_refused_here(t, f->e)) { /* V4.1 on cpu-strict: its refusal is the check */
+        dsv4_engine_close(f->e);
+        return false;
+    }
     struct dsv4_model_info info;
     dsv4_engine_info(f->e, &info);
     f->vocab = info.vocab_size;

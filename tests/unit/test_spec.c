@@ -21,6 +21,7 @@
 #include "support/gen.h"
 #include "test_cases.h"
 #include "test_session.h"
+#include "test_v41.h"
 
 #define DEMO_MODEL "models/kjv-v4-tiny"
 
@@ -179,6 +180,10 @@ static void rollback_every_keep_v41(struct test_ctx *t)
     dsv4_engine    *e = test_session_model(t, "tiny-v41");
     struct dsv4_err err;
     if (!e) return;
+    if (test_v41_refused_here(t, e)) {
+        dsv4_engine_close(e);
+        return;
+    }
     const struct dsv4_model *m = dsv4_engine_model(e);
     size_t                   V = (size_t)m->cfg.vocab_size, B = (size_t)m->cfg.v41.dspark_block;
     enum { T = 120, P0 = 5 };
@@ -289,6 +294,10 @@ static void greedy_identity(struct test_ctx *t, const char *dir, bool demo)
     test_engine_params(&ep);
     if (dsv4_engine_open(&e, dir, &ep, &err)) {
         CHECKF(0, "open %s: %s", dir, err.msg);
+        return;
+    }
+    if (test_v41_refused_here(t, e)) {
+        dsv4_engine_close(e);
         return;
     }
     size_t V = (size_t)dsv4_engine_model(e)->cfg.vocab_size;

@@ -11,4 +11,10 @@ void test_v41_corrupted(struct test_ctx *t);
 void test_v41_vision(struct test_ctx *t);
 void test_v41_cli_dspark(struct test_ctx *t);
 
+struct dsv4_engine;
+/* A DeepSeek-V4.1 engine on a backend whose memory the host cannot reach (cpu-strict in the
+ * strict pass of `make test`): checks that a session refuses it with the reason and returns
+ * true, the caller's V4.1 cases then not applying; false for any other engine. */
+bool test_v41_refused_here(struct test_ctx *t, struct dsv4_engine *e);
+
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model/runtime.h"
 #include "support/gen.h"
 #include "test_bound.h"
 #include "test_cases.h"
@@ -300,4 +301,19 @@ void test_v41_cli_dspark(struct test_ctx *t)
     CHECKF(rc != 0 && rc < 128 && strstr(out, "DeepSeek-V4.1 checkpoint has only its own code"), "revision exit %d:\n%s",
            rc, out);
     free(out);
+}
+
+bool test_v41_refused_here(struct test_ctx *t, struct dsv4_engine *e)
+{
+    const struct dsv4_model *m = dsv4_engine_model(e);
+    if (m->cfg.arch != DSV4_ARCH_V4_1 || m->backend->host_visible) return false;
+    dsv4_session   *s  = NULL;
+    struct dsv4_err err;
+    int32_t         tok = 1;
+    int             rc  = dsv4_session_create(e, NULL, &s, &err);
+    if (rc == DSV4_OK) rc = dsv4_session_eval(s, &tok, 1, NULL, NULL, NULL, &err);
+    CHECKF(rc == DSV4_EUNSUPPORTED && strstr(err.msg, "CPU backend only"), "V4.1 on %s: rc %d (%s)", m->backend->name,
+           rc, rc ? err.msg : "ran");
+    dsv4_session_free(s);
+    return true;
 }
