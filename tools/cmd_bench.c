@@ -276,7 +276,8 @@ static int bench_spec(const struct dsv4_model *m, struct dsv4_step *S, const int
         rc                    = dsv4_forward(m, S, &q, 1, err);
     }
     double t1 = 0;
-    printf("\nspeculative decoding at ctx %d (best of %d): verify steps of 1 + K rows, MTP rows included\n", ctx, reps);
+    printf("\nspeculative decoding at ctx %d (best of %d): verify steps of 1 + K rows, %s rows included\n", ctx, reps,
+           v41 ? "DSpark ring" : "MTP");
     printf("%8s %10s %10s\n", "rows", "ms", "x 1 row");
     for (int n = 1; n <= K + 1 && !rc; n++) {
         double best = 1e30;
