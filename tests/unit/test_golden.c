@@ -233,13 +233,14 @@ static const char *const fixtures[] = { "tiny-a.safetensors",     "tiny-b.safete
 
 /* A light run (test_light: sanitizers, qemu) takes one chunking a fixture: chunks of 7 where
  * the plain run takes several (what carries across calls), the whole prompt being checked at
- * every level. */
+ * every level; and not tiny-b (a third of the time: its long window and ratio-128 blocks are
+ * the same reference C as tiny-a's, and every_level runs them at the best level). */
 static void test_exact_path(struct test_ctx *t)
 {
     bool light = test_light();
     int  all[] = { 0, 1, 7 }, few[] = { 37 }, seven[] = { 7 };
     check_fixture(t, fixtures[0], "ref", light ? seven : all, light ? 1 : 3);
-    check_fixture(t, fixtures[1], "ref", few, 1);
+    if (!light) check_fixture(t, fixtures[1], "ref", few, 1);
     check_fixture(t, fixtures[2], "ref", all, 1);
     check_fixture(t, fixtures[3], "ref", all, light ? 1 : 2);
     int v41[] = { 0, 1, 3, 7 }; /* DeepSeek-V4.1: bit for bit the reference's (F16 storage aside) */
