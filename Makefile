@@ -287,9 +287,11 @@ cross-check:
 
 # The aarch64 build with the NEON kernels, and under qemu (as a Cortex-A57) the tests that
 # prove the numbers there: every kernel against the reference, chunk invariance, the golden
-# fixtures at every level, batch invariance (CI; tools/install_deps.sh cross installs what
+# fixtures at the neon level, batch invariance (CI; tools/install_deps.sh cross installs what
 # it needs). The golden tests by name: the cross build has no Vulkan backend, and its golden
-# test would be a skip that --strict counts as missing.
+# test would be a skip that --strict counts as missing. They run light there (DSV4_TEST_LIGHT,
+# tools/cross_build.sh): golden and v41_fwd at the neon level and one chunking of the exact
+# path, as under the sanitizers; `make test` runs every level and chunking.
 AARCH64_TESTS ?= kernels forward golden/exact_path_vs_reference golden/every_level_vs_reference \
                  golden/align_dump_and_perturbed_weight golden/align_on_strict sched/batch_invariance v41_fwd
 cross-aarch64:

@@ -105,6 +105,11 @@ struct dsv4_engine_params;
 void        test_engine_params(struct dsv4_engine_params *ep);
 /* " --backend NAME" for a dsv4 command line, or "" on the default backend. */
 const char *test_backend_arg(void);
+struct dsv4_engine;
+struct dsv4_session;
+/* A session of e: dsv4_session_params_default with max_ctx and max_chunk; NULL after a failed
+ * check. */
+struct dsv4_session *test_session_new(struct test_ctx *t, struct dsv4_engine *e, int max_ctx, int max_chunk);
 
 /* Whether backend `name` can run here (the build has it, it starts: a Vulkan device exists,
  * and it is not Vulkan under the sanitizers, whose Mesa drivers deadlock there); when not,
@@ -121,5 +126,9 @@ void *test_read_file(const char *path, size_t *n);
 int  test_run(const char *cmd, char **out);
 /* Notes the CPU levels above top, up to highest (enum dsv4_cpu_level), as not run here. */
 void test_levels_not_here(struct test_ctx *t, int top, int highest);
+/* A light run: a sanitizer build, or DSV4_TEST_LIGHT set to other than "" or "0" (what
+ * tools/cross_build.sh sets under qemu, 10-20x slower). The slowest model tests then run
+ * fewer chunkings and levels of the same checks; the plain native run runs them all. */
+bool test_light(void);
 
 #endif

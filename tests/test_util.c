@@ -28,6 +28,18 @@ const char *test_backend_arg(void)
     return arg;
 }
 
+dsv4_session *test_session_new(struct test_ctx *t, dsv4_engine *e, int max_ctx, int max_chunk)
+{
+    struct dsv4_session_params sp;
+    dsv4_session_params_default(&sp);
+    sp.max_ctx   = max_ctx;
+    sp.max_chunk = max_chunk;
+    dsv4_session   *s = NULL;
+    struct dsv4_err err;
+    CHECKF(dsv4_session_create(e, &sp, &s, &err) == DSV4_OK, "session: %s", err.msg);
+    return s;
+}
+
 bool test_backend_usable(const char *name, char *why, size_t cap, enum test_skip_kind *kind)
 {
     const struct dsv4_backend_kind *k = dsv4_backend_find(name);
@@ -129,6 +141,12 @@ void test_levels_not_here(struct test_ctx *t, int top, int highest)
 {
     for (int l = top + 1; l <= highest && dsv4_cpu_level_built((enum dsv4_cpu_level)l); l++)
         test_not_here(t, dsv4_cpu_level_name((enum dsv4_cpu_level)l));
+}
+
+bool test_light(void)
+{
+    const char *v = getenv("DSV4_TEST_LIGHT");
+    return TEST_SANITIZED || (v && *v && strcmp(v, "0"));
 }
 
 void test_quant_e4m3_row(const float *x, int n, int B, float *q)

@@ -15,7 +15,9 @@
 #      tools/install_deps.sh reads as missing.
 #   3. With qemu-aarch64 (Debian: qemu-user): `dsv4 ops` and the test groups (or GROUP/TEST)
 #      of QEMU_TESTS (default: kernels) under it, as a Cortex-A57 (ARMv8.0: the neon level
-#      may use nothing later).
+#      may use nothing later), with DSV4_TEST_LIGHT=1: the slowest model tests (golden,
+#      v41_fwd) take the neon level and one chunking of the exact path (tests/test.h,
+#      test_light); the native run takes every level and chunking.
 #
 #   tools/cross_build.sh             all three (`make cross-check`)
 #   tools/cross_build.sh --aarch64   2 and 3 only, and a missing cross compiler, target
@@ -78,5 +80,5 @@ Q=(qemu-aarch64 -cpu cortex-a57 -L "$QROOT")
 echo "== under ${Q[*]}: $QEMU_TESTS"
 "${Q[@]}" build-aarch64/dsv4 ops
 # shellcheck disable=SC2086 # QEMU_TESTS is a list of names
-DSV4_BIN="${Q[*]} $PWD/build-aarch64/dsv4" "${Q[@]}" build-aarch64/run_tests --strict $QEMU_TESTS
+DSV4_TEST_LIGHT=1 DSV4_BIN="${Q[*]} $PWD/build-aarch64/dsv4" "${Q[@]}" build-aarch64/run_tests --strict $QEMU_TESTS
 echo "== cross check passed"
